@@ -1,0 +1,44 @@
+/**
+ * Entry point: read the configuration, start the server, print where it listens, and on
+ * SIGINT/SIGTERM kill every session and exit within 3 s.
+ *
+ * @module
+ */
+
+import { ConfigError, loadConfig } from "./src/config.ts";
+import { startServer } from "./src/server.ts";
+
+const SHUTDOWN_LIMIT_MS = 3000;
+
+async function main(): Promise<void> {
+  let config;
+  try {
+    config = loadConfig(Deno.args, Deno.env.toObject(), Deno.cwd());
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    console.error(`uexec: ${err.message}`);
+    Deno.exit(2);
+  }
+  const server = await startServer(config);
+  const host = server.addr.hostname.includes(":")
+    ? `[${server.addr.hostname}]`
+    : server.addr.hostname;
+  console.log(`uexec listening on http://${host}:${server.addr.port}`);
+  let stopping = false;
+  const stop = () => {
+    if (stopping) return;
+    stopping = true;
+    setTimeout(() => Deno.exit(1), SHUTDOWN_LIMIT_MS);
+    server.shutdown().then(
+      () => Deno.exit(0),
+      (err) => {
+        console.error("uexec: shutdown failed:", err);
+        Deno.exit(1);
+      },
+    );
+  };
+  Deno.addSignalListener("SIGINT", stop);
+  Deno.addSignalListener("SIGTERM", stop);
+}
+
+if (import.meta.main) await main();

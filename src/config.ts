@@ -1,0 +1,88 @@
+/**
+ * Server configuration from flags and environment, validated up front: a bad value stops the
+ * server with a message naming it. It must never start on a non-loopback address without a
+ * token.
+ *
+ * @module
+ */
+
+/** The server's settings. */
+export interface Config {
+  host: string;
+  port: number;
+  token?: string;
+  workspace: string;
+  shell: string;
+  maxSessions: number;
+}
+
+/** A configuration problem; the message names the setting. */
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "ConfigError";
+  }
+}
+
+/** True for loopback hosts (127.0.0.0/8, ::1, localhost). */
+export function isLoopback(host: string): boolean {
+  return host === "localhost" || host === "::1" || host === "[::1]" ||
+    /^127(\.\d{1,3}){3}$/.test(host);
+}
+
+function flag(args: string[], name: string): string | undefined {
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === `--${name}`) {
+      if (i + 1 >= args.length) throw new ConfigError(`--${name} needs a value`);
+      return args[i + 1];
+    }
+    if (args[i].startsWith(`--${name}=`)) return args[i].slice(name.length + 3);
+  }
+  return undefined;
+}
+
+function integer(name: string, raw: string, min: number, max: number): number {
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw) || n < min || n > max) {
+    throw new ConfigError(
+      `${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(raw)}`,
+    );
+  }
+  return n;
+}
+
+const KNOWN_FLAGS = ["host", "port"];
+
+/** Read the configuration from `args` and `env`. */
+export function loadConfig(
+  args: string[],
+  env: Record<string, string | undefined>,
+  cwd: string,
+): Config {
+  for (const arg of args) {
+    const name = /^--([^=]+)/.exec(arg)?.[1];
+    if (arg.startsWith("--") && !KNOWN_FLAGS.includes(name ?? "")) {
+      throw new ConfigError(`unknown flag ${arg}; known flags: --host, --port`);
+    }
+  }
+  const host = flag(args, "host") ?? env.UEXEC_HOST ?? "127.0.0.1";
+  const port = integer("port", flag(args, "port") ?? env.UEXEC_PORT ?? "8787", 0, 65535);
+  const token = env.UEXEC_TOKEN || undefined;
+  if (!isLoopback(host) && !token) {
+    throw new ConfigError(`refusing to listen on non-loopback host ${host} without UEXEC_TOKEN`);
+  }
+  const workspace = env.UEXEC_WORKSPACE ?? cwd;
+  try {
+    if (!Deno.statSync(workspace).isDirectory) throw new Error();
+  } catch {
+    throw new ConfigError(`UEXEC_WORKSPACE ${workspace} is not an existing directory`);
+  }
+  return {
+    host,
+    port,
+    token,
+    workspace: Deno.realPathSync(workspace),
+    shell: env.SHELL || "/bin/bash",
+    maxSessions: integer("UEXEC_MAX_SESSIONS", env.UEXEC_MAX_SESSIONS ?? "64", 1, 100_000),
+  };
+}

@@ -1,0 +1,49 @@
+/**
+ * The lifecycle event bus behind `GET /v1/events`: every session's begin, interactions and end,
+ * and approval requests and decisions. Publishing never blocks and never throws into the
+ * publisher; a slow subscriber is its own problem.
+ *
+ * @module
+ */
+
+/** Why a session ended. */
+export type EndReason = "exit" | "kill" | "prune" | "timeout" | "shutdown";
+
+/** A lifecycle event. */
+export type LifecycleEvent =
+  | { type: "begin"; session_id: number; command: string; workdir: string; tty: boolean }
+  | { type: "interaction"; session_id: number; chars: string }
+  | {
+    type: "end";
+    session_id: number;
+    exit_code: number;
+    duration_seconds: number;
+    reason: EndReason;
+  }
+  | { type: "approval_requested"; approval: unknown }
+  | { type: "approval_decided"; approval: unknown };
+
+/** A subscriber callback. */
+export type Listener = (event: LifecycleEvent) => void;
+
+/** Fan-out of lifecycle events to subscribers. */
+export class EventBus {
+  #listeners = new Set<Listener>();
+
+  /** Subscribe; returns the function that unsubscribes. */
+  subscribe(listener: Listener): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** Deliver `event` to every subscriber. */
+  publish(event: LifecycleEvent): void {
+    for (const listener of this.#listeners) {
+      try {
+        listener(event);
+      } catch (err) {
+        console.error("uexec: event listener failed:", err);
+      }
+    }
+  }
+}

@@ -1,0 +1,158 @@
+/**
+ * The small slice of libc that uexec needs, bound through Deno FFI.
+ *
+ * Every symbol here is synchronous and runs on the calling thread, except `epoll_wait_async`,
+ * which runs on a pool thread and must only ever wait: never restrict, spawn or change
+ * credentials through it. Each thread (main or worker) that imports this module gets its own
+ * binding, opened on first use.
+ *
+ * @module
+ */
+
+const symbols = {
+  posix_openpt: { parameters: ["i32"], result: "i32" },
+  grantpt: { parameters: ["i32"], result: "i32" },
+  unlockpt: { parameters: ["i32"], result: "i32" },
+  ptsname_r: { parameters: ["i32", "buffer", "usize"], result: "i32" },
+  ioctl: { parameters: ["i32", "u64", "buffer"], result: "i32" },
+  pipe2: { parameters: ["buffer", "i32"], result: "i32" },
+  read: { parameters: ["i32", "buffer", "usize"], result: "isize" },
+  write: { parameters: ["i32", "buffer", "usize"], result: "isize" },
+  close: { parameters: ["i32"], result: "i32" },
+  open: { parameters: ["buffer", "i32"], result: "i32" },
+  opendir: { parameters: ["buffer"], result: "pointer" },
+  readdir: { parameters: ["pointer"], result: "pointer" },
+  closedir: { parameters: ["pointer"], result: "i32" },
+  kill: { parameters: ["i32", "i32"], result: "i32" },
+  chown: { parameters: ["buffer", "u32", "u32"], result: "i32" },
+  waitpid: { parameters: ["i32", "buffer", "i32"], result: "i32" },
+  syscall: { parameters: ["i64", "i64", "i64"], result: "i64" },
+  eventfd: { parameters: ["u32", "i32"], result: "i32" },
+  epoll_create1: { parameters: ["i32"], result: "i32" },
+  epoll_ctl: { parameters: ["i32", "i32", "i32", "buffer"], result: "i32" },
+  epoll_wait_async: {
+    name: "epoll_wait",
+    parameters: ["i32", "buffer", "i32", "i32"],
+    result: "i32",
+    nonblocking: true,
+  },
+  __errno_location: { parameters: [], result: "pointer" },
+  posix_spawnp: {
+    parameters: ["buffer", "buffer", "buffer", "buffer", "buffer", "buffer"],
+    result: "i32",
+  },
+  posix_spawn_file_actions_init: { parameters: ["buffer"], result: "i32" },
+  posix_spawn_file_actions_destroy: { parameters: ["buffer"], result: "i32" },
+  posix_spawn_file_actions_addopen: {
+    parameters: ["buffer", "i32", "buffer", "i32", "u32"],
+    result: "i32",
+  },
+  posix_spawn_file_actions_adddup2: { parameters: ["buffer", "i32", "i32"], result: "i32" },
+  posix_spawn_file_actions_addclosefrom_np: { parameters: ["buffer", "i32"], result: "i32" },
+  posix_spawn_file_actions_addchdir_np: { parameters: ["buffer", "buffer"], result: "i32" },
+  posix_spawnattr_init: { parameters: ["buffer"], result: "i32" },
+  posix_spawnattr_destroy: { parameters: ["buffer"], result: "i32" },
+  posix_spawnattr_setflags: { parameters: ["buffer", "i16"], result: "i32" },
+  posix_spawnattr_setsigdefault: { parameters: ["buffer", "buffer"], result: "i32" },
+  posix_spawnattr_setsigmask: { parameters: ["buffer", "buffer"], result: "i32" },
+  sigfillset: { parameters: ["buffer"], result: "i32" },
+  sigemptyset: { parameters: ["buffer"], result: "i32" },
+} as const;
+
+/** The bound libc symbols. */
+export type Libc = Deno.DynamicLibrary<typeof symbols>["symbols"];
+
+let lib: Deno.DynamicLibrary<typeof symbols> | undefined;
+
+/** The libc binding for this thread, opened on first use. */
+export function libc(): Libc {
+  lib ??= Deno.dlopen("libc.so.6", symbols);
+  return lib.symbols;
+}
+
+/** errno of the last failed synchronous call on this thread. Read it right after the call. */
+export function errno(): number {
+  const p = libc().__errno_location();
+  return p === null ? 0 : new Deno.UnsafePointerView(p).getInt32();
+}
+
+/** A NUL-terminated C string. */
+export function cString(s: string): Uint8Array<ArrayBuffer> {
+  return new TextEncoder().encode(s + "\0");
+}
+
+/** The entry names of a directory, read through libc (no Deno read permission involved). */
+export function listDir(path: string): string[] {
+  const c = libc();
+  const dir = c.opendir(cString(path));
+  if (dir === null) throw new OsError(`opendir(${path})`, errno());
+  const names: string[] = [];
+  try {
+    for (let ent = c.readdir(dir); ent !== null; ent = c.readdir(dir)) {
+      names.push(new Deno.UnsafePointerView(ent).getCString(D_NAME_OFFSET));
+    }
+  } finally {
+    c.closedir(dir);
+  }
+  return names;
+}
+
+/** The start of a small file (at most `max` bytes), read through libc; undefined if unreadable. */
+export function readSmallFile(path: string, max = 4096): string | undefined {
+  const c = libc();
+  const fd = c.open(cString(path), O.CLOEXEC);
+  if (fd < 0) return undefined;
+  try {
+    const buf = new Uint8Array(max);
+    const n = Number(c.read(fd, buf, BigInt(max)));
+    return n < 0 ? undefined : new TextDecoder().decode(buf.subarray(0, n));
+  } finally {
+    c.close(fd);
+  }
+}
+
+/** Offset of `d_name` in glibc's `struct dirent` on x86_64. */
+const D_NAME_OFFSET = 19;
+
+/** errno values and flags used across uexec (x86_64 Linux). */
+export const E = { EINTR: 4, EIO: 5, EAGAIN: 11, ECHILD: 10, ESRCH: 3, EPIPE: 32 } as const;
+
+/** open(2) flags. */
+export const O = { RDWR: 2, NOCTTY: 0o400, NONBLOCK: 0o4000, CLOEXEC: 0o2000000 } as const;
+
+/** Thrown when a libc call fails; carries errno. */
+export class OsError extends Error {
+  /** Create an error for `call` failing with `code`. */
+  constructor(readonly call: string, readonly code: number) {
+    super(`${call} failed: errno ${code} (${errnoName(code)})`);
+    this.name = "OsError";
+  }
+}
+
+const names: Record<number, string> = {
+  1: "EPERM",
+  2: "ENOENT",
+  3: "ESRCH",
+  5: "EIO",
+  8: "ENOEXEC",
+  9: "EBADF",
+  11: "EAGAIN",
+  12: "ENOMEM",
+  13: "EACCES",
+  20: "ENOTDIR",
+  22: "EINVAL",
+  24: "EMFILE",
+  32: "EPIPE",
+};
+
+/** The symbolic name of an errno value, e.g. `ENOENT`. */
+export function errnoName(code: number): string {
+  return names[code] ?? `errno ${code}`;
+}
+
+/** Throw an `OsError` for `call` when `result` is negative, reading errno. */
+export function check(call: string, result: number | bigint): number {
+  const n = Number(result);
+  if (n < 0) throw new OsError(call, errno());
+  return n;
+}

@@ -1,0 +1,109 @@
+/**
+ * Request bodies of the HTTP API as zod schemas, and the clamping rules that turn them into
+ * session-layer requests. Unknown fields, wrong types and out-of-range numbers are rejected
+ * with a message naming the field; nothing here touches processes.
+ *
+ * @module
+ */
+
+import { z } from "zod";
+
+/** Yield limits, as in Codex. */
+export const YIELD = {
+  min: 250,
+  max: 30_000,
+  execDefault: 10_000,
+  writeDefault: 250,
+  pollMin: 5_000,
+  pollMax: 300_000,
+} as const;
+
+const DEFAULT_MAX_OUTPUT_TOKENS = 10_000;
+const MAX_OUTPUT_TOKENS = 262_144;
+
+const untilPattern = z.string().min(1).max(4096).superRefine((value, ctx) => {
+  try {
+    new RegExp(value);
+  } catch (err) {
+    ctx.addIssue({
+      code: "custom",
+      message: `invalid regular expression: ${(err as Error).message}`,
+    });
+  }
+});
+
+const noNul = (s: string) => !s.includes("\0");
+const envName = z.string().min(1).max(1024).regex(/^[^=\0]+$/, "must be a name without '=' or NUL");
+const size = z.number().int().min(1).max(1000);
+const maxTokens = z.number().int().min(1).max(MAX_OUTPUT_TOKENS).default(DEFAULT_MAX_OUTPUT_TOKENS);
+const yieldMs = z.number().int().min(0);
+
+/** `POST /v1/exec_command`. */
+export const ExecBody = z.strictObject({
+  cmd: z.string().min(1).max(65_536).refine(noNul, "must not contain NUL")
+    .describe("Shell command to execute."),
+  workdir: z.string().min(1).max(4096).refine(noNul, "must not contain NUL").optional()
+    .describe(
+      "Working directory, absolute or relative to the workspace. Defaults to the workspace.",
+    ),
+  shell: z.string().min(1).max(4096).refine(noNul, "must not contain NUL").optional()
+    .describe("Shell binary to launch. Defaults to the server's shell."),
+  login: z.boolean().default(true).describe("Run the shell with -lc (true) or -c (false)."),
+  tty: z.boolean().default(true)
+    .describe("Allocate a PTY (true) or use plain pipes with stdout and stderr merged (false)."),
+  cols: size.default(80).describe("Terminal width in columns."),
+  rows: size.default(24).describe("Terminal height in rows."),
+  env: z.record(envName, z.string().max(131_072).refine(noNul, "must not contain NUL")).default({})
+    .describe("Environment variables added on top of the base environment."),
+  yield_time_ms: yieldMs.optional()
+    .describe("How long to wait for output before yielding. Default 10000, range 250-30000."),
+  max_output_tokens: maxTokens.describe("Output token budget. Default 10000."),
+  until: untilPattern.optional()
+    .describe("JavaScript regular expression: return as soon as the output of this call matches."),
+});
+
+/** `POST /v1/write_stdin`. */
+export const WriteBody = z.strictObject({
+  session_id: z.number().int().min(0).describe("Identifier of the running session."),
+  chars: z.string().max(1_048_576).default("")
+    .describe("Characters to write to stdin. Empty polls for output without writing."),
+  yield_time_ms: yieldMs.optional().describe(
+    "How long to wait for output. Writes default to 250 (max 30000); empty polls wait 5000-300000.",
+  ),
+  max_output_tokens: maxTokens.describe("Output token budget. Default 10000."),
+  until: untilPattern.optional()
+    .describe("JavaScript regular expression: return as soon as the output of this call matches."),
+});
+
+/** `POST /v1/sessions/{id}/resize`. */
+export const ResizeBody = z.strictObject({ cols: size, rows: size });
+
+/** `POST /v1/sessions/{id}/signal`. */
+export const SignalBody = z.strictObject({ signal: z.string().min(1).max(32) });
+
+/** A session id in a path. */
+export const SessionIdParam = z.coerce.number().int().min(0).max(2 ** 31);
+
+/** Clamp the exec yield: default 10 s, within 250 ms..30 s. */
+export function execYield(requested?: number): number {
+  return clamp(requested ?? YIELD.execDefault, YIELD.min, YIELD.max);
+}
+
+/** Clamp the write yield: a write waits 250 ms..30 s; an empty poll 5 s..300 s. */
+export function writeYield(chars: string, requested?: number): number {
+  if (chars.length === 0) {
+    return clamp(requested ?? YIELD.writeDefault, YIELD.pollMin, YIELD.pollMax);
+  }
+  return clamp(requested ?? YIELD.writeDefault, YIELD.min, YIELD.max);
+}
+
+function clamp(n: number, lo: number, hi: number): number {
+  return Math.min(hi, Math.max(lo, n));
+}
+
+/** A one-line description of the first validation problem, naming the field. */
+export function describeIssues(error: z.ZodError): string {
+  const issue = error.issues[0];
+  const field = issue.path.join(".");
+  return field ? `${field}: ${issue.message}` : issue.message;
+}

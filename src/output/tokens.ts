@@ -1,0 +1,87 @@
+/**
+ * Token counting with o200k_base that stays fast on any input. The tokenizer's BPE is
+ * quadratic in the length of one pre-token, so text is cut into segments first: at a newline
+ * followed by non-whitespace (always a pre-token boundary in o200k, so counts stay exact), and,
+ * only inside a line longer than `SEGMENT_CHARS`, at a fixed width (counts may then differ from
+ * a whole-text count by about one token per cut). It must never hand the tokenizer an
+ * unbounded piece.
+ *
+ * @module
+ */
+
+import { countTokens as countPiece, decode, encode } from "gpt-tokenizer/encoding/o200k_base";
+
+/** The longest segment handed to the tokenizer at once. */
+export const SEGMENT_CHARS = 4096;
+
+function isWhitespace(code: number): boolean {
+  return code === 0x20 || (code >= 0x09 && code <= 0x0d) || code === 0x85 || code === 0xa0 ||
+    code === 0x1680 || (code >= 0x2000 && code <= 0x200a) || code === 0x2028 || code === 0x2029 ||
+    code === 0x202f || code === 0x205f || code === 0x3000;
+}
+
+function isHighSurrogate(code: number): boolean {
+  return code >= 0xd800 && code <= 0xdbff;
+}
+
+/** Where the segment starting at `start` ends. */
+function segmentEnd(text: string, start: number): number {
+  const limit = start + SEGMENT_CHARS;
+  if (limit >= text.length) return text.length;
+  for (let i = limit; i > start; i--) {
+    if (text.charCodeAt(i - 1) === 0x0a && !isWhitespace(text.charCodeAt(i))) return i;
+  }
+  return isHighSurrogate(text.charCodeAt(limit - 1)) ? limit - 1 : limit;
+}
+
+/** Split `text` into segments that can be tokenized independently. */
+export function segments(text: string): string[] {
+  const out: string[] = [];
+  for (let start = 0; start < text.length;) {
+    const end = segmentEnd(text, start);
+    out.push(text.slice(start, end));
+    start = end;
+  }
+  return out;
+}
+
+/** The number of o200k_base tokens in `text`. */
+export function countTokens(text: string): number {
+  let n = 0;
+  for (const segment of segments(text)) n += countPiece(segment);
+  return n;
+}
+
+function commonPrefix(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a.charCodeAt(i) === b.charCodeAt(i)) i++;
+  return i;
+}
+
+function commonSuffix(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a.charCodeAt(a.length - 1 - i) === b.charCodeAt(b.length - 1 - i)) i++;
+  return i;
+}
+
+/** The longest prefix of one segment that its first `n` tokens decode to, on a character boundary. */
+export function segmentPrefix(segment: string, n: number): string {
+  if (n <= 0) return "";
+  let end = commonPrefix(decode(encode(segment).slice(0, n)), segment);
+  if (end > 0 && isHighSurrogate(segment.charCodeAt(end - 1))) end--;
+  return segment.slice(0, end);
+}
+
+/** The longest suffix of one segment that its last `n` tokens decode to, on a character boundary. */
+export function segmentSuffix(segment: string, n: number): string {
+  if (n <= 0) return "";
+  const tokens = encode(segment);
+  let start = segment.length -
+    commonSuffix(decode(tokens.slice(Math.max(0, tokens.length - n))), segment);
+  if (start > 0 && start < segment.length && isHighSurrogate(segment.charCodeAt(start - 1))) {
+    start++;
+  }
+  return segment.slice(start);
+}

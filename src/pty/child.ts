@@ -1,0 +1,219 @@
+/**
+ * A running child as the server sees it: its output descriptor (PTY master or merged pipe),
+ * its input descriptor, and its pidfd, all driven by the reactor.
+ *
+ * It reports output as raw bytes in arrival order and reports its end exactly once, only after
+ * the exit status is known and the output reached EOF (or, when a leftover process still holds
+ * the terminal, a short grace after the exit), so nothing written before exit is lost. It reaps
+ * only its own pid and never waits on any other child of the server.
+ *
+ * @module
+ */
+
+import { check, E, errno, libc } from "../ffi/libc.ts";
+import { EPOLLIN, EPOLLOUT, type Reactor, type Registration } from "../io/reactor.ts";
+import { resizePty, type WindowSize } from "./open.ts";
+import { killSession } from "./signals.ts";
+
+const READ_SIZE = 64 * 1024;
+const READ_SIZE_BIG = BigInt(READ_SIZE);
+const MAX_READS_PER_WAKE = 64;
+const SYS_PIDFD_OPEN = 434;
+const WNOHANG = 1;
+/** After the exit, how long to wait for EOF while another process still holds the terminal. */
+const EOF_GRACE_MS = 200;
+
+/** How a child ended: `code` is the exit code, or 128 + signal for a signal death. */
+export interface ExitStatus {
+  code: number;
+  signal?: number;
+}
+
+/** Callbacks a child reports to. */
+export interface ChildSink {
+  output(bytes: Uint8Array): void;
+  ended(status: ExitStatus): void;
+}
+
+/** The descriptors of a started child, handed over to a `Child`. */
+export interface ChildFds {
+  pid: number;
+  tty: boolean;
+  /** PTY master, or the read end of the merged stdout/stderr pipe. */
+  output: number;
+  /** PTY master (same as output), or the write end of the stdin pipe. */
+  input: number;
+}
+
+/** Thrown when writing to a child whose stdin was closed. */
+export class StdinClosedError extends Error {
+  constructor() {
+    super("stdin is closed for this session");
+    this.name = "StdinClosedError";
+  }
+}
+
+const readBuf = new Uint8Array(READ_SIZE);
+
+/** Decode a waitpid status word. */
+export function decodeWaitStatus(status: number): ExitStatus {
+  const sig = status & 0x7f;
+  if (sig === 0) return { code: (status >> 8) & 0xff };
+  return { code: 128 + sig, signal: sig };
+}
+
+/** A child process driven by the reactor. */
+export class Child {
+  readonly pid: number;
+  readonly tty: boolean;
+  #reactor: Reactor;
+  #sink: ChildSink;
+  #output: number;
+  #input: number;
+  #pidfd: number;
+  #outReg?: Registration;
+  #inReg?: Registration;
+  #pidReg?: Registration;
+  #queue: Uint8Array[] = [];
+  #eof = false;
+  #exit?: ExitStatus;
+  #graceTimer?: ReturnType<typeof setTimeout>;
+  #closed = false;
+
+  constructor(reactor: Reactor, fds: ChildFds, sink: ChildSink) {
+    this.pid = fds.pid;
+    this.tty = fds.tty;
+    this.#reactor = reactor;
+    this.#sink = sink;
+    this.#output = fds.output;
+    this.#input = fds.input;
+    this.#pidfd = check("pidfd_open", libc().syscall(BigInt(SYS_PIDFD_OPEN), BigInt(fds.pid), 0n));
+    this.#pidReg = reactor.add(this.#pidfd, EPOLLIN, { readable: () => this.#reap() });
+    this.#outReg = reactor.add(this.#output, EPOLLIN, {
+      readable: () => this.#drain(),
+      writable: () => this.#flush(),
+    });
+  }
+
+  /** True once the end has been reported. */
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** True while input can still be written. */
+  get stdinOpen(): boolean {
+    return this.#input >= 0 && !this.#closed;
+  }
+
+  /** Queue bytes for the child's input; never blocks. */
+  write(bytes: Uint8Array): void {
+    if (!this.stdinOpen) throw new StdinClosedError();
+    if (bytes.length === 0) return;
+    this.#queue.push(bytes);
+    if (this.#queue.length === 1) this.#flush();
+  }
+
+  /** Close the child's stdin (pipes only; a PTY gets `^D` through `write`). */
+  closeStdin(): void {
+    if (this.tty || this.#input < 0) return;
+    this.#queue = [];
+    if (this.#inReg) this.#reactor.remove(this.#inReg);
+    this.#inReg = undefined;
+    libc().close(this.#input);
+    this.#input = -1;
+  }
+
+  /** Resize the terminal (PTY only). */
+  resize(size: WindowSize): void {
+    if (this.tty && !this.#closed) resizePty(this.#output, size);
+  }
+
+  /** Send `sig` to the child's process group. */
+  signal(sig: number): void {
+    if (!this.#closed) libc().kill(-this.pid, sig);
+  }
+
+  /** Send `sig` to the child's process group and every other process in its session. */
+  signalSession(sig: number): void {
+    if (!this.#closed) killSession(this.pid, sig);
+  }
+
+  #flush(): void {
+    const c = libc();
+    while (this.#queue.length > 0 && this.#input >= 0) {
+      const chunk = this.#queue[0];
+      const n = Number(c.write(this.#input, chunk, BigInt(chunk.length)));
+      if (n < 0) {
+        const code = errno();
+        if (code === E.EINTR) continue;
+        if (code === E.EAGAIN) break;
+        this.#queue = [];
+        break;
+      }
+      if (n < chunk.length) this.#queue[0] = chunk.subarray(n);
+      else this.#queue.shift();
+    }
+    this.#wantWritable(this.#queue.length > 0);
+  }
+
+  #wantWritable(want: boolean): void {
+    if (this.tty) {
+      if (this.#outReg) this.#reactor.modify(this.#outReg, want ? EPOLLIN | EPOLLOUT : EPOLLIN);
+    } else if (want && !this.#inReg && this.#input >= 0) {
+      this.#inReg = this.#reactor.add(this.#input, EPOLLOUT, { writable: () => this.#flush() });
+    } else if (!want && this.#inReg) {
+      this.#reactor.remove(this.#inReg);
+      this.#inReg = undefined;
+    }
+  }
+
+  #drain(): void {
+    const c = libc();
+    for (let i = 0; i < MAX_READS_PER_WAKE && !this.#eof; i++) {
+      const n = Number(c.read(this.#output, readBuf, READ_SIZE_BIG));
+      if (n > 0) {
+        this.#sink.output(readBuf.slice(0, n));
+        continue;
+      }
+      if (n < 0) {
+        const code = errno();
+        if (code === E.EINTR) continue;
+        if (code === E.EAGAIN) return;
+      }
+      this.#onEof();
+    }
+  }
+
+  #onEof(): void {
+    this.#eof = true;
+    if (this.#outReg) this.#reactor.remove(this.#outReg);
+    this.#outReg = undefined;
+    if (this.#exit) this.#finish();
+  }
+
+  #reap(): void {
+    const status = new Int32Array(1);
+    const rc = libc().waitpid(this.pid, new Uint8Array(status.buffer), WNOHANG);
+    if (rc === 0) return;
+    this.#exit = rc === this.pid ? decodeWaitStatus(status[0]) : { code: -1 };
+    if (this.#pidReg) this.#reactor.remove(this.#pidReg);
+    this.#pidReg = undefined;
+    if (this.#pidfd >= 0) libc().close(this.#pidfd);
+    this.#pidfd = -1;
+    if (this.#eof) this.#finish();
+    else this.#graceTimer = setTimeout(() => this.#finish(), EOF_GRACE_MS);
+  }
+
+  #finish(): void {
+    if (this.#closed) return;
+    if (!this.#eof) this.#drain();
+    clearTimeout(this.#graceTimer);
+    this.#closed = true;
+    const c = libc();
+    for (const reg of [this.#outReg, this.#inReg]) if (reg) this.#reactor.remove(reg);
+    c.close(this.#output);
+    if (!this.tty && this.#input >= 0) c.close(this.#input);
+    this.#input = -1;
+    this.#sink.ended(this.#exit!);
+  }
+}

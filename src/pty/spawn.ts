@@ -1,0 +1,95 @@
+/**
+ * Starting a child with `posix_spawnp`: a new session, default signal dispositions, an empty
+ * signal mask, a working directory, an explicit environment, and either a PTY slave as
+ * controlling terminal or pipes as stdio. No descriptor of the server leaks into the child.
+ *
+ * Call it only through synchronous FFI on the thread whose sandbox the child must inherit (the
+ * spawner worker); it must never run on a pool thread.
+ *
+ * @module
+ */
+
+import { cString, errnoName, libc, O } from "../ffi/libc.ts";
+
+const POSIX_SPAWN_SETSIGDEF = 0x04;
+const POSIX_SPAWN_SETSIGMASK = 0x08;
+const POSIX_SPAWN_SETSID = 0x80;
+
+/** How the child's stdin, stdout and stderr are connected. */
+export type Stdio =
+  | { kind: "pty"; slavePath: string }
+  | { kind: "pipes"; stdin: number; output: number };
+
+/** Everything needed to start one child. */
+export interface SpawnSpec {
+  argv: string[];
+  env: string[];
+  cwd: string;
+  stdio: Stdio;
+}
+
+/** A spawn that failed, with the errno posix_spawnp reported. */
+export class SpawnError extends Error {
+  /** Create the error for `argv0` and errno `code`. */
+  constructor(readonly argv0: string, readonly code: number) {
+    super(`cannot start ${argv0}: ${errnoName(code)}`);
+    this.name = "SpawnError";
+  }
+}
+
+/** Strings referenced only through raw pointers; held here so GC cannot free them mid-call. */
+let pinned: Uint8Array[] = [];
+
+/** A NULL-terminated array of pointers to NUL-terminated strings (pinned until the next spawn). */
+function cStringArray(items: string[]): Uint8Array {
+  const strings = items.map(cString);
+  pinned.push(...strings);
+  const ptrs = new BigUint64Array(items.length + 1);
+  strings.forEach((buf, i) =>
+    ptrs[i] = BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(buf)))
+  );
+  return new Uint8Array(ptrs.buffer);
+}
+
+/** Start the child described by `spec` and return its pid (also its session and group id). */
+export function spawnChild(spec: SpawnSpec): number {
+  const c = libc();
+  const actions = new Uint8Array(256);
+  const attr = new Uint8Array(512);
+  const sigs = new Uint8Array(128);
+  c.posix_spawn_file_actions_init(actions);
+  c.posix_spawnattr_init(attr);
+  try {
+    c.posix_spawnattr_setflags(
+      attr,
+      POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK,
+    );
+    c.sigfillset(sigs);
+    c.posix_spawnattr_setsigdefault(attr, sigs);
+    c.sigemptyset(sigs);
+    c.posix_spawnattr_setsigmask(attr, sigs);
+    const cwd = cString(spec.cwd);
+    c.posix_spawn_file_actions_addchdir_np(actions, cwd);
+    if (spec.stdio.kind === "pty") {
+      c.posix_spawn_file_actions_addopen(actions, 0, cString(spec.stdio.slavePath), O.RDWR, 0);
+      c.posix_spawn_file_actions_adddup2(actions, 0, 1);
+    } else {
+      c.posix_spawn_file_actions_adddup2(actions, spec.stdio.stdin, 0);
+      c.posix_spawn_file_actions_adddup2(actions, spec.stdio.output, 1);
+    }
+    c.posix_spawn_file_actions_adddup2(actions, 1, 2);
+    c.posix_spawn_file_actions_addclosefrom_np(actions, 3);
+    pinned = [];
+    const file = cString(spec.argv[0]);
+    const argv = cStringArray(spec.argv);
+    const envp = cStringArray(spec.env);
+    const pid = new Int32Array(1);
+    const pidBuf = new Uint8Array(pid.buffer);
+    const rc = c.posix_spawnp(pidBuf, file, actions, attr, argv, envp);
+    if (rc !== 0) throw new SpawnError(spec.argv[0], rc);
+    return pid[0];
+  } finally {
+    c.posix_spawn_file_actions_destroy(actions);
+    c.posix_spawnattr_destroy(attr);
+  }
+}

@@ -1,0 +1,320 @@
+/**
+ * The session store and the two tool calls on it: `exec` starts a child and collects its first
+ * output, `write` sends input to a live session and collects what follows. Also listing,
+ * killing, resizing and signalling, pruning at the session limit, and shutdown.
+ *
+ * A session stays in the store until its exit has been reported to a caller (or it is killed
+ * or pruned); it must never report the same exit twice or keep a killed child alive.
+ *
+ * @module
+ */
+
+import type { EndReason, EventBus } from "../events/bus.ts";
+import { libc } from "../ffi/libc.ts";
+import type { Reactor } from "../io/reactor.ts";
+import { openPipe, openPty, setNonBlocking, type WindowSize } from "../pty/open.ts";
+import type { ChildFds } from "../pty/child.ts";
+import { SIGNALS } from "../pty/signals.ts";
+import type { SpawnSpec } from "../pty/spawn.ts";
+import { truncateToTokens } from "../output/truncate.ts";
+import { type SpawnerPool, SpawnFailure } from "../workers/pool.ts";
+import { collect, type Collected } from "./collect.ts";
+import { childEnv } from "./env.ts";
+import { InvalidRequestError, SessionLimitError, UnknownSessionError } from "./errors.ts";
+import { Session, type SessionInfo } from "./session.ts";
+
+/** A validated `exec_command` request. */
+export interface ExecRequest {
+  cmd: string;
+  workdir: string;
+  shell: string;
+  login: boolean;
+  tty: boolean;
+  size: WindowSize;
+  env: Record<string, string>;
+  yieldMs: number;
+  maxOutputTokens: number;
+  until?: RegExp;
+}
+
+/** A validated `write_stdin` request. */
+export interface WriteRequest {
+  sessionId: number;
+  chars: string;
+  yieldMs: number;
+  maxOutputTokens: number;
+  until?: RegExp;
+}
+
+/** The result of one tool call. */
+export interface CallResult {
+  chunk_id: string;
+  wall_time_seconds: number;
+  output: string;
+  session_id?: number;
+  exit_code?: number;
+  original_token_count: number;
+  truncated: boolean;
+}
+
+/** What killing a session returns. */
+export interface KillResult {
+  exit_code: number;
+  output: string;
+}
+
+/** Settings of the manager. */
+export interface ManagerOptions {
+  reactor: Reactor;
+  pool: SpawnerPool;
+  bus: EventBus;
+  baseEnv: Record<string, string>;
+  maxSessions: number;
+  /** How long a killed child gets between SIGTERM and SIGKILL. */
+  killGraceMs?: number;
+}
+
+const PROTECTED_RECENT = 8;
+const MIN_ID = 1000;
+const MAX_ID = 99999;
+const SIGHUP = SIGNALS.SIGHUP;
+const SIGTERM = SIGNALS.SIGTERM;
+const SIGKILL = SIGNALS.SIGKILL;
+const SIGINT = SIGNALS.SIGINT;
+const CTRL_C = "\u0003";
+const CTRL_D = "\u0004";
+/** Splits input around ^C and ^D, keeping them (pipes act on them instead of writing them). */
+const CONTROL_KEYS = new RegExp(`(${CTRL_C}|${CTRL_D})`);
+
+/** A 128-bit random chunk id in hex. */
+export function chunkId(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * The session to prune to make room, per Codex: never one of the `PROTECTED_RECENT` most
+ * recently used; among the rest, the least recently used that has exited, else the least
+ * recently used. Undefined when nothing may be pruned.
+ */
+export function pickPruneVictim(sessions: Session[]): Session | undefined {
+  const byRecency = [...sessions].sort((a, b) => b.lastUsedAt.getTime() - a.lastUsedAt.getTime());
+  const candidates = byRecency.slice(PROTECTED_RECENT).reverse();
+  return candidates.find((s) => s.exit !== undefined) ?? candidates[0];
+}
+
+/** The store of live sessions. */
+export class SessionManager {
+  #opts: ManagerOptions;
+  #sessions = new Map<number, Session>();
+  #reserved = new Set<number>();
+  #encoder = new TextEncoder();
+
+  constructor(opts: ManagerOptions) {
+    this.#opts = opts;
+  }
+
+  /** Sessions in the store, oldest first. */
+  list(): SessionInfo[] {
+    return [...this.#sessions.values()].map((s) => s.info());
+  }
+
+  /** The session with `id`, or `UnknownSessionError`. */
+  get(id: number): Session {
+    const session = this.#sessions.get(id);
+    if (!session) throw new UnknownSessionError(id);
+    return session;
+  }
+
+  /** Run `exec_command`. */
+  async exec(req: ExecRequest): Promise<CallResult> {
+    const started = performance.now();
+    const id = await this.#reserve();
+    let session: Session;
+    try {
+      session = await this.#start(id, req);
+    } finally {
+      this.#reserved.delete(id);
+    }
+    this.#sessions.set(id, session);
+    this.#opts.bus.publish({
+      type: "begin",
+      session_id: id,
+      command: req.cmd,
+      workdir: req.workdir,
+      tty: req.tty,
+    });
+    const collected = await collect(session, { yieldMs: req.yieldMs, until: req.until });
+    return this.#result(session, collected, started, req.maxOutputTokens);
+  }
+
+  /** Run `write_stdin`. */
+  async write(req: WriteRequest): Promise<CallResult> {
+    const started = performance.now();
+    const session = this.get(req.sessionId);
+    session.touch();
+    if (req.chars.length > 0) {
+      this.#opts.bus.publish({ type: "interaction", session_id: session.id, chars: req.chars });
+      this.#send(session, req.chars);
+    }
+    const collected = await collect(session, { yieldMs: req.yieldMs, until: req.until });
+    return this.#result(session, collected, started, req.maxOutputTokens);
+  }
+
+  /** Kill a session's whole process tree and return what output was left. */
+  async kill(id: number): Promise<KillResult> {
+    const session = this.get(id);
+    const status = await this.#terminate(session, "kill");
+    this.#sessions.delete(id);
+    return { exit_code: status.code, output: session.take().text };
+  }
+
+  /** Resize a session's terminal. */
+  resize(id: number, size: WindowSize): void {
+    const session = this.get(id);
+    if (!session.tty) throw new InvalidRequestError("session is not a tty; it cannot be resized");
+    session.touch();
+    session.child.resize(size);
+  }
+
+  /** Send a signal to a session's process group. */
+  signal(id: number, sig: number): void {
+    const session = this.get(id);
+    session.touch();
+    session.child.signal(sig);
+  }
+
+  /** Kill every session (server shutdown). */
+  async shutdown(): Promise<void> {
+    await Promise.all([...this.#sessions.values()].map((s) => this.#terminate(s, "shutdown")));
+    this.#sessions.clear();
+  }
+
+  async #reserve(): Promise<number> {
+    const live = this.#sessions.size + this.#reserved.size;
+    if (live >= this.#opts.maxSessions) {
+      const victim = pickPruneVictim([...this.#sessions.values()]);
+      if (!victim) {
+        throw new SessionLimitError(
+          `session limit of ${this.#opts.maxSessions} reached and every session is in recent use; ` +
+            "end one with DELETE /v1/sessions/{id}",
+        );
+      }
+      this.#sessions.delete(victim.id);
+      await this.#terminate(victim, "prune");
+    }
+    let id: number;
+    do id = MIN_ID + Math.floor(Math.random() * (MAX_ID - MIN_ID + 1)); while (
+      this.#sessions.has(id) || this.#reserved.has(id)
+    );
+    this.#reserved.add(id);
+    return id;
+  }
+
+  async #start(id: number, req: ExecRequest): Promise<Session> {
+    const argv = [req.shell, req.login ? "-lc" : "-c", req.cmd];
+    const env = childEnv(this.#opts.baseEnv, req.workdir, req.env);
+    const { spec, fds, childEnds } = prepareStdio(req, argv, env);
+    const spawner = await this.#opts.pool.spawner("none");
+    let pid: number;
+    try {
+      pid = await spawner.spawn(spec);
+    } catch (err) {
+      closeAll([...new Set([fds.output, fds.input])]);
+      if (err instanceof SpawnFailure && err.kind === "spawn") {
+        throw new InvalidRequestError(`shell: ${err.message}`);
+      }
+      throw err;
+    } finally {
+      closeAll(childEnds);
+    }
+    const session = new Session(
+      { id, command: req.cmd, workdir: req.workdir, tty: req.tty },
+      (s, status) =>
+        this.#opts.bus.publish({
+          type: "end",
+          session_id: s.id,
+          exit_code: status.code,
+          duration_seconds: (performance.now() - s.startedMs) / 1000,
+          reason: s.endReason,
+        }),
+    );
+    session.attach(this.#opts.reactor, { ...fds, pid });
+    return session;
+  }
+
+  #send(session: Session, chars: string): void {
+    if (session.tty) return session.child.write(this.#encoder.encode(chars));
+    for (const part of chars.split(CONTROL_KEYS)) {
+      if (part === CTRL_C) session.child.signal(SIGINT);
+      else if (part === CTRL_D) session.child.closeStdin();
+      else if (part.length > 0) session.child.write(this.#encoder.encode(part));
+    }
+  }
+
+  #result(session: Session, got: Collected, started: number, maxTokens: number): CallResult {
+    const fitted = truncateToTokens(got.text, maxTokens);
+    const result: CallResult = {
+      chunk_id: chunkId(),
+      wall_time_seconds: (performance.now() - started) / 1000,
+      output: fitted.output,
+      original_token_count: fitted.originalTokenCount,
+      truncated: fitted.truncated,
+    };
+    if (got.exited) {
+      result.exit_code = session.exit!.code;
+      this.#sessions.delete(session.id);
+    } else {
+      result.session_id = session.id;
+    }
+    return result;
+  }
+
+  async #terminate(session: Session, reason: EndReason) {
+    if (session.exit) return session.exit;
+    session.endReason = reason;
+    const child = session.child;
+    child.signalSession(SIGHUP);
+    child.signalSession(SIGTERM);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const grace = new Promise<void>((r) => timer = setTimeout(r, this.#opts.killGraceMs ?? 1000));
+    await Promise.race([session.closed, grace]);
+    clearTimeout(timer);
+    child.signalSession(SIGKILL);
+    return await session.closed;
+  }
+}
+
+function closeAll(fds: number[]): void {
+  for (const fd of fds) if (fd >= 0) libc().close(fd);
+}
+
+/** Open the PTY or pipes for a request; `childEnds` must be closed in the parent after spawn. */
+function prepareStdio(
+  req: ExecRequest,
+  argv: string[],
+  env: string[],
+): { spec: SpawnSpec; fds: Omit<ChildFds, "pid">; childEnds: number[] } {
+  if (req.tty) {
+    const pty = openPty(req.size);
+    return {
+      spec: { argv, env, cwd: req.workdir, stdio: { kind: "pty", slavePath: pty.slavePath } },
+      fds: { tty: true, output: pty.master, input: pty.master },
+      childEnds: [],
+    };
+  }
+  const [stdinRead, stdinWrite] = openPipe();
+  const [outRead, outWrite] = openPipe();
+  setNonBlocking(stdinWrite);
+  setNonBlocking(outRead);
+  return {
+    spec: {
+      argv,
+      env,
+      cwd: req.workdir,
+      stdio: { kind: "pipes", stdin: stdinRead, output: outWrite },
+    },
+    fds: { tty: false, output: outRead, input: stdinWrite },
+    childEnds: [stdinRead, outWrite],
+  };
+}

@@ -1,0 +1,168 @@
+/**
+ * One session: a child process plus the output waiting to be collected, its live listeners and
+ * its metadata. Output is fanned out to the pending buffer (for exec/write responses) and to
+ * listeners (SSE streams) alike, so no consumer steals from another.
+ *
+ * It must never lose bytes between reads and responses: an incomplete UTF-8 sequence at the end
+ * of a drain is carried to the next one until the child has closed.
+ *
+ * @module
+ */
+
+import type { EndReason } from "../events/bus.ts";
+import { Child, type ChildFds, type ChildSink, type ExitStatus } from "../pty/child.ts";
+import type { Reactor } from "../io/reactor.ts";
+import { concat, HeadTailBuffer } from "../output/head_tail.ts";
+import { completeLength } from "../output/utf8.ts";
+import { Pulse } from "./pulse.ts";
+
+/** Public description of a live session. */
+export interface SessionInfo {
+  session_id: number;
+  command: string;
+  workdir: string;
+  tty: boolean;
+  pid: number;
+  started_at: string;
+  last_used_at: string;
+}
+
+/** What a session was started with. */
+export interface SessionMeta {
+  id: number;
+  command: string;
+  workdir: string;
+  tty: boolean;
+}
+
+/** Output taken from a session. */
+export interface Taken {
+  text: string;
+  omittedBytes: number;
+}
+
+/** A listener for raw output bytes. */
+export type OutputListener = (bytes: Uint8Array) => void;
+
+const decoder = new TextDecoder();
+
+function join(...parts: Uint8Array[]): Uint8Array {
+  return concat(parts.filter((p) => p.length > 0), parts.reduce((n, p) => n + p.length, 0));
+}
+
+/** A live (or just ended) session. */
+export class Session implements ChildSink {
+  readonly id: number;
+  readonly command: string;
+  readonly workdir: string;
+  readonly tty: boolean;
+  readonly startedAt = new Date();
+  readonly startedMs = performance.now();
+  lastUsedAt = new Date();
+  /** Why it ended, once decided by whoever ends it; defaults to a plain exit. */
+  endReason: EndReason = "exit";
+  /** Fires on output and on close. */
+  readonly pulse = new Pulse();
+  #child?: Child;
+  #pending = new HeadTailBuffer();
+  #carry = new Uint8Array(0);
+  #listeners = new Set<OutputListener>();
+  #exit?: ExitStatus;
+  #closed = Promise.withResolvers<ExitStatus>();
+  #onClose: (session: Session, status: ExitStatus) => void;
+
+  constructor(meta: SessionMeta, onClose: (session: Session, status: ExitStatus) => void) {
+    this.id = meta.id;
+    this.command = meta.command;
+    this.workdir = meta.workdir;
+    this.tty = meta.tty;
+    this.#onClose = onClose;
+  }
+
+  /** Attach the started child; from now on the reactor delivers its output here. */
+  attach(reactor: Reactor, fds: ChildFds): void {
+    this.#child = new Child(reactor, fds, this);
+  }
+
+  /** The child process. */
+  get child(): Child {
+    return this.#child!;
+  }
+
+  /** The exit status once the child closed. */
+  get exit(): ExitStatus | undefined {
+    return this.#exit;
+  }
+
+  /** Resolves with the exit status once the child closed. */
+  get closed(): Promise<ExitStatus> {
+    return this.#closed.promise;
+  }
+
+  /** Mark the session used now. */
+  touch(): void {
+    this.lastUsedAt = new Date();
+  }
+
+  /** Listen to raw output from now on; returns the unsubscribe function. */
+  listen(listener: OutputListener): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** Output waiting to be collected, decoded, without taking it. */
+  peekText(): string {
+    const { head, tail } = this.#pending.peek();
+    return decoder.decode(join(this.#carry, head, tail));
+  }
+
+  /** Take the output waiting to be collected. */
+  take(): Taken {
+    const { head, tail, omitted } = this.#pending.drain();
+    if (omitted > 0) {
+      this.#carry = new Uint8Array(0);
+      const rest = this.#keepIncomplete(tail);
+      return {
+        text: `${decoder.decode(head)}\n…${omitted} bytes omitted…\n${decoder.decode(rest)}`,
+        omittedBytes: omitted,
+      };
+    }
+    const all = join(this.#carry, head, tail);
+    return { text: decoder.decode(this.#keepIncomplete(all)), omittedBytes: 0 };
+  }
+
+  /** ChildSink: output arrived. */
+  output(bytes: Uint8Array): void {
+    this.#pending.push(bytes);
+    for (const listener of this.#listeners) listener(bytes);
+    this.pulse.fire();
+  }
+
+  /** ChildSink: the child ended and its output is drained. */
+  ended(status: ExitStatus): void {
+    this.#exit = status;
+    this.#onClose(this, status);
+    this.#closed.resolve(status);
+    this.pulse.fire();
+  }
+
+  /** Description for the sessions API. */
+  info(): SessionInfo {
+    return {
+      session_id: this.id,
+      command: this.command,
+      workdir: this.workdir,
+      tty: this.tty,
+      pid: this.child.pid,
+      started_at: this.startedAt.toISOString(),
+      last_used_at: this.lastUsedAt.toISOString(),
+    };
+  }
+
+  /** Split off a trailing incomplete character into the carry, unless the child has closed. */
+  #keepIncomplete(bytes: Uint8Array): Uint8Array {
+    const end = this.#exit ? bytes.length : completeLength(bytes);
+    this.#carry = bytes.slice(end);
+    return bytes.subarray(0, end);
+  }
+}

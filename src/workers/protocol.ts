@@ -1,0 +1,29 @@
+/**
+ * Messages between the main thread and spawner workers. A worker is bound to one sandbox domain:
+ * it may be told once to restrict its own thread, and then only spawns.
+ *
+ * Types only; nothing here may run code.
+ *
+ * @module
+ */
+
+import type { SpawnSpec } from "../pty/spawn.ts";
+import type { ResolvedPolicy } from "../sandbox/policy.ts";
+
+/** A request to a spawner worker. `id` pairs it with its reply. */
+export type WorkerRequest =
+  | { id: number; type: "spawn"; spec: SpawnSpec }
+  | { id: number; type: "restrict"; policy: ResolvedPolicy; uid?: number; gid?: number };
+
+/** A worker's reply. */
+export type WorkerReply =
+  | { type: "ready" }
+  | { id: number; type: "spawned"; pid: number }
+  | { id: number; type: "restricted" }
+  | {
+    id: number;
+    type: "failed";
+    kind: "spawn" | "sandbox" | "internal";
+    code?: number;
+    message: string;
+  };
