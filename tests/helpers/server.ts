@@ -45,13 +45,20 @@ function inherited(): Record<string, string> {
   return env;
 }
 
-/** Start a server with `env` added to a clean environment. */
+/**
+ * Start a server with `env` added to a clean environment and extra `args`; with `maxFiles`, its
+ * descriptor limit is lowered to that (through util-linux prlimit).
+ */
 export async function startServer(
   env: Record<string, string> = {},
   args: string[] = [],
+  maxFiles?: number,
 ): Promise<TestServer> {
-  const child = new Deno.Command(Deno.execPath(), {
+  const limit = maxFiles ? ["prlimit", `--nofile=${maxFiles}:${maxFiles}`, "--"] : [];
+  const [program, ...prefix] = [...limit, Deno.execPath()];
+  const child = new Deno.Command(program, {
     args: [
+      ...prefix,
       "run",
       "--allow-ffi",
       "--allow-net",
