@@ -6,6 +6,9 @@
  * @module
  */
 
+import { type ApprovalPolicy, parseApprovalPolicy } from "./approvals/policy.ts";
+import { loadProfiles, type Profile } from "./sandbox/profiles.ts";
+
 /** The server's settings. */
 export interface Config {
   host: string;
@@ -14,7 +17,16 @@ export interface Config {
   workspace: string;
   shell: string;
   maxSessions: number;
+  /** Sandbox profiles, loaded and validated from `profilesDir`. */
+  profiles: Map<string, Profile>;
+  profilesDir: string;
+  /** The profile used when a request names none (`UEXEC_PROFILE`). */
+  defaultProfile: string;
+  approvalPolicy: ApprovalPolicy;
+  approvalTimeoutMs: number;
 }
+
+const SHIPPED_PROFILES = new URL("../sandbox-profiles", import.meta.url).pathname;
 
 /** A configuration problem; the message names the setting. */
 export class ConfigError extends Error {
@@ -77,6 +89,23 @@ export function loadConfig(
   } catch {
     throw new ConfigError(`UEXEC_WORKSPACE ${workspace} is not an existing directory`);
   }
+  const profilesDir = env.UEXEC_PROFILES_DIR || SHIPPED_PROFILES;
+  let profiles: Map<string, Profile>;
+  let approvalPolicy: ApprovalPolicy;
+  try {
+    profiles = loadProfiles(profilesDir);
+    approvalPolicy = parseApprovalPolicy(env.UEXEC_APPROVAL_POLICY);
+  } catch (err) {
+    throw new ConfigError((err as Error).message);
+  }
+  const defaultProfile = env.UEXEC_PROFILE || "workspace-write";
+  for (
+    const [setting, name] of [["UEXEC_PROFILE", defaultProfile], ["the profile set", "full-access"]]
+  ) {
+    if (!profiles.has(name)) {
+      throw new ConfigError(`${setting}: profile ${name} not found in ${profilesDir}`);
+    }
+  }
   return {
     host,
     port,
@@ -84,5 +113,15 @@ export function loadConfig(
     workspace: Deno.realPathSync(workspace),
     shell: env.SHELL || "/bin/bash",
     maxSessions: integer("UEXEC_MAX_SESSIONS", env.UEXEC_MAX_SESSIONS ?? "64", 1, 100_000),
+    profiles,
+    profilesDir,
+    defaultProfile,
+    approvalPolicy,
+    approvalTimeoutMs: integer(
+      "UEXEC_APPROVAL_TIMEOUT_MS",
+      env.UEXEC_APPROVAL_TIMEOUT_MS ?? "60000",
+      1,
+      86_400_000,
+    ),
   };
 }

@@ -96,8 +96,9 @@ Deno.test("request validation and error codes", async (t) => {
   });
 
   await t.step("a relative workdir resolves against the workspace", async () => {
+    await Deno.mkdir(`${server.workspace}/src`);
     const r = await exec({ cmd: "pwd", workdir: "src", login: false, tty: false });
-    assert.equal(r.body.output, `${Deno.cwd()}/src\n`);
+    assert.equal(r.body.output, `${server.workspace}/src\n`, JSON.stringify(r.body));
   });
 
   await t.step("write_stdin validation", async () => {
@@ -224,8 +225,9 @@ Deno.test("sessions, kill, prune, streams and events", async (t) => {
     assert.deepEqual(list.body.sessions[0], one.body);
     assert.equal(one.body.session_id, id);
     assert.equal(one.body.command, "cat");
-    assert.equal(one.body.workdir, Deno.cwd());
+    assert.equal(one.body.workdir, server.workspace);
     assert.equal(one.body.tty, true);
+    assert.equal(one.body.profile, "workspace-write");
     assert.ok(alive(one.body.pid));
     assert.ok(!Number.isNaN(Date.parse(one.body.started_at)));
     assert.ok(!Number.isNaN(Date.parse(one.body.last_used_at)));
@@ -361,7 +363,12 @@ Deno.test("sessions, kill, prune, streams and events", async (t) => {
       },
     );
     const begin = all.find((e) => e.event === "begin" && e.data.session_id === slow)!.data;
-    assert.deepEqual(begin, { session_id: slow, command: "cat", workdir: Deno.cwd(), tty: true });
+    assert.deepEqual(begin, {
+      session_id: slow,
+      command: "cat",
+      workdir: server.workspace,
+      tty: true,
+    });
   });
 
   await t.step("GET /v1/tools gives both tools as function schemas", async () => {

@@ -10,6 +10,8 @@ import assert from "node:assert/strict";
 import { EventBus } from "../src/events/bus.ts";
 import { createApp } from "../src/http/routes.ts";
 import type { SessionManager } from "../src/sessions/manager.ts";
+import type { Supervisor } from "../src/sandbox/supervisor.ts";
+import { ApprovalStore } from "../src/approvals/store.ts";
 
 Deno.test("an unexpected error answers 500 internal with a request id, and is logged", async () => {
   let calls = 0;
@@ -22,6 +24,8 @@ Deno.test("an unexpected error answers 500 internal with a request id, and is lo
   } as unknown as SessionManager;
   const app = createApp({
     manager,
+    supervisor: {} as Supervisor,
+    approvals: new ApprovalStore(),
     bus: new EventBus(),
     workspace: "/tmp",
     shell: "/bin/sh",

@@ -13,10 +13,13 @@ import type { z } from "zod";
 import type { EventBus } from "../events/bus.ts";
 import { SIGNALS } from "../pty/signals.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
-import type { ExecRequest, SessionManager } from "../sessions/manager.ts";
+import type { SessionManager } from "../sessions/manager.ts";
+import type { Supervisor } from "../sandbox/supervisor.ts";
+import type { ApprovalStore } from "../approvals/store.ts";
 import { bearerChecker } from "./auth.ts";
 import { resultText, wantsText } from "./format.ts";
 import {
+  DecisionBody,
   describeIssues,
   ExecBody,
   execYield,
@@ -32,6 +35,8 @@ import { toolDefinitions } from "./tools.ts";
 /** What the routes need from the rest of the server. */
 export interface AppDeps {
   manager: SessionManager;
+  supervisor: Supervisor;
+  approvals: ApprovalStore;
   bus: EventBus;
   /** Bearer token required on /v1 routes, if any. */
   token?: string;
@@ -46,7 +51,7 @@ export interface AppDeps {
 const MAX_BODY_BYTES = 1024 * 1024;
 
 interface Failure {
-  status: 400 | 401 | 404 | 413 | 429 | 500;
+  status: 400 | 401 | 403 | 404 | 409 | 413 | 429 | 500;
   code: string;
   message: string;
 }
@@ -88,6 +93,22 @@ function sessionId(c: Context): number {
 
 function compileUntil(pattern?: string): RegExp | undefined {
   return pattern === undefined ? undefined : new RegExp(pattern);
+}
+
+/** The shell as an executable path: absolute, or found on the server's PATH. */
+function findShell(shell: string): string {
+  const candidates = shell.includes("/")
+    ? [shell]
+    : (Deno.env.get("PATH") ?? "/usr/bin:/bin").split(":").map((dir) => `${dir}/${shell}`);
+  for (const path of candidates) {
+    try {
+      const info = Deno.statSync(path);
+      if (info.isFile && ((info.mode ?? 0) & 0o111) !== 0) return path;
+    } catch {
+      // Not there; try the next one.
+    }
+  }
+  throw new InvalidRequestError(`shell: cannot start ${shell}: ENOENT`);
 }
 
 function resolveWorkdir(workspace: string, workdir?: string): string {
@@ -167,19 +188,25 @@ export function createApp(deps: AppDeps): Hono {
 
   app.post("/v1/exec_command", async (c) => {
     const body = await parseBody(c, ExecBody);
-    const req: ExecRequest = {
-      cmd: body.cmd,
-      workdir: resolveWorkdir(deps.workspace, body.workdir),
-      shell: body.shell ?? deps.shell,
-      login: body.login,
-      tty: body.tty,
-      size: { cols: body.cols, rows: body.rows },
-      env: body.env,
-      yieldMs: execYield(body.yield_time_ms),
-      maxOutputTokens: body.max_output_tokens,
-      until: compileUntil(body.until),
-    };
-    return reply(c, await manager.exec(req));
+    const result = await deps.supervisor.exec({
+      request: {
+        cmd: body.cmd,
+        workdir: resolveWorkdir(deps.workspace, body.workdir),
+        shell: findShell(body.shell ?? deps.shell),
+        login: body.login,
+        tty: body.tty,
+        size: { cols: body.cols, rows: body.rows },
+        env: body.env,
+        yieldMs: execYield(body.yield_time_ms),
+        maxOutputTokens: body.max_output_tokens,
+        until: compileUntil(body.until),
+        timeoutMs: body.timeout_ms,
+      },
+      profile: body.profile,
+      sandboxPermissions: body.sandbox_permissions,
+      justification: body.justification,
+    });
+    return reply(c, result);
   });
 
   app.post("/v1/write_stdin", async (c) => {
@@ -252,6 +279,12 @@ export function createApp(deps: AppDeps): Hono {
     ));
 
   app.get("/v1/tools", (c) => c.json({ tools: toolDefinitions() }));
+
+  app.get("/v1/approvals", (c) => c.json({ approvals: deps.approvals.list() }));
+  app.post("/v1/approvals/:id", async (c) => {
+    const body = await parseBody(c, DecisionBody);
+    return c.json(deps.approvals.decide(c.req.param("id"), body.decision));
+  });
 
   return app;
 }

@@ -7,6 +7,7 @@
  */
 
 import { z } from "zod";
+import { approvalDecisionSchema } from "../approvals/store.ts";
 
 /** Yield limits, as in Codex. */
 export const YIELD = {
@@ -60,7 +61,20 @@ export const ExecBody = z.strictObject({
   max_output_tokens: maxTokens.describe("Output token budget. Default 10000."),
   until: untilPattern.optional()
     .describe("JavaScript regular expression: return as soon as the output of this call matches."),
+  profile: z.string().min(1).max(128).optional()
+    .describe("Sandbox profile, e.g. read-only or workspace-write. Defaults to the server's."),
+  sandbox_permissions: z.enum(["use_default", "require_escalated"]).default("use_default")
+    .describe(
+      "use_default runs sandboxed; require_escalated asks for approval to run unsandboxed.",
+    ),
+  justification: z.string().max(4096).optional()
+    .describe("The question shown to the approver with require_escalated."),
+  timeout_ms: z.number().int().min(1).max(86_400_000).optional()
+    .describe("Kill the command this many milliseconds after it started."),
 });
+
+/** `POST /v1/approvals/{id}`. */
+export const DecisionBody = z.strictObject({ decision: approvalDecisionSchema });
 
 /** `POST /v1/write_stdin`. */
 export const WriteBody = z.strictObject({

@@ -1,9 +1,11 @@
 /**
  * Opening and sizing pseudo-terminals, and the pipes used instead when `tty` is false.
  *
- * The parent keeps only the master (or its pipe ends), non-blocking and close-on-exec. The slave
- * is never opened here: the child opens it as its controlling terminal, so the master reports
- * EOF (EIO) as soon as the last process holding the slave is gone.
+ * The parent opens the slave too (without making it its controlling terminal), hands it to the
+ * child as stdio, and must close its own copy right after the spawn, so the master reports EOF
+ * (EIO) as soon as the last process holding the slave is gone. The slave keeps root's
+ * ownership: a sandboxed child never opens any terminal by path, so other sessions' terminals
+ * stay out of its reach.
  *
  * @module
  */
@@ -13,10 +15,10 @@ import { check, cString, libc, O, OsError } from "../ffi/libc.ts";
 const TIOCSWINSZ = 0x5414;
 const FIONBIO = 0x5421;
 
-/** A PTY master and the path of its slave. */
+/** A PTY: the master (non-blocking) and the slave, both close-on-exec. */
 export interface Pty {
   readonly master: number;
-  readonly slavePath: string;
+  readonly slave: number;
 }
 
 /** A terminal size in character cells. */
@@ -37,7 +39,8 @@ export function openPty(size: WindowSize): Pty {
     if (rc !== 0) throw new OsError("ptsname_r", rc);
     const slavePath = new TextDecoder().decode(name.subarray(0, name.indexOf(0)));
     resizePty(master, size);
-    return { master, slavePath };
+    const slave = check("open(pts)", c.open(cString(slavePath), O.RDWR | O.NOCTTY | O.CLOEXEC));
+    return { master, slave };
   } catch (err) {
     c.close(master);
     throw err;
@@ -48,11 +51,6 @@ export function openPty(size: WindowSize): Pty {
 export function resizePty(master: number, size: WindowSize): void {
   const ws = new Uint16Array([size.rows, size.cols, 0, 0]);
   check("ioctl(TIOCSWINSZ)", libc().ioctl(master, BigInt(TIOCSWINSZ), new Uint8Array(ws.buffer)));
-}
-
-/** Give the PTY slave to `uid`/`gid`, so an unprivileged child can open it. */
-export function chownSlave(pty: Pty, uid: number, gid: number): void {
-  check("chown(pts)", libc().chown(cString(pty.slavePath), uid, gid));
 }
 
 /** A pipe: `[readEnd, writeEnd]`, both close-on-exec. */

@@ -1,7 +1,9 @@
 /**
- * Starting a child with `posix_spawnp`: a new session, default signal dispositions, an empty
- * signal mask, a working directory, an explicit environment, and either a PTY slave as
- * controlling terminal or pipes as stdio. No descriptor of the server leaks into the child.
+ * Starting a child with `posix_spawnp`: default signal dispositions, an empty signal mask, a
+ * working directory, an explicit environment, and a PTY slave or pipes as stdio. No descriptor
+ * of the server leaks into the child. With pipes the child leads a new session at once; with a
+ * PTY the argv starts with `setsid -c` (see `ttyArgv`), which makes the slave its controlling
+ * terminal, since posix_spawn has no action for TIOCSCTTY.
  *
  * Call it only through synchronous FFI on the thread whose sandbox the child must inherit (the
  * spawner worker); it must never run on a pool thread.
@@ -9,7 +11,7 @@
  * @module
  */
 
-import { cString, errnoName, libc, O } from "../ffi/libc.ts";
+import { cString, errnoName, libc } from "../ffi/libc.ts";
 
 const POSIX_SPAWN_SETSIGDEF = 0x04;
 const POSIX_SPAWN_SETSIGMASK = 0x08;
@@ -17,8 +19,16 @@ const POSIX_SPAWN_SETSID = 0x80;
 
 /** How the child's stdin, stdout and stderr are connected. */
 export type Stdio =
-  | { kind: "pty"; slavePath: string }
+  | { kind: "pty"; slave: number }
   | { kind: "pipes"; stdin: number; output: number };
+
+/** util-linux setsid: new session, then TIOCSCTTY on stdin, then exec (same pid). */
+export const SETSID = "/usr/bin/setsid";
+
+/** The argv that runs `argv` with the PTY on stdin as its controlling terminal. */
+export function ttyArgv(argv: string[]): string[] {
+  return [SETSID, "-c", ...argv];
+}
 
 /** Everything needed to start one child. */
 export interface SpawnSpec {
@@ -60,10 +70,8 @@ export function spawnChild(spec: SpawnSpec): number {
   c.posix_spawn_file_actions_init(actions);
   c.posix_spawnattr_init(attr);
   try {
-    c.posix_spawnattr_setflags(
-      attr,
-      POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK,
-    );
+    const session = spec.stdio.kind === "pipes" ? POSIX_SPAWN_SETSID : 0;
+    c.posix_spawnattr_setflags(attr, session | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
     c.sigfillset(sigs);
     c.posix_spawnattr_setsigdefault(attr, sigs);
     c.sigemptyset(sigs);
@@ -71,7 +79,7 @@ export function spawnChild(spec: SpawnSpec): number {
     const cwd = cString(spec.cwd);
     c.posix_spawn_file_actions_addchdir_np(actions, cwd);
     if (spec.stdio.kind === "pty") {
-      c.posix_spawn_file_actions_addopen(actions, 0, cString(spec.stdio.slavePath), O.RDWR, 0);
+      c.posix_spawn_file_actions_adddup2(actions, spec.stdio.slave, 0);
       c.posix_spawn_file_actions_adddup2(actions, 0, 1);
     } else {
       c.posix_spawn_file_actions_adddup2(actions, spec.stdio.stdin, 0);

@@ -26,15 +26,8 @@ export class SessionLimitError extends Error {
   readonly code = "session_limit";
 }
 
-/** The sandbox for the request cannot be enforced (500 `sandbox_unavailable`). */
-export class SandboxUnavailableError extends Error {
-  readonly status = 500;
-  readonly code = "sandbox_unavailable";
+/** The approval policy or the user refused the command (403 `rejected`). */
+export class RejectedError extends Error {
+  readonly status = 403;
+  readonly code = "rejected";
 }
-
-/** An error the HTTP layer reports with its own status and code. */
-export type ServiceError =
-  | InvalidRequestError
-  | UnknownSessionError
-  | SessionLimitError
-  | SandboxUnavailableError;

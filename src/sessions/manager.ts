@@ -15,8 +15,10 @@ import type { Reactor } from "../io/reactor.ts";
 import { openPipe, openPty, setNonBlocking, type WindowSize } from "../pty/open.ts";
 import type { ChildFds } from "../pty/child.ts";
 import { SIGNALS } from "../pty/signals.ts";
-import type { SpawnSpec } from "../pty/spawn.ts";
+import { type SpawnSpec, ttyArgv } from "../pty/spawn.ts";
 import { truncateToTokens } from "../output/truncate.ts";
+import type { SandboxChoice } from "../sandbox/domains.ts";
+import { type Denial, detectDenial } from "../sandbox/denial.ts";
 import { type SpawnerPool, SpawnFailure } from "../workers/pool.ts";
 import { collect, type Collected } from "./collect.ts";
 import { childEnv } from "./env.ts";
@@ -35,6 +37,10 @@ export interface ExecRequest {
   yieldMs: number;
   maxOutputTokens: number;
   until?: RegExp;
+  /** The sandbox the child runs under. */
+  sandbox: SandboxChoice;
+  /** Kill the session this long after it started. */
+  timeoutMs?: number;
 }
 
 /** A validated `write_stdin` request. */
@@ -55,6 +61,18 @@ export interface CallResult {
   exit_code?: number;
   original_token_count: number;
   truncated: boolean;
+  /** True when the session was killed because its `timeout_ms` expired. */
+  timed_out?: boolean;
+  sandbox: SandboxReport;
+}
+
+/** What the sandbox did to a command, as reported to the caller. */
+export interface SandboxReport {
+  profile: string;
+  denied: boolean;
+  denial?: Denial;
+  /** Set when a denied command was rerun without the sandbox after approval. */
+  retried?: boolean;
 }
 
 /** What killing a session returns. */
@@ -212,15 +230,18 @@ export class SessionManager {
   }
 
   async #start(id: number, req: ExecRequest): Promise<Session> {
-    const argv = [req.shell, req.login ? "-lc" : "-c", req.cmd];
-    const env = childEnv(this.#opts.baseEnv, req.workdir, req.env);
-    const { spec, fds, childEnds } = prepareStdio(req, argv, env);
-    const spawner = await this.#opts.pool.spawner("none");
+    const { sandbox } = req;
+    const spawner = await this.#opts.pool.spawner(sandbox.domain, sandbox.restriction);
+    const command = sandbox.wrap([req.shell, req.login ? "-lc" : "-c", req.cmd]);
+    const dir = sandbox.session();
+    const env = childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env });
+    const { spec, fds, childEnds } = prepareStdio(req, req.tty ? ttyArgv(command) : command, env);
     let pid: number;
     try {
       pid = await spawner.spawn(spec);
     } catch (err) {
       closeAll([...new Set([fds.output, fds.input])]);
+      dir.release();
       if (err instanceof SpawnFailure && err.kind === "spawn") {
         throw new InvalidRequestError(`shell: ${err.message}`);
       }
@@ -229,16 +250,29 @@ export class SessionManager {
       closeAll(childEnds);
     }
     const session = new Session(
-      { id, command: req.cmd, workdir: req.workdir, tty: req.tty },
-      (s, status) =>
+      {
+        id,
+        command: req.cmd,
+        workdir: req.workdir,
+        tty: req.tty,
+        profile: sandbox.profile,
+        policy: sandbox.policy,
+      },
+      (s, status) => {
+        clearTimeout(timeout);
+        dir.release();
         this.#opts.bus.publish({
           type: "end",
           session_id: s.id,
           exit_code: status.code,
           duration_seconds: (performance.now() - s.startedMs) / 1000,
           reason: s.endReason,
-        }),
+        });
+      },
     );
+    const timeout = req.timeoutMs === undefined
+      ? undefined
+      : setTimeout(() => this.#terminate(session, "timeout"), req.timeoutMs);
     session.attach(this.#opts.reactor, { ...fds, pid });
     return session;
   }
@@ -260,9 +294,20 @@ export class SessionManager {
       output: fitted.output,
       original_token_count: fitted.originalTokenCount,
       truncated: fitted.truncated,
+      sandbox: { profile: session.profile, denied: false },
     };
     if (got.exited) {
       result.exit_code = session.exit!.code;
+      if (session.endReason === "timeout") result.timed_out = true;
+      const found = detectDenial({
+        policy: session.policy,
+        exitCode: result.exit_code,
+        output: got.text,
+        cwd: session.workdir,
+      });
+      if (found.denied) {
+        result.sandbox = { profile: session.profile, denied: true, denial: found.denial };
+      }
       this.#sessions.delete(session.id);
     } else {
       result.session_id = session.id;
@@ -298,9 +343,9 @@ function prepareStdio(
   if (req.tty) {
     const pty = openPty(req.size);
     return {
-      spec: { argv, env, cwd: req.workdir, stdio: { kind: "pty", slavePath: pty.slavePath } },
+      spec: { argv, env, cwd: req.workdir, stdio: { kind: "pty", slave: pty.slave } },
       fds: { tty: true, output: pty.master, input: pty.master },
-      childEnds: [],
+      childEnds: [pty.slave],
     };
   }
   const [stdinRead, stdinWrite] = openPipe();

@@ -14,6 +14,7 @@ import { Child, type ChildFds, type ChildSink, type ExitStatus } from "../pty/ch
 import type { Reactor } from "../io/reactor.ts";
 import { concat, HeadTailBuffer } from "../output/head_tail.ts";
 import { completeLength } from "../output/utf8.ts";
+import type { ResolvedPolicy } from "../sandbox/policy.ts";
 import { Pulse } from "./pulse.ts";
 
 /** Public description of a live session. */
@@ -22,6 +23,7 @@ export interface SessionInfo {
   command: string;
   workdir: string;
   tty: boolean;
+  profile: string;
   pid: number;
   started_at: string;
   last_used_at: string;
@@ -33,6 +35,9 @@ export interface SessionMeta {
   command: string;
   workdir: string;
   tty: boolean;
+  /** Sandbox profile name and the policy resolved from it. */
+  profile: string;
+  policy: ResolvedPolicy;
 }
 
 /** Output taken from a session. */
@@ -56,6 +61,8 @@ export class Session implements ChildSink {
   readonly command: string;
   readonly workdir: string;
   readonly tty: boolean;
+  readonly profile: string;
+  readonly policy: ResolvedPolicy;
   readonly startedAt = new Date();
   readonly startedMs = performance.now();
   lastUsedAt = new Date();
@@ -76,6 +83,8 @@ export class Session implements ChildSink {
     this.command = meta.command;
     this.workdir = meta.workdir;
     this.tty = meta.tty;
+    this.profile = meta.profile;
+    this.policy = meta.policy;
     this.#onClose = onClose;
   }
 
@@ -153,6 +162,7 @@ export class Session implements ChildSink {
       command: this.command,
       workdir: this.workdir,
       tty: this.tty,
+      profile: this.profile,
       pid: this.child.pid,
       started_at: this.startedAt.toISOString(),
       last_used_at: this.lastUsedAt.toISOString(),

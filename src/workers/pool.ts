@@ -9,13 +9,14 @@
  */
 
 import type { SpawnSpec } from "../pty/spawn.ts";
+import { SandboxUnavailableError } from "../sandbox/errors.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
 import type { WorkerReply, WorkerRequest } from "./protocol.ts";
 
-/** A failed worker request: `kind` says whether the spawn, the sandbox or the worker failed. */
+/** A failed worker request: `kind` says whether the spawn itself or the worker failed. */
 export class SpawnFailure extends Error {
   constructor(
-    readonly kind: "spawn" | "sandbox" | "internal",
+    readonly kind: "spawn" | "internal",
     message: string,
     readonly code?: number,
   ) {
@@ -90,8 +91,12 @@ export class Spawner {
   }
 }
 
-function failure(reply: WorkerReply): SpawnFailure {
-  if (reply.type === "failed") return new SpawnFailure(reply.kind, reply.message, reply.code);
+function failure(reply: WorkerReply): Error {
+  if (reply.type === "failed") {
+    return reply.kind === "sandbox"
+      ? new SandboxUnavailableError(reply.message)
+      : new SpawnFailure(reply.kind, reply.message, reply.code);
+  }
   return new SpawnFailure("internal", `unexpected worker reply ${reply.type}`);
 }
 

@@ -11,9 +11,11 @@
 /// <reference lib="deno.worker" />
 
 import { spawnChild, SpawnError } from "../pty/spawn.ts";
+import { applySandbox, SandboxUnavailableError } from "../sandbox/apply.ts";
 import type { WorkerReply, WorkerRequest } from "./protocol.ts";
 
 let broken: string | undefined;
+let restricted = false;
 
 function reply(msg: WorkerReply): void {
   self.postMessage(msg);
@@ -38,8 +40,15 @@ function handle(req: WorkerRequest): WorkerReply {
         throw err;
       }
     case "restrict":
-      broken = "sandboxed spawning is not available in this build";
-      return { id: req.id, type: "failed", kind: "sandbox", message: broken };
+      if (restricted) throw new Error("this worker is already restricted");
+      restricted = true;
+      try {
+        applySandbox(req.policy, { uid: req.uid, gid: req.gid });
+        return { id: req.id, type: "restricted" };
+      } catch (err) {
+        broken = err instanceof SandboxUnavailableError ? err.message : `sandbox: ${err}`;
+        return { id: req.id, type: "failed", kind: "sandbox", message: broken };
+      }
   }
 }
 

@@ -12,6 +12,8 @@ import { TextLineStream } from "./lines.ts";
 export interface TestServer {
   url: string;
   pid: number;
+  /** The server's workspace: a fresh temp dir unless the test gave UEXEC_WORKSPACE. */
+  workspace: string;
   /** POST JSON; returns status and parsed body. */
   post(path: string, body: unknown, headers?: Record<string, string>): Promise<Reply>;
   get(path: string, headers?: Record<string, string>): Promise<Reply>;
@@ -54,6 +56,7 @@ export async function startServer(
   args: string[] = [],
   maxFiles?: number,
 ): Promise<TestServer> {
+  const workspace = env.UEXEC_WORKSPACE ?? await Deno.makeTempDir({ prefix: "uexec-ws-" });
   const limit = maxFiles ? ["prlimit", `--nofile=${maxFiles}:${maxFiles}`, "--"] : [];
   const [program, ...prefix] = [...limit, Deno.execPath()];
   const child = new Deno.Command(program, {
@@ -73,7 +76,14 @@ export async function startServer(
     ],
     cwd: root,
     clearEnv: true,
-    env: { ...inherited(), HOME: "/tmp", SHELL: "/bin/bash", NO_COLOR: "1", ...env },
+    env: {
+      ...inherited(),
+      HOME: "/tmp",
+      SHELL: "/bin/bash",
+      NO_COLOR: "1",
+      UEXEC_WORKSPACE: workspace,
+      ...env,
+    },
     stdout: "piped",
     stderr: "piped",
   }).spawn();
@@ -117,6 +127,7 @@ export async function startServer(
   return {
     url,
     pid: child.pid,
+    workspace,
     post: (path, body, headers) => call("POST", path, body, headers),
     get: (path, headers) => call("GET", path, undefined, headers),
     del: (path, headers) => call("DELETE", path, undefined, headers),
@@ -130,6 +141,7 @@ export async function startServer(
       } catch { /* already gone */ }
       const status = await child.status;
       await drained;
+      if (!env.UEXEC_WORKSPACE) await Deno.remove(workspace, { recursive: true });
       return { code: status.code, stderr: await stderrText };
     },
   };

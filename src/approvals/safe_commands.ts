@@ -1,0 +1,117 @@
+/**
+ * The known-safe, read-only commands that the `untrusted` approval policy runs without asking.
+ *
+ * Deliberately small and syntactic: a command line qualifies only if it is plain words
+ * (letters, digits and `_ . / : , = + @ -`, plus `~` inside a word as in `HEAD~1` but never
+ * where bash expands it; no quotes, globs, variables, redirections or substitutions) joined by
+ * `|`, `&&`, `||` or `;`, and every segment starts with a bare program name from
+ * the list below with arguments that cannot make it write, run other programs or reach the
+ * network. Anything else is "not known safe" and prompts. Known-safe commands still run inside
+ * the sandbox; this list only saves a prompt. It must never grow a command that can write files
+ * or execute other commands through its arguments.
+ *
+ * @module
+ */
+
+/** Programs that only read, whatever their arguments. */
+const ANY_ARGUMENTS = new Set([
+  "basename",
+  "cat",
+  "cmp",
+  "cut",
+  "diff",
+  "dirname",
+  "echo",
+  "false",
+  "grep",
+  "head",
+  "id",
+  "ls",
+  "nl",
+  "pwd",
+  "readlink",
+  "realpath",
+  "stat",
+  "tail",
+  "tr",
+  "true",
+  "uname",
+  "wc",
+  "which",
+  "whoami",
+]);
+
+/** Programs that are safe unless given one of these options (exact or `--opt=value`). */
+const FORBIDDEN_OPTIONS: Record<string, string[]> = {
+  find: [
+    "-exec",
+    "-execdir",
+    "-ok",
+    "-okdir",
+    "-delete",
+    "-fls",
+    "-fprint",
+    "-fprint0",
+    "-fprintf",
+  ],
+  rg: ["--pre", "--pre-glob", "-z", "--search-zip", "--hostname-bin"],
+  sort: ["-o", "--output", "--compress-program"],
+};
+
+/** Read-only git subcommands; no option may come before the subcommand. */
+const GIT_SUBCOMMANDS = new Set(["status", "log", "diff", "show"]);
+const GIT_FORBIDDEN_OPTIONS = ["--output", "--ext-diff", "--textconv"];
+
+/**
+ * A separator, or a word with `~` only where bash leaves it alone. Only spaces and tabs separate
+ * words: a newline separates commands in sh, so it makes the line "not plain".
+ */
+const TOKEN =
+  /[ \t]*(\|\||&&|[|;]|[A-Za-z0-9_.\/:,=+@-](?:[A-Za-z0-9_.\/:,=+@-]|(?<![=:])~)*)[ \t]*/y;
+const SEPARATORS = new Set(["|", "||", "&&", ";"]);
+
+/** Splits a command line into segments of words, or undefined if it is not plain words. */
+function plainSegments(command: string): string[][] | undefined {
+  const segments: string[][] = [[]];
+  TOKEN.lastIndex = 0;
+  while (TOKEN.lastIndex < command.length) {
+    const match = TOKEN.exec(command);
+    if (!match) return undefined;
+    if (SEPARATORS.has(match[1])) segments.push([]);
+    else segments[segments.length - 1].push(match[1]);
+  }
+  return segments.every((words) => words.length > 0) ? segments : undefined;
+}
+
+function usesOption(args: string[], options: string[]): boolean {
+  return args.some((arg) =>
+    options.some((opt) => arg === opt || arg.startsWith(`${opt}=`) || isShortCluster(arg, opt))
+  );
+}
+
+/** `-zn` contains the short option `-z`. */
+function isShortCluster(arg: string, opt: string): boolean {
+  return /^-[a-zA-Z]$/.test(opt) && /^-[a-zA-Z]+$/.test(arg) && arg.includes(opt[1]);
+}
+
+/** `sed -n` with a single print script such as `5p` or `1,20p`. */
+function isSedPrint(args: string[]): boolean {
+  return args.length >= 2 && args[0] === "-n" && /^\d+(,\d+)?p$/.test(args[1]) &&
+    args.slice(2).every((arg) => !arg.startsWith("-"));
+}
+
+function isSafeSegment([program, ...args]: string[]): boolean {
+  if (ANY_ARGUMENTS.has(program)) return true;
+  if (program in FORBIDDEN_OPTIONS) return !usesOption(args, FORBIDDEN_OPTIONS[program]);
+  if (program === "sed") return isSedPrint(args);
+  if (program === "git") {
+    return GIT_SUBCOMMANDS.has(args[0]) && !usesOption(args.slice(1), GIT_FORBIDDEN_OPTIONS);
+  }
+  return false;
+}
+
+/** Whether `untrusted` may run this command line without asking (see the module doc). */
+export function isKnownSafeCommand(command: string): boolean {
+  const segments = plainSegments(command);
+  return segments !== undefined && segments.every(isSafeSegment);
+}

@@ -1,0 +1,162 @@
+/**
+ * POSIX ACLs read and written as raw `system.posix_acl_*` extended attributes, plus the
+ * kernel's permission algorithm, so the server (as root) can grant the sandbox uid access to a
+ * workspace and explain exactly which path stops it.
+ *
+ * The encoding is the kernel's xattr format: a little-endian u32 version (2) followed by
+ * {u16 tag, u16 perm, u32 id} entries sorted by tag then id. This module must never remove or
+ * weaken an existing entry: it only adds or widens the entry for one user and the mask.
+ *
+ * @module
+ */
+
+import {
+  checkedSyscall,
+  cString,
+  ERRNO,
+  errno,
+  rawSyscall,
+  SYS,
+  SyscallError,
+} from "./syscalls.ts";
+
+const VERSION = 2;
+const UNDEFINED_ID = 0xffffffff;
+const ACCESS = "system.posix_acl_access";
+const DEFAULT = "system.posix_acl_default";
+
+/** ACL entry tags, in the order the kernel requires. */
+export const TAG = {
+  USER_OBJ: 0x01,
+  USER: 0x02,
+  GROUP_OBJ: 0x04,
+  GROUP: 0x08,
+  MASK: 0x10,
+  OTHER: 0x20,
+} as const;
+
+/** Permission bits: read, write, execute/search. */
+export const PERM = { R: 4, W: 2, X: 1 } as const;
+
+/** One ACL entry. */
+export interface AclEntry {
+  tag: number;
+  perm: number;
+  id: number;
+}
+
+/** Decodes an ACL xattr value. */
+export function decodeAcl(bytes: Uint8Array): AclEntry[] {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (bytes.length < 4 || view.getUint32(0, true) !== VERSION) {
+    throw new Error("unknown ACL version");
+  }
+  const entries: AclEntry[] = [];
+  for (let off = 4; off + 8 <= bytes.length; off += 8) {
+    entries.push({
+      tag: view.getUint16(off, true),
+      perm: view.getUint16(off + 2, true),
+      id: view.getUint32(off + 4, true),
+    });
+  }
+  return entries;
+}
+
+/** Encodes entries (sorting them as the kernel requires) into an ACL xattr value. */
+export function encodeAcl(entries: AclEntry[]): Uint8Array {
+  const sorted = [...entries].sort((a, b) => a.tag - b.tag || a.id - b.id);
+  const bytes = new Uint8Array(4 + 8 * sorted.length);
+  const view = new DataView(bytes.buffer);
+  view.setUint32(0, VERSION, true);
+  sorted.forEach((e, i) => {
+    view.setUint16(4 + i * 8, e.tag, true);
+    view.setUint16(6 + i * 8, e.perm, true);
+    view.setUint32(8 + i * 8, e.id, true);
+  });
+  return bytes;
+}
+
+/** The minimal ACL equivalent to a file mode. */
+export function aclFromMode(mode: number): AclEntry[] {
+  return [
+    { tag: TAG.USER_OBJ, perm: (mode >> 6) & 7, id: UNDEFINED_ID },
+    { tag: TAG.GROUP_OBJ, perm: (mode >> 3) & 7, id: UNDEFINED_ID },
+    { tag: TAG.OTHER, perm: mode & 7, id: UNDEFINED_ID },
+  ];
+}
+
+/** Reads an ACL xattr of `path` (not following symlinks); null when it has none. */
+export function readAcl(path: string, kind: "access" | "default"): AclEntry[] | null {
+  const buf = new Uint8Array(8192);
+  const n = rawSyscall(
+    SYS.lgetxattr,
+    cString(path),
+    cString(kind === "access" ? ACCESS : DEFAULT),
+    buf,
+    buf.length,
+  );
+  if (n === -1) {
+    const code = errno();
+    if (code === ERRNO.ENODATA || code === ERRNO.EOPNOTSUPP) return null;
+    throw new SyscallError(`getxattr(${path})`, code);
+  }
+  return decodeAcl(buf.subarray(0, n));
+}
+
+/** Writes an ACL xattr of `path`. */
+export function writeAcl(path: string, kind: "access" | "default", entries: AclEntry[]): void {
+  const value = encodeAcl(entries);
+  const name = kind === "access" ? ACCESS : DEFAULT;
+  checkedSyscall(
+    `setxattr(${path}, ${name})`,
+    SYS.lsetxattr,
+    cString(path),
+    cString(name),
+    value,
+    value.length,
+    0,
+  );
+}
+
+/** `entries` with `uid` granted at least `perm`, and the mask widened to cover every group-class entry. */
+export function withUserGrant(entries: AclEntry[], uid: number, perm: number): AclEntry[] {
+  const others = entries.filter((e) => e.tag !== TAG.MASK && !(e.tag === TAG.USER && e.id === uid));
+  const current = entries.find((e) => e.tag === TAG.USER && e.id === uid)?.perm ?? 0;
+  const granted = [...others, { tag: TAG.USER, perm: current | perm, id: uid }];
+  const groupClass = granted.filter((e) =>
+    e.tag === TAG.USER || e.tag === TAG.GROUP_OBJ || e.tag === TAG.GROUP
+  );
+  const mask = groupClass.reduce((m, e) => m | e.perm, 0);
+  return [...granted, { tag: TAG.MASK, perm: mask, id: UNDEFINED_ID }];
+}
+
+/** The file owner, group and mode bits of a stat result. */
+export interface Owner {
+  uid: number;
+  gid: number;
+  mode: number;
+}
+
+/**
+ * Whether a process with `uid` and the single group `gid` (no supplementary groups, no
+ * capabilities) gets every bit of `want` on a file, following the kernel's POSIX ACL algorithm.
+ */
+export function permits(
+  owner: Owner,
+  acl: AclEntry[] | null,
+  uid: number,
+  gid: number,
+  want: number,
+): boolean {
+  const entries = acl ?? aclFromMode(owner.mode);
+  const has = (perm: number) => (perm & want) === want;
+  const mask = entries.find((e) => e.tag === TAG.MASK)?.perm ?? 7;
+  if (uid === owner.uid) return has((owner.mode >> 6) & 7);
+  const named = entries.find((e) => e.tag === TAG.USER && e.id === uid);
+  if (named) return has(named.perm & mask);
+  const groups = entries.filter((e) =>
+    (e.tag === TAG.GROUP_OBJ && owner.gid === gid) || (e.tag === TAG.GROUP && e.id === gid)
+  );
+  if (groups.length > 0) return groups.some((e) => has(e.perm & mask));
+  return has(owner.mode & 7);
+}

@@ -1,0 +1,139 @@
+/**
+ * The one entry point of Linux enforcement: {@link applySandbox} restricts the calling thread
+ * (the core's spawning worker) so that every child it spawns afterwards runs under the policy;
+ * {@link probeSandbox} reports what this machine can enforce, for `/healthz`.
+ *
+ * Order matters: namespaces need root, the Landlock rules are opened while the thread can
+ * still see every path, the identity drop removes root and its capabilities, then
+ * NO_NEW_PRIVS + Landlock, and seccomp last. This module must never return normally from
+ * {@link applySandbox} unless every step held; after it throws, the thread is in an unknown
+ * state and must not spawn anything (terminate the worker).
+ *
+ * @module
+ */
+
+import type { ResolvedPolicy } from "./policy.ts";
+import { sandboxStep, SandboxUnavailableError } from "./errors.ts";
+import { createRuleset, landlockAbi, planRuleset, restrictThread } from "./landlock.ts";
+import { enterNamespaces } from "./namespaces.ts";
+import { installNetworkFilter, seccompSupported } from "./seccomp.ts";
+import { dropThreadIdentity, sandboxIdentity } from "./identity.ts";
+import { PRLIMIT } from "./limits.ts";
+import { existingPaths } from "./fsinfo.ts";
+import { closeFd, threadEuid } from "./syscalls.ts";
+
+export { SandboxUnavailableError } from "./errors.ts";
+
+/** Landlock ABI needed for signal and abstract-unix-socket scoping (Linux 6.12+). */
+export const MIN_LANDLOCK_ABI = 6;
+
+/** Options of {@link applySandbox}. */
+export interface ApplyOptions {
+  /** Uid children run as when the server is root (default: `UEXEC_SANDBOX_UID` or 65534). */
+  uid?: number;
+  /** Gid children run as when the server is root (default: `UEXEC_SANDBOX_GID` or 65534). */
+  gid?: number;
+  /** The session's PTY slave; when given, it is the only terminal device granted. */
+  ttyPath?: string;
+}
+
+/**
+ * Restricts the calling thread, and every child it spawns from now on, to `policy`.
+ * Does nothing when `policy.enforce` is false. Throws {@link SandboxUnavailableError} when any
+ * part cannot be enforced.
+ */
+export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): void {
+  if (!policy.enforce) return;
+  const abi = landlockAbi();
+  if (abi < MIN_LANDLOCK_ABI) {
+    throw new SandboxUnavailableError(
+      `Landlock ABI ${abi} found, ${MIN_LANDLOCK_ABI}+ needed (signal and abstract socket scoping, Linux 6.12+)`,
+    );
+  }
+  if (policy.network === "none" && !seccompSupported()) {
+    throw new SandboxUnavailableError(`seccomp filtering is not available on ${Deno.build.arch}`);
+  }
+  const root = threadEuid() === 0;
+  if (policy.network === "loopback" && !root) {
+    throw new SandboxUnavailableError(
+      "the loopback network mode needs a root server (private network namespace)",
+    );
+  }
+  const identity = sandboxStep("sandbox identity", () => sandboxIdentity(opts));
+  const readOnlyMounts = root
+    ? sandboxStep("read-only subpaths", () => existingPaths(policy.readOnlySubpaths))
+    : [];
+  sandboxStep(
+    "namespaces",
+    () =>
+      enterNamespaces({
+        privateNetwork: policy.network === "loopback",
+        readOnlyPaths: readOnlyMounts,
+      }),
+  );
+  const rulesetFd = sandboxStep("Landlock ruleset", () => {
+    const plan = planRuleset(policy, abi, {
+      readOnlyEnforcedElsewhere: root,
+      ttyPath: opts.ttyPath,
+    });
+    return createRuleset(plan);
+  });
+  try {
+    if (identity) sandboxStep("identity drop", () => dropThreadIdentity(identity));
+  } catch (e) {
+    closeFd(rulesetFd);
+    throw e;
+  }
+  sandboxStep("Landlock restrict", () => restrictThread(rulesetFd));
+  if (policy.network === "none") sandboxStep("seccomp", installNetworkFilter);
+}
+
+/** What this machine can enforce, as reported by `/healthz`. */
+export interface SandboxProbe {
+  landlock_abi: number;
+  seccomp: boolean;
+  /** True when children drop to an unprivileged uid (the server runs as root). */
+  drops_uid: boolean;
+  /** The uid children run as, when they drop. */
+  uid?: number;
+  /** The `loopback` network mode needs a root server. */
+  loopback: boolean;
+  /** Whether `applySandbox` can enforce an ordinary profile here. */
+  enforceable: boolean;
+  /** Why not, when it cannot. */
+  error?: string;
+}
+
+function prlimitPresent(): boolean {
+  try {
+    return Deno.statSync(PRLIMIT).isFile;
+  } catch {
+    return false;
+  }
+}
+
+/** Probes the kernel and configuration without changing anything. */
+export function probeSandbox(): SandboxProbe {
+  const abi = landlockAbi();
+  const seccomp = seccompSupported();
+  const root = threadEuid() === 0;
+  const probe: SandboxProbe = {
+    landlock_abi: abi,
+    seccomp,
+    drops_uid: root,
+    loopback: root,
+    enforceable: false,
+  };
+  try {
+    const identity = sandboxIdentity();
+    if (identity) probe.uid = identity.uid;
+  } catch (e) {
+    probe.error = (e as Error).message;
+    return probe;
+  }
+  if (abi < MIN_LANDLOCK_ABI) probe.error = `Landlock ABI ${abi}, ${MIN_LANDLOCK_ABI}+ needed`;
+  else if (!seccomp) probe.error = "seccomp filtering unavailable";
+  else if (!prlimitPresent()) probe.error = `${PRLIMIT} not found (util-linux)`;
+  probe.enforceable = probe.error === undefined;
+  return probe;
+}

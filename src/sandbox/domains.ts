@@ -1,0 +1,162 @@
+/**
+ * Sandbox domains: a profile resolved for a workdir and uid, the unit one spawner worker is
+ * restricted to and shared by. A domain owns a private directory (the profile's `{tmp}`, owned
+ * by the sandbox uid); each session gets its own HOME and TMPDIR beneath it. The workspace is
+ * made usable for the sandbox uid once per domain.
+ *
+ * Sessions of one domain share a Landlock domain, so they can reach each other's temp
+ * directories; sessions of different domains cannot. This module must never hand out an
+ * enforcing choice whose preparation failed: it throws `SandboxUnavailableError` instead.
+ *
+ * @module
+ */
+
+import { InvalidRequestError } from "../sessions/errors.ts";
+import type { Restriction } from "../workers/pool.ts";
+import {
+  createPrivateDir,
+  prepareWorkdir,
+  type PrivateDir,
+  privateEnv,
+  removePrivateDir,
+  type SandboxIdentity,
+  sandboxIdentity,
+} from "./identity.ts";
+import { withLimits } from "./limits.ts";
+import type { ResolvedPolicy } from "./policy.ts";
+import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
+
+/** The profile that means "no sandbox". */
+export const FULL_ACCESS = "full-access";
+
+/** How one session is sandboxed. */
+export interface SandboxChoice {
+  profile: string;
+  policy: ResolvedPolicy;
+  /** The spawner worker domain key. */
+  domain: string;
+  /** How that worker restricts itself; undefined when nothing is enforced. */
+  restriction?: Restriction;
+  /** Wrap the argv (resource limits). */
+  wrap(argv: string[]): string[];
+  /** Per-session environment (HOME, TMPDIR); call `release` when the session ends. */
+  session(): { env: Record<string, string>; release(): void };
+}
+
+/** Settings of the domain registry. */
+export interface DomainOptions {
+  profiles: Map<string, Profile>;
+  /** Home of the server's user: what `~` means in profiles. */
+  home: string;
+  serverPid: number;
+  /** The server's workspace: prepared as a whole for workdirs inside it. */
+  workspace: string;
+}
+
+interface Domain {
+  root: PrivateDir;
+  policy: ResolvedPolicy;
+}
+
+const NO_SESSION_DIR = { env: {}, release() {} };
+
+/** Resolves profiles into domains and owns their private directories. */
+export class SandboxDomains {
+  #opts: DomainOptions;
+  #identity?: SandboxIdentity | null;
+  #domains = new Map<string, Domain>();
+  #prepared = new Set<string>();
+
+  constructor(opts: DomainOptions) {
+    this.#opts = opts;
+  }
+
+  /** Names of the loaded profiles. */
+  get names(): string[] {
+    return [...this.#opts.profiles.keys()];
+  }
+
+  /** The sandbox for a session of profile `name` in `workdir`. */
+  choose(name: string, workdir: string): SandboxChoice {
+    const profile = this.#opts.profiles.get(name);
+    if (!profile) {
+      throw new InvalidRequestError(
+        `profile: unknown profile ${JSON.stringify(name)}; known: ${this.names.join(", ")}`,
+      );
+    }
+    if (!profile.enforce) return this.#unenforced(name, profile, workdir);
+    const identity = this.#sandboxIdentity();
+    const key = JSON.stringify([name, workdir, identity?.uid ?? null]);
+    const domain = this.#domains.get(key) ?? this.#create(key, profile, workdir, identity);
+    return {
+      profile: name,
+      policy: domain.policy,
+      domain: key,
+      restriction: { policy: domain.policy, uid: identity?.uid, gid: identity?.gid },
+      wrap: (argv) => withLimits(argv, domain.policy.limits),
+      session: () => {
+        const dir = createPrivateDir(identity, domain.root.dir);
+        return { env: privateEnv(dir), release: () => removePrivateDir(dir) };
+      },
+    };
+  }
+
+  /** Remove every domain's private directory (server shutdown). */
+  close(): void {
+    for (const domain of this.#domains.values()) removePrivateDir(domain.root);
+    this.#domains.clear();
+  }
+
+  #unenforced(name: string, profile: Profile, workdir: string): SandboxChoice {
+    const policy = resolveProfile(profile, this.#context(workdir, "/tmp", true));
+    return {
+      profile: name,
+      policy,
+      domain: FULL_ACCESS,
+      wrap: (argv) => argv,
+      session: () => NO_SESSION_DIR,
+    };
+  }
+
+  #sandboxIdentity(): SandboxIdentity | null {
+    this.#identity ??= sandboxIdentity();
+    return this.#identity;
+  }
+
+  #create(
+    key: string,
+    profile: Profile,
+    workdir: string,
+    identity: SandboxIdentity | null,
+  ): Domain {
+    const root = createPrivateDir(identity);
+    try {
+      const policy = resolveProfile(profile, this.#context(workdir, root.dir, false));
+      if (identity && policy.writableRoots.includes(workdir)) {
+        this.#prepare(workdir, identity, profile);
+      }
+      const domain = { root, policy };
+      this.#domains.set(key, domain);
+      return domain;
+    } catch (err) {
+      removePrivateDir(root);
+      throw err;
+    }
+  }
+
+  /**
+   * Make a writable workdir usable by the sandbox uid: the whole workspace when the workdir is
+   * inside it (so its ancestors up to the workspace are searchable too), else the workdir alone.
+   * New files inherit the grant, so each tree is prepared once.
+   */
+  #prepare(workdir: string, identity: SandboxIdentity, profile: Profile): void {
+    const root = isWithin(workdir, this.#opts.workspace) ? this.#opts.workspace : workdir;
+    if (this.#prepared.has(root)) return;
+    prepareWorkdir(root, identity, profile.readOnlySubpaths.map((sub) => `${root}/${sub}`));
+    this.#prepared.add(root);
+  }
+
+  #context(workdir: string, tmp: string, childIsRoot: boolean) {
+    return { workdir, tmp, home: this.#opts.home, serverPid: this.#opts.serverPid, childIsRoot };
+  }
+}

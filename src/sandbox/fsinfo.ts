@@ -1,0 +1,70 @@
+/**
+ * File-system lookups shared by the sandbox modules, where a missing path is an expected
+ * answer rather than an error. They go through raw system calls, not Deno's file APIs,
+ * because Deno demands `--allow-all` for anything under /dev, /proc and /sys. This module must
+ * never hide any error other than "not found".
+ *
+ * @module
+ */
+
+import {
+  closeFd,
+  cString,
+  ERRNO,
+  errno,
+  openPath,
+  rawSyscall,
+  SYS,
+  SyscallError,
+} from "./syscalls.ts";
+
+const AT_FDCWD = -100;
+const AT_SYMLINK_NOFOLLOW = 0x100;
+const S_IFMT = 0o170000;
+const S_IFDIR = 0o040000;
+const STAT_SIZE = 144;
+const ST_MODE_OFFSET = 24;
+
+/** What kind of file a path names. */
+export interface PathInfo {
+  isDirectory: boolean;
+}
+
+/** `lstat` (or `stat` with `follow`) of `path`, or null when it does not exist. */
+export function lstatOrNull(path: string, follow = false): PathInfo | null {
+  const buf = new Uint8Array(STAT_SIZE);
+  const flags = follow ? 0 : AT_SYMLINK_NOFOLLOW;
+  if (rawSyscall(SYS.newfstatat, AT_FDCWD, cString(path), buf, flags) < 0) {
+    const code = errno();
+    if (code === ERRNO.ENOENT || code === ERRNO.ENOTDIR) return null;
+    throw new SyscallError(`stat(${path})`, code);
+  }
+  const mode = new DataView(buf.buffer).getUint32(ST_MODE_OFFSET, true);
+  return { isDirectory: (mode & S_IFMT) === S_IFDIR };
+}
+
+/** The paths among `paths` that exist (symlinks count, even dangling ones). */
+export function existingPaths(paths: string[]): string[] {
+  return paths.filter((p) => lstatOrNull(p) !== null);
+}
+
+/** `path` with every symlink resolved, or `path` itself when it (or its target) does not exist. */
+export function realPathOrSelf(path: string): string {
+  let fd: number;
+  try {
+    fd = openPath(path);
+  } catch (e) {
+    if (e instanceof SyscallError && (e.errno === ERRNO.ENOENT || e.errno === ERRNO.ENOTDIR)) {
+      return path;
+    }
+    throw e;
+  }
+  try {
+    const buf = new Uint8Array(4096);
+    const n = rawSyscall(SYS.readlink, cString(`/proc/self/fd/${fd}`), buf, buf.length);
+    if (n < 0) throw new SyscallError(`readlink(${path})`, errno());
+    return new TextDecoder().decode(buf.subarray(0, n));
+  } finally {
+    closeFd(fd);
+  }
+}

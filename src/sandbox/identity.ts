@@ -1,0 +1,253 @@
+/**
+ * Who sandboxed children run as, and the files they need to own or reach.
+ *
+ * When the server runs as root, children run as an unprivileged uid/gid (`UEXEC_SANDBOX_UID` /
+ * `UEXEC_SANDBOX_GID`, default 65534) with no supplementary groups and no capabilities. The
+ * spawning worker drops to it with raw per-thread system calls (glibc's wrappers would change
+ * every thread of the server). The server, still root, gives that uid a private per-session
+ * directory and a POSIX ACL grant on the workspace. This module must never drop the identity
+ * of a thread other than the caller's, and never grant anything outside the workspace.
+ *
+ * @module
+ */
+
+import { readSmallFile } from "../ffi/libc.ts";
+import {
+  aclFromMode,
+  type Owner,
+  PERM,
+  permits,
+  readAcl,
+  TAG,
+  withUserGrant,
+  writeAcl,
+} from "./acl.ts";
+import { SandboxUnavailableError } from "./errors.ts";
+import { realPathOrSelf } from "./fsinfo.ts";
+import { checkedSyscall, ERRNO, SYS, SyscallError, threadEuid } from "./syscalls.ts";
+
+/** The credentials sandboxed children run as. */
+export interface SandboxIdentity {
+  uid: number;
+  gid: number;
+}
+
+const NOBODY = 65534;
+
+function idFromEnv(name: string): number {
+  const raw = Deno.env.get(name);
+  if (raw === undefined || raw === "") return NOBODY;
+  const id = Number(raw);
+  if (!Number.isInteger(id) || id <= 0 || id >= 0xffffffff) {
+    throw new SandboxUnavailableError(`${name}=${raw} is not a valid non-root id`);
+  }
+  return id;
+}
+
+/**
+ * The identity children drop to: null when the server is not root (children keep the server's
+ * uid, which already has no privileges to lose). Explicit values win over the environment.
+ */
+export function sandboxIdentity(explicit: Partial<SandboxIdentity> = {}): SandboxIdentity | null {
+  if (threadEuid() !== 0) return null;
+  const identity = {
+    uid: explicit.uid ?? idFromEnv("UEXEC_SANDBOX_UID"),
+    gid: explicit.gid ?? idFromEnv("UEXEC_SANDBOX_GID"),
+  };
+  if (identity.uid === 0 || identity.gid === 0) {
+    throw new SandboxUnavailableError("the sandbox uid and gid must not be 0");
+  }
+  return identity;
+}
+
+function statusField(status: string, field: string): string {
+  return status.match(new RegExp(`^${field}:[ \\t]*(.*)$`, "m"))?.[1].trim() ?? "";
+}
+
+/**
+ * Drops the calling thread (and the children it spawns afterwards) to `identity`: no
+ * supplementary groups, then real/effective/saved gid and uid. Verifies the result in
+ * `/proc/thread-self/status`, including that every capability set is empty.
+ */
+export function dropThreadIdentity(identity: SandboxIdentity): void {
+  const { uid, gid } = identity;
+  checkedSyscall("setgroups(0)", SYS.setgroups, 0, null);
+  checkedSyscall("setresgid", SYS.setresgid, gid, gid, gid);
+  checkedSyscall("setresuid", SYS.setresuid, uid, uid, uid);
+  const status = readSmallFile("/proc/thread-self/status", 16384);
+  if (status === undefined) throw new Error("cannot read /proc/thread-self/status");
+  const expected: [string, string][] = [
+    ["Uid", `${uid}\t${uid}\t${uid}\t${uid}`],
+    ["Gid", `${gid}\t${gid}\t${gid}\t${gid}`],
+    ["Groups", ""],
+    ["CapInh", "0000000000000000"],
+    ["CapPrm", "0000000000000000"],
+    ["CapEff", "0000000000000000"],
+    ["CapAmb", "0000000000000000"],
+  ];
+  for (const [field, want] of expected) {
+    const got = statusField(status, field);
+    if (got !== want) {
+      throw new SandboxUnavailableError(
+        `identity drop did not hold: ${field} is "${got}", expected "${want}"`,
+      );
+    }
+  }
+}
+
+/** A session's private directory: HOME and TMPDIR for its children. */
+export interface PrivateDir {
+  /** The directory itself (mode 0700, owned by the sandbox identity): TMPDIR, and a writable root. */
+  dir: string;
+  /** HOME, a subdirectory of `dir`. */
+  home: string;
+}
+
+/**
+ * Creates a private directory for one session beneath `base` (default: the system temp dir),
+ * owned by `identity` when given, mode 0700, with a `home` subdirectory.
+ */
+export function createPrivateDir(identity: SandboxIdentity | null, base?: string): PrivateDir {
+  const dir = Deno.makeTempDirSync({ prefix: "uexec-session-", dir: base });
+  const home = `${dir}/home`;
+  Deno.mkdirSync(home, { mode: 0o700 });
+  for (const path of [dir, home]) {
+    Deno.chmodSync(path, 0o700);
+    if (identity) Deno.chownSync(path, identity.uid, identity.gid);
+  }
+  return { dir, home };
+}
+
+/** Removes a session's private directory and everything in it. */
+export function removePrivateDir(dir: PrivateDir): void {
+  Deno.removeSync(dir.dir, { recursive: true });
+}
+
+/** The environment entries that point a child at its private directory. */
+export function privateEnv(dir: PrivateDir): Record<string, string> {
+  return { HOME: dir.home, TMPDIR: dir.dir };
+}
+
+function ownerOf(info: Deno.FileInfo): Owner {
+  return { uid: info.uid ?? 0, gid: info.gid ?? 0, mode: (info.mode ?? 0) & 0o7777 };
+}
+
+function canAccess(path: string, identity: SandboxIdentity, want: number): boolean {
+  const owner = ownerOf(Deno.statSync(path));
+  return permits(owner, readAcl(path, "access"), identity.uid, identity.gid, want);
+}
+
+function parentsOf(path: string): string[] {
+  const parts = path.split("/").filter(Boolean);
+  return parts.slice(0, -1).map((_, i) => `/${parts.slice(0, i + 1).join("/")}`).concat(["/"]);
+}
+
+function describe(path: string): string {
+  const info = Deno.statSync(path);
+  return `${path} (owner ${info.uid}:${info.gid}, mode ${
+    ((info.mode ?? 0) & 0o7777).toString(8).padStart(4, "0")
+  })`;
+}
+
+function grant(path: string, info: Deno.FileInfo, identity: SandboxIdentity): number {
+  const owner = ownerOf(info);
+  const perm = info.isDirectory ? 7 : PERM.R | PERM.W | ((owner.mode >> 6) & PERM.X);
+  let changed = 0;
+  const access = readAcl(path, "access");
+  if (!permits(owner, access, identity.uid, identity.gid, perm)) {
+    writeAcl(path, "access", withUserGrant(access ?? aclFromMode(owner.mode), identity.uid, perm));
+    changed++;
+  }
+  if (info.isDirectory) {
+    const defaults = readAcl(path, "default");
+    const named = defaults?.find((e) => e.tag === TAG.USER && e.id === identity.uid);
+    if (named?.perm !== 7) {
+      writeAcl(
+        path,
+        "default",
+        withUserGrant(defaults ?? aclFromMode(owner.mode), identity.uid, 7),
+      );
+      changed++;
+    }
+  }
+  return changed;
+}
+
+function grantTree(path: string, identity: SandboxIdentity, skip: Set<string>): number {
+  if (skip.has(path)) return 0;
+  const info = Deno.lstatSync(path);
+  if (!info.isDirectory && !info.isFile) return 0;
+  let changed = grant(path, info, identity);
+  if (info.isDirectory) {
+    for (const entry of Deno.readDirSync(path)) {
+      changed += grantTree(`${path}/${entry.name}`, identity, skip);
+    }
+  }
+  return changed;
+}
+
+function unusable(
+  workdir: string,
+  identity: SandboxIdentity,
+  why: string,
+  fix: string,
+): SandboxUnavailableError {
+  return new SandboxUnavailableError(
+    `workdir ${workdir} cannot be used by the sandbox uid ${identity.uid}: ${why}. Fix: ${fix}`,
+  );
+}
+
+/**
+ * Makes `workdir` usable by `identity` (call as root, before spawning): every ancestor must
+ * already let it search (nothing outside the workspace is changed), then the workspace tree
+ * gets an ACL entry granting the uid rw (rwx on directories, x on files whose owner has x) and
+ * a default ACL so files created later inherit it. Paths in `skip` (read-only subpaths) are
+ * left alone. Returns how many ACLs were written. Throws a {@link SandboxUnavailableError}
+ * that says why and how to fix it when the workspace cannot be made usable.
+ */
+export function prepareWorkdir(
+  workdir: string,
+  identity: SandboxIdentity,
+  skip: string[] = [],
+): number {
+  let info: Deno.FileInfo;
+  try {
+    info = Deno.statSync(workdir);
+  } catch (e) {
+    const why = e instanceof Deno.errors.NotFound ? "it does not exist" : String(e);
+    throw unusable(workdir, identity, why, "create it, or pass an existing workdir");
+  }
+  if (!info.isDirectory) {
+    throw unusable(workdir, identity, "it is not a directory", "pass a directory");
+  }
+  const real = Deno.realPathSync(workdir);
+  for (const parent of new Set([...parentsOf(workdir), ...parentsOf(real)])) {
+    if (!canAccess(parent, identity, PERM.X)) {
+      throw unusable(
+        workdir,
+        identity,
+        `its ancestor ${describe(parent)} does not let uid ${identity.uid} search it`,
+        `move the workspace elsewhere, or allow search with "setfacl -m u:${identity.uid}:x ${parent}" ` +
+          `(or "chmod o+x ${parent}"), or set UEXEC_SANDBOX_UID to a uid that can reach it`,
+      );
+    }
+  }
+  try {
+    const skipReal = skip.map(realPathOrSelf);
+    return grantTree(real, identity, new Set(skipReal));
+  } catch (e) {
+    if (!(e instanceof SyscallError)) throw e;
+    const why = e.errno === ERRNO.EOPNOTSUPP
+      ? `its file system does not support POSIX ACLs (${e.call})`
+      : e.errno === ERRNO.EROFS
+      ? `it is on a read-only file system (${e.call})`
+      : e.message;
+    throw unusable(
+      workdir,
+      identity,
+      why,
+      `give uid ${identity.uid} write access yourself (e.g. "chown -R ${identity.uid}:${identity.gid} ${workdir}"), ` +
+        `or put the workspace on a file system with ACL support`,
+    );
+  }
+}

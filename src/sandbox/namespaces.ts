@@ -1,0 +1,87 @@
+/**
+ * Per-thread namespaces for the spawning worker: a private network namespace with only `lo`
+ * (the `loopback` network mode) and a private mount namespace in which read-only subpaths are
+ * read-only bind mounts.
+ *
+ * `unshare(CLONE_NEWNET | CLONE_NEWNS)` is allowed in a multithreaded process and only moves
+ * the calling thread, so the server's other threads keep the host's network and mounts. Both
+ * need CAP_SYS_ADMIN, i.e. a root server. This module must never change the host's mount
+ * table: the new mount namespace is made private before anything is mounted in it.
+ *
+ * @module
+ */
+
+import { checkedSyscall, closeFd, cString, SYS } from "./syscalls.ts";
+
+const CLONE_NEWNS = 0x00020000;
+const CLONE_NEWNET = 0x40000000;
+const MS_BIND = 0x1000;
+const MS_REC = 0x4000;
+const MS_PRIVATE = 1 << 18;
+const MOUNT_ATTR_RDONLY = 1n;
+const AT_FDCWD = -100;
+const AT_RECURSIVE = 0x8000;
+const AF_INET = 2;
+const SOCK_DGRAM = 2;
+const SOCK_CLOEXEC = 0o2000000;
+const SIOCGIFFLAGS = 0x8913;
+const SIOCSIFFLAGS = 0x8914;
+const IFF_UP = 1;
+
+/** What {@link enterNamespaces} sets up on the calling thread. */
+export interface NamespacePlan {
+  /** Move into a fresh network namespace whose only interface is `lo`, brought up. */
+  privateNetwork: boolean;
+  /** Existing paths to make read-only through bind mounts in a private mount namespace. */
+  readOnlyPaths: string[];
+}
+
+function bringLoopbackUp(): void {
+  const fd = checkedSyscall("socket(AF_INET)", SYS.socket, AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  try {
+    const ifreq = new Uint8Array(40);
+    ifreq.set(new TextEncoder().encode("lo"));
+    const view = new DataView(ifreq.buffer);
+    checkedSyscall("ioctl(lo, SIOCGIFFLAGS)", SYS.ioctl, fd, SIOCGIFFLAGS, ifreq);
+    view.setInt16(16, view.getInt16(16, true) | IFF_UP, true);
+    checkedSyscall("ioctl(lo, SIOCSIFFLAGS)", SYS.ioctl, fd, SIOCSIFFLAGS, ifreq);
+  } finally {
+    closeFd(fd);
+  }
+}
+
+function bindReadOnly(path: string): void {
+  const p = cString(path);
+  checkedSyscall(`mount(bind ${path})`, SYS.mount, p, p, null, MS_BIND | MS_REC, null);
+  const attr = new Uint8Array(32);
+  new DataView(attr.buffer).setBigUint64(0, MOUNT_ATTR_RDONLY, true);
+  checkedSyscall(
+    `mount_setattr(${path}, RDONLY)`,
+    SYS.mount_setattr,
+    AT_FDCWD,
+    p,
+    AT_RECURSIVE,
+    attr,
+    attr.length,
+  );
+}
+
+/** Unshares the requested namespaces on the calling thread and sets them up. Needs root. */
+export function enterNamespaces(plan: NamespacePlan): void {
+  const mounts = plan.readOnlyPaths.length > 0;
+  const flags = (plan.privateNetwork ? CLONE_NEWNET : 0) | (mounts ? CLONE_NEWNS : 0);
+  if (flags === 0) return;
+  checkedSyscall("unshare", SYS.unshare, flags);
+  if (plan.privateNetwork) bringLoopbackUp();
+  if (!mounts) return;
+  checkedSyscall(
+    "mount(/, MS_REC|MS_PRIVATE)",
+    SYS.mount,
+    null,
+    cString("/"),
+    null,
+    MS_REC | MS_PRIVATE,
+    null,
+  );
+  for (const path of plan.readOnlyPaths) bindReadOnly(path);
+}
