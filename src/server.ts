@@ -11,6 +11,7 @@ import type { Config } from "./config.ts";
 import { EventBus } from "./events/bus.ts";
 import { createApp } from "./http/routes.ts";
 import { Reactor } from "./io/reactor.ts";
+import { Truncator } from "./output/truncator.ts";
 import { probeSandbox } from "./sandbox/apply.ts";
 import { SandboxDomains } from "./sandbox/domains.ts";
 import { Supervisor } from "./sandbox/supervisor.ts";
@@ -50,10 +51,12 @@ export async function startServer(config: Config): Promise<Server> {
   const reactor = new Reactor();
   const pool = new SpawnerPool();
   const bus = new EventBus();
+  const truncator = new Truncator();
   const manager = new SessionManager({
     reactor,
     pool,
     bus,
+    truncator,
     baseEnv: baseEnv(Deno.env.toObject()),
     maxSessions: config.maxSessions,
   });
@@ -99,6 +102,7 @@ export async function startServer(config: Config): Promise<Server> {
       await http.shutdown();
       await pool.close();
       await reactor.close();
+      truncator.close();
       domains.close();
     },
   };

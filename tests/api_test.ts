@@ -257,6 +257,24 @@ Deno.test("sessions, kill, prune, streams and events", async (t) => {
     },
   );
 
+  await t.step("DELETE also kills what outlives a leader that died on SIGHUP", async () => {
+    const id = await execLive(
+      server,
+      "bash -c \"trap '' HUP TERM; exec sleep 302\" & echo started; wait",
+      {
+        until: "started",
+      },
+    );
+    const leader = (await server.get(`/v1/sessions/${id}`)).body.pid;
+    const survivor = Number(
+      Deno.readTextFileSync(`/proc/${leader}/task/${leader}/children`).trim(),
+    );
+    assert.ok(alive(survivor));
+    const killed = await server.del(`/v1/sessions/${id}`);
+    assert.equal(killed.body.exit_code, 128 + 1);
+    assert.ok(!alive(survivor), `pid ${survivor} survived`);
+  });
+
   await t.step("signal sends to the process group", async () => {
     const id = await execLive(
       server,

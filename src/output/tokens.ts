@@ -3,8 +3,9 @@
  * quadratic in the length of one pre-token, so text is cut into segments first: at a newline
  * followed by non-whitespace (always a pre-token boundary in o200k, so counts stay exact), and,
  * only inside a line longer than `SEGMENT_CHARS`, at a fixed width (counts may then differ from
- * a whole-text count by about one token per cut). It must never hand the tokenizer an
- * unbounded piece.
+ * a whole-text count by about one token per cut). Segment counts are memoized, so repetitive
+ * output (progress lines, logs, encoded zeros) costs little. It must never hand the tokenizer
+ * an unbounded piece.
  *
  * @module
  */
@@ -45,10 +46,24 @@ export function segments(text: string): string[] {
   return out;
 }
 
+const MEMO_ENTRIES = 8192;
+const memo = new Map<string, number>();
+
+/** Tokens in one segment, memoized (the memo is dropped whole when full: no per-hit upkeep). */
+export function countSegment(segment: string): number {
+  let n = memo.get(segment);
+  if (n === undefined) {
+    n = countPiece(segment);
+    if (memo.size >= MEMO_ENTRIES) memo.clear();
+    memo.set(segment, n);
+  }
+  return n;
+}
+
 /** The number of o200k_base tokens in `text`. */
 export function countTokens(text: string): number {
   let n = 0;
-  for (const segment of segments(text)) n += countPiece(segment);
+  for (const segment of segments(text)) n += countSegment(segment);
   return n;
 }
 

@@ -7,7 +7,7 @@
  * @module
  */
 
-import { countTokens, segmentPrefix, segments, segmentSuffix } from "./tokens.ts";
+import { countSegment, countTokens, segmentPrefix, segments, segmentSuffix } from "./tokens.ts";
 
 /** The result of fitting text to a budget. */
 export interface Truncated {
@@ -49,7 +49,7 @@ function takeWithin(
 /** Fit `text` into `maxTokens` tokens. */
 export function truncateToTokens(text: string, maxTokens: number): Truncated {
   const segs = segments(text);
-  const counts = segs.map(countTokens);
+  const counts = segs.map(countSegment);
   const total = counts.reduce((a, b) => a + b, 0);
   if (total <= maxTokens) return { output: text, originalTokenCount: total, truncated: false };
   let headBudget = Math.floor(maxTokens / 2);

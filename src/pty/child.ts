@@ -133,9 +133,12 @@ export class Child {
     if (!this.#closed) libc().kill(-this.pid, sig);
   }
 
-  /** Send `sig` to the child's process group and every other process in its session. */
-  signalSession(sig: number): void {
-    if (!this.#closed) killSession(this.pid, sig);
+  /**
+   * Send `sigs`, in order, to the child's process group and every process in its session. This
+   * works after the leader ended too: processes it left behind keep its session id.
+   */
+  signalSession(...sigs: number[]): void {
+    killSession(this.pid, sigs);
   }
 
   #flush(): void {

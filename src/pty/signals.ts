@@ -36,9 +36,12 @@ export function sessionMembers(sid: number): number[] {
   return members;
 }
 
-/** Send `sig` to the group of `leader` and to every member of its session. */
-export function killSession(leader: number, sig: number): void {
+/** Send `sigs`, in order, to the group of `leader` and to every member of its session. */
+export function killSession(leader: number, sigs: number[]): void {
   const c = libc();
-  c.kill(-leader, sig);
-  for (const pid of sessionMembers(leader)) c.kill(pid, sig);
+  const members = sessionMembers(leader);
+  for (const sig of sigs) {
+    c.kill(-leader, sig);
+    for (const pid of members) c.kill(pid, sig);
+  }
 }

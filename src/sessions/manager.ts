@@ -16,7 +16,7 @@ import { openPipe, openPty, setNonBlocking, type WindowSize } from "../pty/open.
 import type { ChildFds } from "../pty/child.ts";
 import { SIGNALS } from "../pty/signals.ts";
 import { type SpawnSpec, ttyArgv } from "../pty/spawn.ts";
-import { truncateToTokens } from "../output/truncate.ts";
+import type { Truncator } from "../output/truncator.ts";
 import type { SandboxChoice } from "../sandbox/domains.ts";
 import { type Denial, detectDenial } from "../sandbox/denial.ts";
 import { type SpawnerPool, SpawnFailure } from "../workers/pool.ts";
@@ -88,6 +88,7 @@ export interface ManagerOptions {
   bus: EventBus;
   baseEnv: Record<string, string>;
   maxSessions: number;
+  truncator: Truncator;
   /** How long a killed child gets between SIGTERM and SIGKILL. */
   killGraceMs?: number;
 }
@@ -163,7 +164,7 @@ export class SessionManager {
       tty: req.tty,
     });
     const collected = await collect(session, { yieldMs: req.yieldMs, until: req.until });
-    return this.#result(session, collected, started, req.maxOutputTokens);
+    return await this.#result(session, collected, started, req.maxOutputTokens);
   }
 
   /** Run `write_stdin`. */
@@ -176,7 +177,7 @@ export class SessionManager {
       this.#send(session, req.chars);
     }
     const collected = await collect(session, { yieldMs: req.yieldMs, until: req.until });
-    return this.#result(session, collected, started, req.maxOutputTokens);
+    return await this.#result(session, collected, started, req.maxOutputTokens);
   }
 
   /** Kill a session's whole process tree and return what output was left. */
@@ -286,8 +287,13 @@ export class SessionManager {
     }
   }
 
-  #result(session: Session, got: Collected, started: number, maxTokens: number): CallResult {
-    const fitted = truncateToTokens(got.text, maxTokens);
+  async #result(
+    session: Session,
+    got: Collected,
+    started: number,
+    maxTokens: number,
+  ): Promise<CallResult> {
+    const fitted = await this.#opts.truncator.fit(got.text, maxTokens);
     const result: CallResult = {
       chunk_id: chunkId(),
       wall_time_seconds: (performance.now() - started) / 1000,
@@ -316,11 +322,13 @@ export class SessionManager {
   }
 
   async #terminate(session: Session, reason: EndReason) {
-    if (session.exit) return session.exit;
+    if (session.exit) {
+      session.child.signalSession(SIGKILL);
+      return session.exit;
+    }
     session.endReason = reason;
     const child = session.child;
-    child.signalSession(SIGHUP);
-    child.signalSession(SIGTERM);
+    child.signalSession(SIGHUP, SIGTERM);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const grace = new Promise<void>((r) => timer = setTimeout(r, this.#opts.killGraceMs ?? 1000));
     await Promise.race([session.closed, grace]);
