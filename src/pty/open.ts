@@ -1,11 +1,11 @@
 /**
  * Opening and sizing pseudo-terminals, and the pipes used instead when `tty` is false.
  *
- * The parent opens the slave too (without making it its controlling terminal), hands it to the
- * child as stdio, and must close its own copy right after the spawn, so the master reports EOF
- * (EIO) as soon as the last process holding the slave is gone. The slave keeps root's
- * ownership: a sandboxed child never opens any terminal by path, so other sessions' terminals
- * stay out of its reach.
+ * For a sandboxed child the parent opens the slave too (without making it its controlling
+ * terminal), hands it over as stdio, and must close its own copy right after the spawn, so the
+ * master reports EOF (EIO) as soon as the last process holding the slave is gone. The slave
+ * keeps root's ownership: a sandboxed child never opens any terminal by path, so other
+ * sessions' terminals stay out of its reach.
  *
  * @module
  */
@@ -15,10 +15,10 @@ import { check, cString, libc, O, OsError } from "../ffi/libc.ts";
 const TIOCSWINSZ = 0x5414;
 const FIONBIO = 0x5421;
 
-/** A PTY: the master (non-blocking) and the slave, both close-on-exec. */
+/** A PTY: the master (non-blocking, close-on-exec) and the path of its slave. */
 export interface Pty {
   readonly master: number;
-  readonly slave: number;
+  readonly slavePath: string;
 }
 
 /** A terminal size in character cells. */
@@ -39,12 +39,16 @@ export function openPty(size: WindowSize): Pty {
     if (rc !== 0) throw new OsError("ptsname_r", rc);
     const slavePath = new TextDecoder().decode(name.subarray(0, name.indexOf(0)));
     resizePty(master, size);
-    const slave = check("open(pts)", c.open(cString(slavePath), O.RDWR | O.NOCTTY | O.CLOEXEC));
-    return { master, slave };
+    return { master, slavePath };
   } catch (err) {
     c.close(master);
     throw err;
   }
+}
+
+/** Open the slave (close-on-exec, never as this process's controlling terminal). */
+export function openSlave(pty: Pty): number {
+  return check("open(pts)", libc().open(cString(pty.slavePath), O.RDWR | O.NOCTTY | O.CLOEXEC));
 }
 
 /** Set the window size of a PTY through its master; the foreground group gets SIGWINCH. */

@@ -1,9 +1,11 @@
 /**
  * Starting a child with `posix_spawnp`: default signal dispositions, an empty signal mask, a
  * working directory, an explicit environment, and a PTY slave or pipes as stdio. No descriptor
- * of the server leaks into the child. With pipes the child leads a new session at once; with a
- * PTY the argv starts with `setsid -c` (see `ttyArgv`), which makes the slave its controlling
- * terminal, since posix_spawn has no action for TIOCSCTTY.
+ * of the server leaks into the child. The child leads a new session. A PTY slave is either
+ * opened by path in the child, which makes it the controlling terminal (for a thread allowed
+ * to open it), or inherited as a descriptor, and then the argv must start with `setsid -c`
+ * (see `ttyArgv`) to make it the controlling terminal, since posix_spawn has no action for
+ * TIOCSCTTY.
  *
  * Call it only through synchronous FFI on the thread whose sandbox the child must inherit (the
  * spawner worker); it must never run on a pool thread.
@@ -11,7 +13,7 @@
  * @module
  */
 
-import { cString, errnoName, libc } from "../ffi/libc.ts";
+import { cString, errnoName, libc, O } from "../ffi/libc.ts";
 
 const POSIX_SPAWN_SETSIGDEF = 0x04;
 const POSIX_SPAWN_SETSIGMASK = 0x08;
@@ -19,7 +21,8 @@ const POSIX_SPAWN_SETSID = 0x80;
 
 /** How the child's stdin, stdout and stderr are connected. */
 export type Stdio =
-  | { kind: "pty"; slave: number }
+  | { kind: "pty-path"; path: string }
+  | { kind: "pty-fd"; slave: number }
   | { kind: "pipes"; stdin: number; output: number };
 
 /** util-linux setsid: new session, then TIOCSCTTY on stdin, then exec (same pid). */
@@ -70,7 +73,7 @@ export function spawnChild(spec: SpawnSpec): number {
   c.posix_spawn_file_actions_init(actions);
   c.posix_spawnattr_init(attr);
   try {
-    const session = spec.stdio.kind === "pipes" ? POSIX_SPAWN_SETSID : 0;
+    const session = spec.stdio.kind === "pty-fd" ? 0 : POSIX_SPAWN_SETSID;
     c.posix_spawnattr_setflags(attr, session | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
     c.sigfillset(sigs);
     c.posix_spawnattr_setsigdefault(attr, sigs);
@@ -78,7 +81,10 @@ export function spawnChild(spec: SpawnSpec): number {
     c.posix_spawnattr_setsigmask(attr, sigs);
     const cwd = cString(spec.cwd);
     c.posix_spawn_file_actions_addchdir_np(actions, cwd);
-    if (spec.stdio.kind === "pty") {
+    if (spec.stdio.kind === "pty-path") {
+      c.posix_spawn_file_actions_addopen(actions, 0, cString(spec.stdio.path), O.RDWR, 0);
+      c.posix_spawn_file_actions_adddup2(actions, 0, 1);
+    } else if (spec.stdio.kind === "pty-fd") {
       c.posix_spawn_file_actions_adddup2(actions, spec.stdio.slave, 0);
       c.posix_spawn_file_actions_adddup2(actions, 0, 1);
     } else {

@@ -12,7 +12,7 @@
 import type { EndReason, EventBus } from "../events/bus.ts";
 import { libc } from "../ffi/libc.ts";
 import type { Reactor } from "../io/reactor.ts";
-import { openPipe, openPty, setNonBlocking, type WindowSize } from "../pty/open.ts";
+import { openPipe, openPty, openSlave, setNonBlocking, type WindowSize } from "../pty/open.ts";
 import type { ChildFds } from "../pty/child.ts";
 import { SIGNALS } from "../pty/signals.ts";
 import { type SpawnSpec, ttyArgv } from "../pty/spawn.ts";
@@ -236,7 +236,12 @@ export class SessionManager {
     const command = sandbox.wrap([req.shell, req.login ? "-lc" : "-c", req.cmd]);
     const dir = sandbox.session();
     const env = childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env });
-    const { spec, fds, childEnds } = prepareStdio(req, req.tty ? ttyArgv(command) : command, env);
+    const { spec, fds, childEnds } = prepareStdio(
+      req,
+      command,
+      env,
+      sandbox.restriction === undefined,
+    );
     let pid: number;
     try {
       pid = await spawner.spawn(spec);
@@ -342,18 +347,32 @@ function closeAll(fds: number[]): void {
   for (const fd of fds) if (fd >= 0) libc().close(fd);
 }
 
-/** Open the PTY or pipes for a request; `childEnds` must be closed in the parent after spawn. */
+/**
+ * Open the PTY or pipes for a request; `childEnds` must be closed in the parent after spawn.
+ * An unrestricted spawner opens the PTY slave by path itself; a restricted one gets it as a
+ * descriptor and the argv runs through `setsid -c`.
+ */
 function prepareStdio(
   req: ExecRequest,
   argv: string[],
   env: string[],
+  slaveByPath: boolean,
 ): { spec: SpawnSpec; fds: Omit<ChildFds, "pid">; childEnds: number[] } {
   if (req.tty) {
     const pty = openPty(req.size);
+    const fds = { tty: true, output: pty.master, input: pty.master };
+    if (slaveByPath) {
+      return {
+        spec: { argv, env, cwd: req.workdir, stdio: { kind: "pty-path", path: pty.slavePath } },
+        fds,
+        childEnds: [],
+      };
+    }
+    const slave = openSlave(pty);
     return {
-      spec: { argv, env, cwd: req.workdir, stdio: { kind: "pty", slave: pty.slave } },
-      fds: { tty: true, output: pty.master, input: pty.master },
-      childEnds: [pty.slave],
+      spec: { argv: ttyArgv(argv), env, cwd: req.workdir, stdio: { kind: "pty-fd", slave } },
+      fds,
+      childEnds: [slave],
     };
   }
   const [stdinRead, stdinWrite] = openPipe();
