@@ -185,6 +185,7 @@ Deno.test("on-failure: denied, asked, then retried, refused or remembered", asyn
         profile: "workspace-write",
         denied: true,
         denial: { kind: "fs-write", path: target, evidence: message },
+        message: `denied by the user (approval ${approval.id})`,
       });
       await assert.rejects(Deno.stat(target), Deno.errors.NotFound);
       const events = await h.eventsUntilMarker();

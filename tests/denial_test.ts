@@ -70,7 +70,38 @@ function same(
   return { name, policy, exit, output, expect: verdict(output) };
 }
 
+const PY_SOCKET = [
+  "Traceback (most recent call last):",
+  '  File "<string>", line 1, in <module>',
+  '  File "/usr/lib/python3.11/socket.py", line 232, in __init__',
+  "    _socket.socket.__init__(self, family, type, proto, fileno)",
+  "PermissionError: [Errno 1] Operation not permitted",
+].join("\n");
+
 const CASES: Case[] = [
+  {
+    name: "python socket() refused by seccomp: the errno line follows the source line",
+    policy: ws,
+    exit: 1,
+    output: PY_SOCKET,
+    expect: network(
+      "_socket.socket.__init__(self, family, type, proto, fileno) / PermissionError: [Errno 1] Operation not permitted",
+    ),
+  },
+  {
+    name: "python socket() EPERM with the network allowed is not a denial",
+    policy: net,
+    exit: 1,
+    output: PY_SOCKET,
+    expect: no,
+  },
+  {
+    name: "python EPERM from something other than a socket is not a network denial",
+    policy: ws,
+    exit: 1,
+    output: "    os.setuid(0)\nPermissionError: [Errno 1] Operation not permitted",
+    expect: no,
+  },
   // --- filesystem writes, message shapes from the facts note (Landlock EACCES, bwrap EROFS)
   same(
     "sh redirect",

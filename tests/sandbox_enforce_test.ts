@@ -293,9 +293,10 @@ Deno.test("sandbox enforcement on the real kernel", async (t) => {
         code: 0,
         signal: null,
         stdout: "end\n",
-        // dash prints an empty line after its kill error.
+        // dash prints an empty line after its kill error; the private hidepid procfs hides the
+        // test process entirely.
         stderr:
-          `/bin/sh: 1: kill: Operation not permitted\n\ncat: /proc/${pid}/environ: Permission denied\n`,
+          `/bin/sh: 1: kill: Operation not permitted\n\ncat: /proc/${pid}/environ: No such file or directory\n`,
       });
     });
 

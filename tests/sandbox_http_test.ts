@@ -346,7 +346,7 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
       assert.equal(other.greeter.accepted, 1);
     });
 
-    await t.step("the child can neither signal the server nor read its /proc entry", async () => {
+    await t.step("the child can neither signal the server nor see its /proc entry", async () => {
       const pid = server.pid;
       const self = await run(server, "kill -0 $$ && echo self-ok");
       assert.equal(self.output, "self-ok\r\n");
@@ -355,14 +355,24 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
       assert.equal(kill.output, `${message}\r\n`);
       assert.equal(kill.exit_code, 1);
       assert.deepEqual(kill.sandbox, denied("workspace-write", "signal", message));
-      const environ = await run(server, `cat /proc/${pid}/environ`);
-      const environMessage = `cat: /proc/${pid}/environ: Permission denied`;
-      assert.equal(environ.output, `${environMessage}\r\n`);
-      assert.deepEqual(
-        environ.sandbox,
-        denied("workspace-write", "fs-read", environMessage, `/proc/${pid}/environ`),
+      // The children's /proc is a private procfs with hidepid=invisible: the server is not there.
+      const proc = await run(
+        server,
+        `ls -d /proc/${pid}; cat /proc/${pid}/cmdline /proc/${pid}/environ; ls /proc | grep -cx ${pid}`,
       );
-      // Control: the environment is there to read for the server's own uid.
+      assert.equal(
+        proc.output,
+        [
+          `ls: cannot access '/proc/${pid}': No such file or directory`,
+          `cat: /proc/${pid}/cmdline: No such file or directory`,
+          `cat: /proc/${pid}/environ: No such file or directory`,
+          "0",
+          "",
+        ].join("\r\n"),
+      );
+      const own = await run(server, "test -r /proc/$$/environ && echo own-visible");
+      assert.equal(own.output, "own-visible\r\n");
+      // Control: the entry is there for the server's own uid.
       assert.match(await Deno.readTextFile(`/proc/${pid}/environ`), /UEXEC_WORKSPACE=/);
     });
 
@@ -381,14 +391,15 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
       const message = `/bin/bash: line 1: kill: (${pid}) - Operation not permitted`;
       assert.equal(otherDomain.output, `${SANDBOX_UID}\r\n${message}\r\n`);
       assert.deepEqual(otherDomain.sandbox, denied("workspace-write", "signal", message));
-      // Same uid, so only Landlock's ptrace scoping keeps another domain's environ out of reach.
+      // Same uid, so only Landlock's ptrace scoping (which hidepid follows) hides another
+      // domain's processes.
       const environ = `tr '\\0' '\\n' < /proc/${pid}/environ | grep -c '^HOME='`;
       const ownEnviron = await run(server, environ, { profile: "read-only" });
       assert.equal(ownEnviron.output, "1\r\n");
       const otherEnviron = await run(server, environ);
       assert.equal(
         otherEnviron.output,
-        `/bin/bash: line 1: /proc/${pid}/environ: Permission denied\r\n0\r\n`,
+        `/bin/bash: line 1: /proc/${pid}/environ: No such file or directory\r\n0\r\n`,
       );
       assert.equal((await server.del(`/v1/sessions/${target.session_id}`)).status, 200);
     });
@@ -599,6 +610,77 @@ Deno.test("fail closed: a sandbox that cannot be applied runs nothing", async (t
         "workspace-write-net": false,
       });
     });
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("domains follow the workspace: read-only first, late .git and .uexec, outside workdirs", async (t) => {
+  const server = await startServer();
+  const ws = await Deno.realPath(server.workspace);
+  try {
+    await t.step(
+      "read-only as the first request works on a fresh root-owned 0700 workspace",
+      async () => {
+        assert.equal((await Deno.stat(ws)).mode! & 0o777, 0o700);
+        const r = await run(server, "ls -A; id -u", { profile: "read-only" });
+        assert.equal(r.output, `${SANDBOX_UID}\r\n`);
+        assert.equal(r.exit_code, 0);
+      },
+    );
+
+    await t.step(
+      "a .git or .uexec that appears later is read-only for later commands",
+      async () => {
+        const first = await run(server, "echo first > f && cat f");
+        assert.equal(first.output, "first\r\n");
+        await Deno.mkdir(`${ws}/.git`);
+        await Deno.chmod(`${ws}/.git`, 0o777);
+        await Deno.writeTextFile(`${ws}/.git/config`, "[core]\n");
+        await Deno.chmod(`${ws}/.git/config`, 0o666);
+        const git = await run(server, "echo x >> .git/config");
+        const message = `/bin/bash: line 1: .git/config: Read-only file system`;
+        assert.equal(git.output, `${message}\r\n`);
+        assert.equal(git.exit_code, 1);
+        assert.equal(await Deno.readTextFile(`${ws}/.git/config`), "[core]\n");
+        const made = await run(server, "mkdir .uexec && echo made");
+        assert.equal(made.output, "made\r\n");
+        const late = await run(server, "touch .uexec/f");
+        assert.equal(late.output, "touch: cannot touch '.uexec/f': Read-only file system\r\n");
+        assert.equal(late.exit_code, 1);
+        // Control: the rest of the workspace stays writable.
+        assert.equal((await run(server, "echo ok > g && cat g")).output, "ok\r\n");
+      },
+    );
+
+    await t.step(
+      "a workdir outside the workspace is never changed; unreachable ones say why",
+      async () => {
+        const outside = await Deno.makeTempDir({ prefix: "uexec-outside-" });
+        try {
+          const r = await server.post("/v1/exec_command", {
+            cmd: "true",
+            login: false,
+            workdir: outside,
+          });
+          assert.equal(r.status, 500);
+          assert.equal(r.body.error.code, "sandbox_unavailable");
+          assert.equal(
+            r.body.error.message,
+            `workdir ${outside} cannot be used by the sandbox uid ${SANDBOX_UID}: the directory ${outside} ` +
+              `(owner 0:0, mode 0700) does not let uid ${SANDBOX_UID} search it. Fix: move the workspace ` +
+              `elsewhere, or allow search with "setfacl -m u:${SANDBOX_UID}:x ${outside}" (or "chmod o+x ${outside}"), ` +
+              `or set UEXEC_SANDBOX_UID to a uid that can reach it`,
+          );
+          assert.equal((await Deno.stat(outside)).mode! & 0o777, 0o700);
+          await Deno.chmod(outside, 0o755);
+          const ok = await run(server, "pwd; id -u", { workdir: outside, profile: "read-only" });
+          assert.equal(ok.output, `${outside}\r\n${SANDBOX_UID}\r\n`);
+        } finally {
+          await Deno.remove(outside, { recursive: true });
+        }
+      },
+    );
   } finally {
     await server.stop();
   }

@@ -69,6 +69,7 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): v
       enterNamespaces({
         privateNetwork: policy.network === "loopback",
         readOnlyPaths: readOnlyMounts,
+        hideProcesses: root,
       }),
   );
   const rulesetFd = sandboxStep("Landlock ruleset", () => {

@@ -172,6 +172,19 @@ function networkEvidence(line: string): NetworkEvidence | undefined {
   return { strength };
 }
 
+/** Python's last traceback line for a refused socket() names no socket; its source line does. */
+const PYTHON_ERRNO_PERM = /^(?:PermissionError|OSError): \[Errno (?:1|13)\] /;
+
+function pythonSocketDenial(
+  previous: string,
+  line: string,
+  policy: ResolvedPolicy,
+): Denial | undefined {
+  if (!PYTHON_ERRNO_PERM.test(line) || !/\bsocket\b/.test(previous)) return undefined;
+  if (!networkForbids(policy, { strength: "strong" })) return undefined;
+  return { kind: "network", evidence: `${previous.trim()} / ${line}` };
+}
+
 function isLoopbackHost(host: string): boolean {
   const bare = host.replace(/^\[(.*)\]$/, "$1").toLowerCase();
   return bare === "localhost" || bare === "::1" || bare === "ip6-localhost" ||
@@ -306,9 +319,12 @@ export function detectDenial(input: DenialInput): DenialResult {
   const { policy, exitCode, output, cwd } = input;
   if (!policy.enforce || exitCode === null || exitCode === 0) return NOT_DENIED;
   const canAccess = input.canAccess ?? supervisorCanAccess;
+  let previous = "";
   for (const line of output.replace(ANSI, "").split(/\r?\n|\r/)) {
-    const denial = lineDenial(line, policy, cwd, canAccess);
+    const denial = lineDenial(line, policy, cwd, canAccess) ??
+      pythonSocketDenial(previous, line, policy);
     if (denial) return { denied: true, denial };
+    previous = line;
   }
   if (exitCode === SIGSYS_EXIT) {
     return {

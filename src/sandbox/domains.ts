@@ -13,7 +13,9 @@
 
 import { InvalidRequestError } from "../sessions/errors.ts";
 import type { Restriction } from "../workers/pool.ts";
+import { existingPaths } from "./fsinfo.ts";
 import {
+  assertReachable,
   createPrivateDir,
   prepareWorkdir,
   type PrivateDir,
@@ -65,7 +67,7 @@ export class SandboxDomains {
   #opts: DomainOptions;
   #identity?: SandboxIdentity | null;
   #domains = new Map<string, Domain>();
-  #prepared = new Set<string>();
+  #prepared = false;
 
   constructor(opts: DomainOptions) {
     this.#opts = opts;
@@ -88,10 +90,11 @@ export class SandboxDomains {
     const identity = this.#sandboxIdentity();
     const key = JSON.stringify([name, workdir, identity?.uid ?? null]);
     const domain = this.#domains.get(key) ?? this.#create(key, profile, workdir, identity);
+    const protectedNow = existingPaths(domain.policy.readOnlySubpaths);
     return {
       profile: name,
       policy: domain.policy,
-      domain: key,
+      domain: JSON.stringify([key, protectedNow]),
       restriction: { policy: domain.policy, uid: identity?.uid, gid: identity?.gid },
       wrap: (argv) => withLimits(argv, domain.policy.limits),
       session: () => {
@@ -129,31 +132,29 @@ export class SandboxDomains {
     workdir: string,
     identity: SandboxIdentity | null,
   ): Domain {
+    if (identity) this.#makeReachable(workdir, identity, profile);
     const root = createPrivateDir(identity);
-    try {
-      const policy = resolveProfile(profile, this.#context(workdir, root.dir, false));
-      if (identity && policy.writableRoots.includes(workdir)) {
-        this.#prepare(workdir, identity, profile);
-      }
-      const domain = { root, policy };
-      this.#domains.set(key, domain);
-      return domain;
-    } catch (err) {
-      removePrivateDir(root);
-      throw err;
-    }
+    const policy = resolveProfile(profile, this.#context(workdir, root.dir, false));
+    const domain = { root, policy };
+    this.#domains.set(key, domain);
+    return domain;
   }
 
   /**
-   * Make a writable workdir usable by the sandbox uid: the whole workspace when the workdir is
-   * inside it (so its ancestors up to the workspace are searchable too), else the workdir alone.
-   * New files inherit the grant, so each tree is prepared once.
+   * Make the workdir usable by the sandbox uid. Inside the server's workspace, the whole
+   * workspace is granted once (so ancestors up to it are searchable too, and new files inherit
+   * the grant). Outside it nothing is changed: the workdir must already be reachable.
    */
-  #prepare(workdir: string, identity: SandboxIdentity, profile: Profile): void {
-    const root = isWithin(workdir, this.#opts.workspace) ? this.#opts.workspace : workdir;
-    if (this.#prepared.has(root)) return;
-    prepareWorkdir(root, identity, profile.readOnlySubpaths.map((sub) => `${root}/${sub}`));
-    this.#prepared.add(root);
+  #makeReachable(workdir: string, identity: SandboxIdentity, profile: Profile): void {
+    const workspace = this.#opts.workspace;
+    if (!isWithin(workdir, workspace)) return assertReachable(workdir, identity, true);
+    if (this.#prepared) return;
+    prepareWorkdir(
+      workspace,
+      identity,
+      profile.readOnlySubpaths.map((sub) => `${workspace}/${sub}`),
+    );
+    this.#prepared = true;
   }
 
   #context(workdir: string, tmp: string, childIsRoot: boolean) {

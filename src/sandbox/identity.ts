@@ -11,7 +11,6 @@
  * @module
  */
 
-import { readSmallFile } from "../ffi/libc.ts";
 import {
   aclFromMode,
   type Owner,
@@ -60,36 +59,45 @@ export function sandboxIdentity(explicit: Partial<SandboxIdentity> = {}): Sandbo
   return identity;
 }
 
-function statusField(status: string, field: string): string {
-  return status.match(new RegExp(`^${field}:[ \\t]*(.*)$`, "m"))?.[1].trim() ?? "";
+const CAPABILITY_VERSION_3 = 0x20080522;
+
+/** The calling thread's real, effective and saved ids, read with `getres[ug]id`. */
+function threadIds(nr: number, name: string): string {
+  const ids = new Uint32Array(3);
+  const bytes = new Uint8Array(ids.buffer);
+  checkedSyscall(name, nr, bytes.subarray(0, 4), bytes.subarray(4, 8), bytes.subarray(8, 12));
+  return ids.join(" ");
+}
+
+/** The calling thread's effective, permitted and inheritable capability sets, as hex. */
+function threadCapabilities(): string {
+  const header = new Uint32Array([CAPABILITY_VERSION_3, 0]);
+  const data = new Uint32Array(6);
+  checkedSyscall("capget", SYS.capget, new Uint8Array(header.buffer), new Uint8Array(data.buffer));
+  return Array.from(data, (n) => n.toString(16)).join(" ");
 }
 
 /**
  * Drops the calling thread (and the children it spawns afterwards) to `identity`: no
- * supplementary groups, then real/effective/saved gid and uid. Verifies the result in
- * `/proc/thread-self/status`, including that every capability set is empty.
+ * supplementary groups, then real/effective/saved gid and uid. Verifies the result with system
+ * calls (not /proc, which may be mounted with hidepid by then): the ids, no groups, and every
+ * capability set empty (the ambient set cannot outgrow the empty permitted set).
  */
 export function dropThreadIdentity(identity: SandboxIdentity): void {
   const { uid, gid } = identity;
   checkedSyscall("setgroups(0)", SYS.setgroups, 0, null);
   checkedSyscall("setresgid", SYS.setresgid, gid, gid, gid);
   checkedSyscall("setresuid", SYS.setresuid, uid, uid, uid);
-  const status = readSmallFile("/proc/thread-self/status", 16384);
-  if (status === undefined) throw new Error("cannot read /proc/thread-self/status");
-  const expected: [string, string][] = [
-    ["Uid", `${uid}\t${uid}\t${uid}\t${uid}`],
-    ["Gid", `${gid}\t${gid}\t${gid}\t${gid}`],
-    ["Groups", ""],
-    ["CapInh", "0000000000000000"],
-    ["CapPrm", "0000000000000000"],
-    ["CapEff", "0000000000000000"],
-    ["CapAmb", "0000000000000000"],
+  const checks: [string, string, string][] = [
+    ["uids", threadIds(SYS.getresuid, "getresuid"), `${uid} ${uid} ${uid}`],
+    ["gids", threadIds(SYS.getresgid, "getresgid"), `${gid} ${gid} ${gid}`],
+    ["supplementary groups", String(checkedSyscall("getgroups", SYS.getgroups, 0, null)), "0"],
+    ["capabilities", threadCapabilities(), "0 0 0 0 0 0"],
   ];
-  for (const [field, want] of expected) {
-    const got = statusField(status, field);
+  for (const [what, got, want] of checks) {
     if (got !== want) {
       throw new SandboxUnavailableError(
-        `identity drop did not hold: ${field} is "${got}", expected "${want}"`,
+        `identity drop did not hold: ${what} are "${got}", expected "${want}"`,
       );
     }
   }
@@ -198,6 +206,38 @@ function unusable(
 }
 
 /**
+ * Checks, without changing anything, that `identity` can reach `workdir`: it must be an
+ * existing directory whose ancestors (and, with `self`, itself) let the uid search them.
+ * Throws a {@link SandboxUnavailableError} that says why and how to fix it.
+ */
+export function assertReachable(workdir: string, identity: SandboxIdentity, self = false): void {
+  let info: Deno.FileInfo;
+  try {
+    info = Deno.statSync(workdir);
+  } catch (e) {
+    const why = e instanceof Deno.errors.NotFound ? "it does not exist" : String(e);
+    throw unusable(workdir, identity, why, "create it, or pass an existing workdir");
+  }
+  if (!info.isDirectory) {
+    throw unusable(workdir, identity, "it is not a directory", "pass a directory");
+  }
+  const real = Deno.realPathSync(workdir);
+  const dirs = [...parentsOf(workdir), ...parentsOf(real), ...(self ? [real] : [])];
+  for (const parent of new Set(dirs)) {
+    if (!canAccess(parent, identity, PERM.X)) {
+      throw unusable(
+        workdir,
+        identity,
+        `${parent === real ? "the directory" : "its ancestor"} ${describe(parent)} ` +
+          `does not let uid ${identity.uid} search it`,
+        `move the workspace elsewhere, or allow search with "setfacl -m u:${identity.uid}:x ${parent}" ` +
+          `(or "chmod o+x ${parent}"), or set UEXEC_SANDBOX_UID to a uid that can reach it`,
+      );
+    }
+  }
+}
+
+/**
  * Makes `workdir` usable by `identity` (call as root, before spawning): every ancestor must
  * already let it search (nothing outside the workspace is changed), then the workspace tree
  * gets an ACL entry granting the uid rw (rwx on directories, x on files whose owner has x) and
@@ -210,28 +250,8 @@ export function prepareWorkdir(
   identity: SandboxIdentity,
   skip: string[] = [],
 ): number {
-  let info: Deno.FileInfo;
-  try {
-    info = Deno.statSync(workdir);
-  } catch (e) {
-    const why = e instanceof Deno.errors.NotFound ? "it does not exist" : String(e);
-    throw unusable(workdir, identity, why, "create it, or pass an existing workdir");
-  }
-  if (!info.isDirectory) {
-    throw unusable(workdir, identity, "it is not a directory", "pass a directory");
-  }
+  assertReachable(workdir, identity);
   const real = Deno.realPathSync(workdir);
-  for (const parent of new Set([...parentsOf(workdir), ...parentsOf(real)])) {
-    if (!canAccess(parent, identity, PERM.X)) {
-      throw unusable(
-        workdir,
-        identity,
-        `its ancestor ${describe(parent)} does not let uid ${identity.uid} search it`,
-        `move the workspace elsewhere, or allow search with "setfacl -m u:${identity.uid}:x ${parent}" ` +
-          `(or "chmod o+x ${parent}"), or set UEXEC_SANDBOX_UID to a uid that can reach it`,
-      );
-    }
-  }
   try {
     const skipReal = skip.map(realPathOrSelf);
     return grantTree(real, identity, new Set(skipReal));

@@ -15,6 +15,9 @@ import { checkedSyscall, closeFd, cString, SYS } from "./syscalls.ts";
 
 const CLONE_NEWNS = 0x00020000;
 const CLONE_NEWNET = 0x40000000;
+const MS_NOSUID = 0x2;
+const MS_NODEV = 0x4;
+const MS_NOEXEC = 0x8;
 const MS_BIND = 0x1000;
 const MS_REC = 0x4000;
 const MS_PRIVATE = 1 << 18;
@@ -34,6 +37,11 @@ export interface NamespacePlan {
   privateNetwork: boolean;
   /** Existing paths to make read-only through bind mounts in a private mount namespace. */
   readOnlyPaths: string[];
+  /**
+   * Mount a private procfs with `hidepid=invisible` over /proc, so children see only processes
+   * they could ptrace: not the server, nor anything else of another uid.
+   */
+  hideProcesses: boolean;
 }
 
 function bringLoopbackUp(): void {
@@ -68,7 +76,7 @@ function bindReadOnly(path: string): void {
 
 /** Unshares the requested namespaces on the calling thread and sets them up. Needs root. */
 export function enterNamespaces(plan: NamespacePlan): void {
-  const mounts = plan.readOnlyPaths.length > 0;
+  const mounts = plan.readOnlyPaths.length > 0 || plan.hideProcesses;
   const flags = (plan.privateNetwork ? CLONE_NEWNET : 0) | (mounts ? CLONE_NEWNS : 0);
   if (flags === 0) return;
   checkedSyscall("unshare", SYS.unshare, flags);
@@ -84,4 +92,15 @@ export function enterNamespaces(plan: NamespacePlan): void {
     null,
   );
   for (const path of plan.readOnlyPaths) bindReadOnly(path);
+  if (plan.hideProcesses) {
+    checkedSyscall(
+      "mount(proc, /proc, hidepid=invisible)",
+      SYS.mount,
+      cString("proc"),
+      cString("/proc"),
+      cString("proc"),
+      MS_NOSUID | MS_NODEV | MS_NOEXEC,
+      cString("hidepid=invisible"),
+    );
+  }
 }

@@ -78,7 +78,9 @@ export class Supervisor {
     });
     if (next.action !== "ask") return first;
     const decision = await this.#ask(input, profile, next.reason);
-    if (!decision.approved) return first;
+    if (!decision.approved) {
+      return { ...first, sandbox: { ...first.sandbox, message: decision.message } };
+    }
     const retried = await this.#opts.manager.exec({
       ...input.request,
       sandbox: this.#unsandboxed(input),

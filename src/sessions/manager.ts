@@ -73,6 +73,8 @@ export interface SandboxReport {
   denial?: Denial;
   /** Set when a denied command was rerun without the sandbox after approval. */
   retried?: boolean;
+  /** Why a denied command was not rerun (the retry approval was denied or timed out). */
+  message?: string;
 }
 
 /** What killing a session returns. */
@@ -249,7 +251,7 @@ export class SessionManager {
       closeAll([...new Set([fds.output, fds.input])]);
       dir.release();
       if (err instanceof SpawnFailure && err.kind === "spawn") {
-        throw new InvalidRequestError(`shell: ${err.message}`);
+        throw new InvalidRequestError(`workdir: ${err.message} in ${req.workdir}`);
       }
       throw err;
     } finally {

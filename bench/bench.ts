@@ -1,0 +1,189 @@
+/**
+ * `deno task bench`: issue 4's workloads against a uexec server this bench starts itself, over
+ * real HTTP on loopback, each next to its baseline measured in the same run (raw spawn, the
+ * kernel PTY under `script`, the Codex peer when CODEX_PEER_DIR is set). Prints the table on
+ * stdout, progress on stderr, and writes the same to bench/results/latest.json.
+ *
+ * Flags: `--quick` (small sizes, a smoke run), `--fetch` (HTTP through fetch instead of the lean
+ * HTTP/1.1 client), `--entry <file>` (server entry, default main.ts).
+ * Everything started is stopped on failure, time-out and SIGINT/SIGTERM.
+ * @module
+ */
+
+import { register, stopAll, stopOnSignals } from "./cleanup.ts";
+import { fetchTransport, rawTransport } from "./http1.ts";
+import { log } from "./log.ts";
+import { type PeerFigures, runPeer } from "./peer.ts";
+import { readProcText } from "./procfs.ts";
+import { formatTable, noFigure, type Row, writeJson } from "./report.ts";
+import { shutdownRows, type Stop } from "./shutdown.ts";
+import { type Context, FULL, type Outcome, QUICK } from "./workload.ts";
+import { echoLatency } from "./workloads/echo.ts";
+import { writeLatency } from "./workloads/write.ts";
+import { ptyThroughput } from "./workloads/throughput.ts";
+import { concurrentCats } from "./workloads/concurrent.ts";
+import { truncation } from "./workloads/truncation.ts";
+import { idleSessions } from "./workloads/idle.ts";
+import { unpolledFlood } from "./workloads/flood.ts";
+
+/** The whole bench stays under 5 minutes: workloads not started by then are skipped. */
+const BUDGET_MS = 280_000;
+
+/** Each workload with its own time limit (cut to what is left of the budget). */
+const WORKLOADS: { name: string; run: (ctx: Context) => Promise<Outcome>; limitMs: number }[] = [
+  { name: "exec echo hi", run: echoLatency, limitMs: 90_000 },
+  { name: "write_stdin ping -> cat", run: writeLatency, limitMs: 30_000 },
+  { name: "PTY throughput", run: ptyThroughput, limitMs: 60_000 },
+  { name: "concurrent cat sessions", run: concurrentCats, limitMs: 30_000 },
+  { name: "truncation", run: truncation, limitMs: 30_000 },
+  { name: "live idle sessions", run: idleSessions, limitMs: 60_000 },
+  { name: "output no one polls", run: unpolledFlood, limitMs: 120_000 },
+];
+
+function parseArgs(args: string[]): { quick: boolean; entry: string; fetch: boolean } {
+  let quick = false;
+  let fetch = false;
+  let entry = "main.ts";
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === "--quick") quick = true;
+    else if (args[i] === "--fetch") fetch = true;
+    else if (args[i] === "--entry" && i + 1 < args.length) entry = args[++i];
+    else throw new Error(`unknown argument ${args[i]} (flags: --quick, --fetch, --entry <file>)`);
+  }
+  return { quick, entry, fetch };
+}
+
+function machine() {
+  const cpuinfo = readProcText("/proc/cpuinfo");
+  return {
+    cpus: navigator.hardwareConcurrency,
+    cpu_model: cpuinfo.match(/^model name\s*:\s*(.*)$/m)?.[1] ?? "unknown",
+    memory_gib: Math.round(Deno.systemMemoryInfo().total / 1024 ** 3),
+    kernel: Deno.osRelease(),
+    deno: Deno.version.deno,
+  };
+}
+
+function message(e: unknown): string {
+  if (e instanceof SuppressedError) {
+    return `${message(e.error)} (then, while stopping: ${message(e.suppressed)})`;
+  }
+  return e instanceof Error ? e.message : String(e);
+}
+
+async function peerFigures(quick: boolean): Promise<PeerFigures | "skipped"> {
+  const dir = Deno.env.get("CODEX_PEER_DIR");
+  if (!dir) {
+    log("peer: skipped (CODEX_PEER_DIR is not set)");
+    return "skipped";
+  }
+  log(`peer: running codex_exec_client.mjs --transport stdio in ${dir}`);
+  try {
+    return await runPeer(dir, quick);
+  } catch (e) {
+    log(`peer: failed, reported as skipped: ${message(e)}`);
+    return "skipped";
+  }
+}
+
+/**
+ * Runs one workload within `limitMs` (on time-out it is aborted) and then stops the servers it
+ * started, whatever happened; their stop reports go to `stops`. A failure carries their output
+ * tails.
+ */
+async function runWorkload(
+  name: string,
+  run: (ctx: Context) => Promise<Outcome>,
+  base: Omit<Context, "signal" | "servers">,
+  limitMs: number,
+  stops: Stop[],
+): Promise<Outcome> {
+  const controller = new AbortController();
+  const timer = setTimeout(
+    () => controller.abort(new Error(`no result within ${Math.round(limitMs / 1000)} s`)),
+    limitMs,
+  );
+  const aborted = new Promise<never>((_, reject) =>
+    controller.signal.addEventListener("abort", () => reject(controller.signal.reason))
+  );
+  const ctx: Context = { ...base, signal: controller.signal, servers: [] };
+  try {
+    return await Promise.race([run(ctx), aborted]);
+  } catch (e) {
+    const tails = ctx.servers.map((s) => `\n--- server pid ${s.pid} output tail:\n${s.tail()}`);
+    throw new Error(message(e) + tails.join(""));
+  } finally {
+    clearTimeout(timer);
+    for (const s of ctx.servers) stops.push({ workload: name, pid: s.pid, ...await s.stop() });
+  }
+}
+
+async function main(): Promise<number> {
+  const { quick, entry, fetch } = parseArgs(Deno.args);
+  stopOnSignals();
+  const started = performance.now();
+  const loadAtStart = readProcText("/proc/loadavg").split(" ").slice(0, 3).join(" ");
+  const root = new URL("..", import.meta.url).pathname;
+  const resultsDir = new URL("./results/", import.meta.url).pathname;
+  const workspace = await Deno.makeTempDir({ prefix: "uexec-bench-" });
+  await Deno.chmod(workspace, 0o755);
+  register(() => Deno.remove(workspace, { recursive: true }));
+  const rows: Row[] = [];
+  const details: Record<string, unknown> = {};
+  const stops: Stop[] = [];
+  let failed = false;
+  try {
+    const peer = await peerFigures(quick);
+    const transport = fetch ? fetchTransport : rawTransport;
+    const base = { root, entry, workspace, sizes: quick ? QUICK : FULL, peer, transport };
+    for (const w of WORKLOADS) {
+      const left = BUDGET_MS - (performance.now() - started);
+      if (left < 10_000) {
+        rows.push(noFigure(w.name, "skipped", "the bench's 5-minute budget ran out"));
+        continue;
+      }
+      log(`== ${w.name}`);
+      try {
+        const outcome = await runWorkload(w.name, w.run, base, Math.min(w.limitMs, left), stops);
+        rows.push(...outcome.rows);
+        details[w.name] = outcome.details;
+      } catch (e) {
+        failed = true;
+        log(`${w.name} failed: ${message(e)}`);
+        rows.push(noFigure(w.name, "error", message(e).split("\n")[0]));
+        details[w.name] = { error: message(e) };
+      }
+    }
+    rows.push(...shutdownRows(stops));
+    details.server_stops = stops;
+    details.peer = peer === "skipped" ? "skipped" : peer.raw;
+  } finally {
+    await stopAll();
+  }
+  const seconds = Math.round((performance.now() - started) / 100) / 10;
+  const host = machine();
+  console.log(formatTable(rows));
+  console.log(
+    `\n${quick ? "quick run" : "full run"} (${
+      fetch ? "fetch" : "raw HTTP/1.1"
+    } client) in ${seconds} s on ${host.cpus} x ${host.cpu_model}, ` +
+      `${host.memory_gib} GiB, Linux ${host.kernel}, Deno ${host.deno}; load average at start ` +
+      `${loadAtStart} (other work on the machine skews absolute figures: compare ratios)`,
+  );
+  await Deno.mkdir(resultsDir, { recursive: true });
+  await writeJson(`${resultsDir}latest.json`, {
+    generated_at: new Date().toISOString(),
+    quick,
+    http_client: fetch ? "fetch" : "raw HTTP/1.1 keep-alive",
+    seconds,
+    machine: host,
+    load_average_at_start: loadAtStart,
+    server_entry: entry,
+    rows,
+    details,
+  });
+  log(`wrote ${resultsDir}latest.json`);
+  return failed ? 1 : 0;
+}
+
+Deno.exit(await main());

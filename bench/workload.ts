@@ -1,0 +1,113 @@
+/**
+ * The contract between bench.ts and the workload modules: what a workload gets (sizes, the
+ * peer's figures, a workspace, an abort signal), what it returns (rows and raw details), and
+ * how it starts its own fresh server.
+ * @module
+ */
+
+import { UexecClient } from "./client.ts";
+import type { Transport } from "./http1.ts";
+import type { PeerFigures } from "./peer.ts";
+import type { Row } from "./report.ts";
+import { UexecServer } from "./server.ts";
+
+/** How much each workload does: issue 4's sizes, or a quick smoke run. */
+export interface Sizes {
+  echoRuns: number;
+  loginShellRuns: number;
+  writeRuns: number;
+  throughputBytes: number;
+  throughputRuns: number;
+  concurrentSessions: number;
+  concurrentRounds: number;
+  idleSessions: number;
+  healthzRuns: number;
+  floodBytes: number;
+  truncationRuns: number;
+}
+
+export const FULL: Sizes = {
+  echoRuns: 500,
+  loginShellRuns: 20,
+  writeRuns: 1000,
+  throughputBytes: 50_000_000,
+  throughputRuns: 2,
+  concurrentSessions: 100,
+  concurrentRounds: 20,
+  idleSessions: 1000,
+  healthzRuns: 500,
+  floodBytes: 1024 ** 3,
+  truncationRuns: 5,
+};
+
+export const QUICK: Sizes = {
+  echoRuns: 50,
+  loginShellRuns: 3,
+  writeRuns: 100,
+  throughputBytes: 5_000_000,
+  throughputRuns: 1,
+  concurrentSessions: 20,
+  concurrentRounds: 20,
+  idleSessions: 100,
+  healthzRuns: 100,
+  floodBytes: 64 * 1024 ** 2,
+  truncationRuns: 2,
+};
+
+/** What every workload gets. */
+export interface Context {
+  /** Project root (the server's cwd). */
+  root: string;
+  /** Server entry module, relative to root. */
+  entry: string;
+  /** A scratch directory the bench owns: the server's UEXEC_WORKSPACE. */
+  workspace: string;
+  sizes: Sizes;
+  /** The Codex peer's figures, or "skipped" when CODEX_PEER_DIR is unset or the peer failed. */
+  peer: PeerFigures | "skipped";
+  /** Aborted when the workload runs out of time. */
+  signal: AbortSignal;
+  /** Servers this workload started (their output tails go into error reports). */
+  servers: UexecServer[];
+  /** The HTTP transport clients use (raw HTTP/1.1 by default, fetch with --fetch). */
+  transport: (base: string) => Transport;
+}
+
+/** What every workload returns. */
+export interface Outcome {
+  rows: Row[];
+  details: Record<string, unknown>;
+}
+
+/** One of the peer's figures, or "skipped" without the peer. */
+export function peerFigure(ctx: Context, pick: (p: PeerFigures) => number): number | "skipped" {
+  return ctx.peer === "skipped" ? "skipped" : pick(ctx.peer);
+}
+
+/** The peer's figure as the row's baseline, for workloads with no kernel-level one. */
+export function peerBaseline(
+  ctx: Context,
+  pick: (p: PeerFigures) => number,
+): { value: number; label: string } | undefined {
+  return ctx.peer === "skipped" ? undefined : { value: pick(ctx.peer), label: "codex peer" };
+}
+
+/**
+ * Starts a fresh server for one workload: unsandboxed by default (UEXEC_PROFILE=full-access;
+ * requests opt into a sandbox with `profile`), room for 1,100 sessions, the bench's workspace.
+ */
+export async function startServer(ctx: Context): Promise<UexecServer> {
+  ctx.signal.throwIfAborted();
+  const server = await UexecServer.start(ctx.root, ctx.entry, {
+    UEXEC_PROFILE: "full-access",
+    UEXEC_MAX_SESSIONS: "1100",
+    UEXEC_WORKSPACE: ctx.workspace,
+  });
+  ctx.servers.push(server);
+  return server;
+}
+
+/** A client for `server` on the workload's transport and abort signal. */
+export function connect(ctx: Context, server: UexecServer): UexecClient {
+  return new UexecClient(server.url, ctx.signal, ctx.transport);
+}

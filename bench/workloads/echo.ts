@@ -1,0 +1,170 @@
+/**
+ * Spawn round trip: `exec_command` of `echo hi` until its exit and output are back, unsandboxed
+ * and under `workspace-write`, next to `sh -c true` spawned directly; also what the default
+ * login shell costs here, and whether the HTTP client reused its connection.
+ * @module
+ */
+
+import { rawSpawn } from "../baselines.ts";
+import { type ExecRequest, HttpError, UexecClient } from "../client.ts";
+import { log, ticker } from "../log.ts";
+import { tcpSockets } from "../procs.ts";
+import { noFigure, type Row, row } from "../report.ts";
+import { SH } from "../sessions.ts";
+import { summarize, type Summary } from "../stats.ts";
+import { connect, type Context, type Outcome, peerFigure, startServer } from "../workload.ts";
+
+const WORKLOAD = "exec echo hi";
+const SANDBOXED = "exec echo hi, workspace-write";
+const WARMUP = 10;
+
+/** Times `n` exec_command calls of `echo hi` (after warm-ups), checking each exited 0 with "hi"; also summarises the server's own wall_time_seconds. */
+async function timeEcho(
+  client: UexecClient,
+  n: number,
+  extra: Partial<ExecRequest>,
+  label: string,
+): Promise<{ summary: Summary; serverWall: Summary; sample: unknown }> {
+  const samples: number[] = [];
+  const serverWall: number[] = [];
+  const tick = ticker(label, n);
+  let sample: unknown;
+  for (let i = 0; i < n + WARMUP; i++) {
+    const t0 = performance.now();
+    const res = await client.exec({ cmd: "echo hi", yield_time_ms: 10_000, ...extra });
+    const ms = performance.now() - t0;
+    if (res.exit_code !== 0 || !res.output.includes("hi") || res.session_id !== undefined) {
+      throw new Error(`${label}: unexpected answer ${JSON.stringify(res).slice(0, 300)}`);
+    }
+    sample = res;
+    if (i >= WARMUP) {
+      samples.push(ms);
+      serverWall.push(res.wall_time_seconds * 1000);
+    }
+    tick(i + 1 - WARMUP);
+  }
+  return { summary: summarize(samples), serverWall: summarize(serverWall), sample };
+}
+
+export async function echoLatency(ctx: Context): Promise<Outcome> {
+  const n = ctx.sizes.echoRuns;
+  log(`raw spawn baseline: sh -c true x${n}`);
+  const raw = await rawSpawn(n);
+  await using server = await startServer(ctx);
+  const client = connect(ctx, server);
+  const port = Number(new URL(server.url).port);
+
+  log(`exec echo hi x${n} (sh -c, unsandboxed)`);
+  const sockets0 = tcpSockets(port);
+  const plain = await timeEcho(client, n, SH, "unsandboxed");
+  const sockets1 = tcpSockets(port);
+  // Loopback shows each connection twice (client and server ends).
+  const keepAlive = {
+    requests: n + WARMUP,
+    connections_open: sockets1.established / 2,
+    closed_connections: sockets1.timeWait - sockets0.timeWait,
+  };
+  log(`keep-alive: ${JSON.stringify(keepAlive)}`);
+
+  const rows: Row[] = [
+    row({
+      workload: WORKLOAD,
+      metric: "p50",
+      unit: "ms",
+      uexec: plain.summary.p50,
+      baseline: { value: raw.p50, label: "sh -c true" },
+      peer: peerFigure(ctx, (p) => p.echoP50),
+      goal: { op: "<=", value: 3, text: "<= 3 ms" },
+    }),
+    row({
+      workload: WORKLOAD,
+      metric: "p99",
+      unit: "ms",
+      uexec: plain.summary.p99,
+      baseline: { value: raw.p99, label: "sh -c true" },
+      peer: peerFigure(ctx, (p) => p.echoP99),
+      goal: { op: "<=", value: 8, text: "<= 8 ms" },
+    }),
+    row({
+      workload: "HTTP keep-alive",
+      metric: "connections closed",
+      unit: "",
+      uexec: keepAlive.closed_connections,
+      goal: { op: "==", value: 0, text: "0" },
+      note: `${keepAlive.requests} sequential requests, ${keepAlive.connections_open} ` +
+        `connection(s) open afterwards (from /proc/net/tcp)`,
+    }),
+  ];
+
+  let sandboxed: Awaited<ReturnType<typeof timeEcho>> | "skipped (no sandbox yet)";
+  log(`exec echo hi x${n} (sh -c, profile workspace-write)`);
+  try {
+    sandboxed = await timeEcho(client, n, { ...SH, profile: "workspace-write" }, "workspace-write");
+  } catch (e) {
+    if (!(e instanceof HttpError && e.status === 400)) throw e;
+    log(`  workspace-write refused with 400: ${e.body.slice(0, 200)}`);
+    sandboxed = "skipped (no sandbox yet)";
+  }
+  if (typeof sandboxed === "string") {
+    rows.push(noFigure(SANDBOXED, "skipped", sandboxed));
+  } else {
+    const s = sandboxed.summary;
+    rows.push(
+      row({
+        workload: SANDBOXED,
+        metric: "p50",
+        unit: "ms",
+        uexec: s.p50,
+        baseline: { value: raw.p50, label: "sh -c true" },
+        peer: peerFigure(ctx, (p) => p.sandboxedTrueP50),
+        goal: { op: "<=", value: 4, text: "<= 4 ms" },
+        note: "peer: `true` under its bubblewrap+seccomp workspace-write sandbox",
+      }),
+      row({
+        workload: SANDBOXED,
+        metric: "p99",
+        unit: "ms",
+        uexec: s.p99,
+        baseline: { value: raw.p99, label: "sh -c true" },
+      }),
+      row({
+        workload: "sandbox cost (p50 sandboxed - unsandboxed)",
+        metric: "p50",
+        unit: "ms",
+        uexec: Math.round((s.p50 - plain.summary.p50) * 1000) / 1000,
+        peer: peerFigure(ctx, (p) => Math.round((p.sandboxedTrueP50 - p.trueP50) * 1000) / 1000),
+        goal: { op: "<", value: 1, text: "< 1 ms" },
+      }),
+    );
+  }
+
+  const m = ctx.sizes.loginShellRuns;
+  log(`exec echo hi x${m} with the default shell (login)`);
+  const login = await timeEcho(client, m, {}, "default shell");
+  rows.push(row({
+    workload: "exec echo hi, default login shell",
+    metric: "p50",
+    unit: "ms",
+    uexec: login.summary.p50,
+    baseline: { value: raw.p50, label: "sh -c true" },
+    note: `${m} runs with no shell/login fields: $SHELL -lc runs the user's dotfiles on every ` +
+      `spawn; the rows above use {shell: "/bin/sh", login: false}`,
+  }));
+
+  return {
+    rows,
+    details: {
+      raw_spawn_sh_c_true_ms: raw,
+      unsandboxed_ms: plain.summary,
+      unsandboxed_wall_time_seconds_as_ms: plain.serverWall,
+      unsandboxed_sample_response: plain.sample,
+      workspace_write_ms: typeof sandboxed === "string" ? sandboxed : sandboxed.summary,
+      workspace_write_wall_time_seconds_as_ms: typeof sandboxed === "string"
+        ? null
+        : sandboxed.serverWall,
+      workspace_write_sample_response: typeof sandboxed === "string" ? null : sandboxed.sample,
+      default_login_shell_ms: login.summary,
+      keep_alive: keepAlive,
+    },
+  };
+}

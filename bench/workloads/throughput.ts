@@ -1,0 +1,81 @@
+/**
+ * PTY throughput: `head -c N /dev/zero | base64` in a uexec PTY session, drained by polls until
+ * the exit is reported, against the same command under `script` (the kernel PTY limit with a
+ * minimal reader) measured before and after in the same run.
+ * @module
+ */
+
+import { scriptBytes, scriptSeconds } from "../baselines.ts";
+import { type ExecResponse, UexecClient } from "../client.ts";
+import { log } from "../log.ts";
+import { row } from "../report.ts";
+import type { UexecServer } from "../server.ts";
+import { SH } from "../sessions.ts";
+import { connect, type Context, type Outcome, peerFigure, startServer } from "../workload.ts";
+
+/** One uexec run: seconds from exec_command to the answer that reports the exit, polls, server CPU. */
+async function uexecRun(
+  server: UexecServer,
+  client: UexecClient,
+  cmd: string,
+): Promise<{ seconds: number; polls: number; server_cpu_s: number }> {
+  const cpu0 = server.cpuSeconds();
+  const t0 = performance.now();
+  let res: ExecResponse = await client.exec({ ...SH, cmd, yield_time_ms: 1000 });
+  let polls = 0;
+  while (res.exit_code === undefined) {
+    if (res.session_id === undefined) throw new Error("no exit code and no session id");
+    polls++;
+    res = await client.write({ session_id: res.session_id, chars: "", yield_time_ms: 30_000 });
+  }
+  const seconds = (performance.now() - t0) / 1000;
+  // base64 of zeros ends in "AAA=" for a length of 3k+2, "AA==" for 3k+1, "AAAA" for 3k.
+  if (res.exit_code !== 0 || !/A[A=]{3}\s*$/.test(res.output)) {
+    throw new Error(
+      `throughput run ended badly: exit ${res.exit_code}, tail ` +
+        JSON.stringify(res.output.slice(-80)),
+    );
+  }
+  return { seconds, polls, server_cpu_s: server.cpuSeconds() - cpu0 };
+}
+
+export async function ptyThroughput(ctx: Context): Promise<Outcome> {
+  const cmd = `head -c ${ctx.sizes.throughputBytes} /dev/zero | base64`;
+  await using server = await startServer(ctx);
+  const client = connect(ctx, server);
+
+  log(`script baseline: counting the bytes of \`${cmd}\` through a PTY`);
+  const bytes = await scriptBytes(cmd);
+  log(`script baseline: timing it (${(bytes / 1e6).toFixed(1)} MB)`);
+  const scriptRuns = [await scriptSeconds(cmd)];
+  const uexecRuns: Awaited<ReturnType<typeof uexecRun>>[] = [];
+  for (let i = 0; i < ctx.sizes.throughputRuns; i++) {
+    log(`uexec run ${i + 1}/${ctx.sizes.throughputRuns}`);
+    uexecRuns.push(await uexecRun(server, client, cmd));
+  }
+  log("script baseline: timing it again");
+  scriptRuns.push(await scriptSeconds(cmd));
+
+  const mbps = (secs: number) => Math.round((bytes / 1e6 / secs) * 10) / 10;
+  const best = Math.min(...uexecRuns.map((r) => r.seconds));
+  const scriptBest = Math.min(...scriptRuns);
+  return {
+    rows: [row({
+      workload: `PTY throughput, base64 of ${ctx.sizes.throughputBytes / 1e6} MB of zeros`,
+      metric: "MB/s",
+      unit: "MB/s",
+      uexec: mbps(best),
+      baseline: { value: mbps(scriptBest), label: "script" },
+      peer: peerFigure(ctx, (p) => p.throughputMBps),
+      goal: { op: ">=", value: 0.9, on: "ratio", text: ">= 0.9x script" },
+      note: `${(bytes / 1e6).toFixed(1)} MB through the PTY (counted under script, CRLF ` +
+        `included); best of ${uexecRuns.length} uexec run(s) and of script run before and after`,
+    })],
+    details: {
+      command: cmd,
+      pty_bytes: bytes,
+      script_seconds: scriptRuns,
+      uexec_runs: uexecRuns,
+    },
+  };
+}
