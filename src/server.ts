@@ -84,7 +84,7 @@ export async function startServer(config: Config): Promise<Server> {
     token: config.token,
     workspace: config.workspace,
     shell: config.shell,
-    health: () => ({ version: VERSION, sessions: manager.list().length, sandbox }),
+    health: () => ({ version: VERSION, sessions: manager.size, sandbox }),
   });
   await pool.warmedUp();
   const { promise: listening, resolve } = Promise.withResolvers<Deno.NetAddr>();

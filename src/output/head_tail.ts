@@ -1,7 +1,9 @@
 /**
  * A bounded byte buffer for output that waits to be collected: it keeps the first half of its
- * capacity and the newest bytes, drops the middle, and counts what it dropped. Cut points fall
- * on UTF-8 character boundaries. It never grows past its capacity, whatever is pushed.
+ * capacity and the newest bytes, drops the middle, and counts what it dropped. Bytes are copied
+ * into storage it owns (a head that grows by doubling, a ring for the tail allocated only once
+ * the head is full), so a flood of output allocates nothing per read. Cut points fall on UTF-8
+ * character boundaries. It never grows past its capacity, whatever is pushed.
  *
  * @module
  */
@@ -18,14 +20,19 @@ export interface Drained {
 /** Default capacity: 1 MiB. */
 export const DEFAULT_CAPACITY = 1024 * 1024;
 
+const INITIAL_HEAD = 4096;
+const EMPTY = new Uint8Array(0);
+
 /** The head+tail buffer. */
 export class HeadTailBuffer {
   #headCap: number;
   #tailCap: number;
-  #head: Uint8Array[] = [];
+  #head: Uint8Array = EMPTY;
   #headLen = 0;
   #headFull = false;
-  #tail: Uint8Array[] = [];
+  #ring: Uint8Array = EMPTY;
+  /** Index of the oldest tail byte in the ring. */
+  #ringStart = 0;
   #tailLen = 0;
   #omitted = 0;
 
@@ -44,7 +51,7 @@ export class HeadTailBuffer {
     return this.#omitted;
   }
 
-  /** Append bytes. */
+  /** Append a copy of `bytes`; the caller may reuse `bytes` afterwards. */
   push(bytes: Uint8Array): void {
     let rest = bytes;
     if (!this.#headFull) {
@@ -58,53 +65,76 @@ export class HeadTailBuffer {
       this.#headFull = true;
       rest = rest.subarray(cut);
     }
-    this.#tail.push(rest);
-    this.#tailLen += rest.length;
-    this.#trimTail();
+    this.#appendTail(rest);
   }
 
-  /** Everything held, without taking it. */
+  /** Everything held, as copies, without taking it. */
   peek(): Drained {
+    const tail = this.#linearTail();
+    const cut = this.#omitted > 0 ? nextBoundary(tail, 0) : 0;
     return {
-      head: concat(this.#head, this.#headLen),
-      tail: concat(this.#tail, this.#tailLen),
-      omitted: this.#omitted,
+      head: this.#head.slice(0, this.#headLen),
+      tail: tail.subarray(cut),
+      omitted: this.#omitted + cut,
     };
   }
 
-  /** Take everything held and reset. */
+  /** Take everything held and reset (storage is released, to be allocated again on demand). */
   drain(): Drained {
     const out = this.peek();
-    this.#head = [];
-    this.#tail = [];
-    this.#headLen = this.#tailLen = this.#omitted = 0;
+    this.#head = this.#ring = EMPTY;
+    this.#headLen =
+      this.#tailLen =
+      this.#ringStart =
+      this.#omitted =
+        0;
     this.#headFull = false;
     return out;
   }
 
   #appendHead(bytes: Uint8Array): void {
-    if (bytes.length === 0) return;
-    this.#head.push(bytes);
-    this.#headLen += bytes.length;
+    const need = this.#headLen + bytes.length;
+    if (need > this.#head.length) {
+      let size = Math.max(INITIAL_HEAD, this.#head.length);
+      while (size < need) size *= 2;
+      const grown = new Uint8Array(Math.min(size, this.#headCap));
+      grown.set(this.#head.subarray(0, this.#headLen));
+      this.#head = grown;
+    }
+    this.#head.set(bytes, this.#headLen);
+    this.#headLen = need;
   }
 
-  #trimTail(): void {
-    let excess = this.#tailLen - this.#tailCap;
-    while (excess > 0) {
-      const first = this.#tail[0];
-      if (first.length <= excess) {
-        this.#tail.shift();
-        this.#tailLen -= first.length;
-        this.#omitted += first.length;
-        excess -= first.length;
-        continue;
-      }
-      const cut = nextBoundary(first, excess);
-      this.#tail[0] = first.subarray(cut);
-      this.#tailLen -= cut;
-      this.#omitted += cut;
-      excess = 0;
+  #appendTail(bytes: Uint8Array): void {
+    if (this.#ring.length === 0) this.#ring = new Uint8Array(this.#tailCap);
+    const cap = this.#tailCap;
+    let src = bytes;
+    if (src.length >= cap) {
+      this.#omitted += this.#tailLen + src.length - cap;
+      src = src.subarray(src.length - cap);
+      this.#ringStart = 0;
+      this.#tailLen = 0;
     }
+    const overflow = this.#tailLen + src.length - cap;
+    if (overflow > 0) {
+      this.#ringStart = (this.#ringStart + overflow) % cap;
+      this.#tailLen -= overflow;
+      this.#omitted += overflow;
+    }
+    const at = (this.#ringStart + this.#tailLen) % cap;
+    const first = Math.min(src.length, cap - at);
+    this.#ring.set(src.subarray(0, first), at);
+    if (first < src.length) this.#ring.set(src.subarray(first), 0);
+    this.#tailLen += src.length;
+  }
+
+  #linearTail(): Uint8Array {
+    if (this.#tailLen === 0) return EMPTY;
+    const out = new Uint8Array(this.#tailLen);
+    const first = Math.min(this.#tailLen, this.#tailCap - this.#ringStart);
+    out.set(this.#ring.subarray(this.#ringStart, this.#ringStart + first));
+    if (first < this.#tailLen) out.set(this.#ring.subarray(0, this.#tailLen - first), first);
+    return out;
   }
 }
 

@@ -13,7 +13,6 @@
 import { check, E, errno, libc } from "../ffi/libc.ts";
 import { EPOLLIN, EPOLLOUT, type Reactor, type Registration } from "../io/reactor.ts";
 import { resizePty, type WindowSize } from "./open.ts";
-import { killSession } from "./signals.ts";
 
 const READ_SIZE = 64 * 1024;
 const READ_SIZE_BIG = BigInt(READ_SIZE);
@@ -31,6 +30,7 @@ export interface ExitStatus {
 
 /** Callbacks a child reports to. */
 export interface ChildSink {
+  /** Output bytes; they are valid only during the call (the read buffer is reused). */
   output(bytes: Uint8Array): void;
   ended(status: ExitStatus): void;
 }
@@ -133,14 +133,6 @@ export class Child {
     if (!this.#closed) libc().kill(-this.pid, sig);
   }
 
-  /**
-   * Send `sigs`, in order, to the child's process group and every process in its session. This
-   * works after the leader ended too: processes it left behind keep its session id.
-   */
-  signalSession(...sigs: number[]): void {
-    killSession(this.pid, sigs);
-  }
-
   #flush(): void {
     const c = libc();
     while (this.#queue.length > 0 && this.#input >= 0) {
@@ -175,7 +167,7 @@ export class Child {
     for (let i = 0; i < MAX_READS_PER_WAKE && !this.#eof; i++) {
       const n = Number(c.read(this.#output, readBuf, READ_SIZE_BIG));
       if (n > 0) {
-        this.#sink.output(readBuf.slice(0, n));
+        this.#sink.output(readBuf.subarray(0, n));
         continue;
       }
       if (n < 0) {

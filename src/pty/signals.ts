@@ -1,7 +1,8 @@
 /**
  * Signals for whole sessions: a child is a session leader, so its process group and every
  * process that still belongs to its session (job-control jobs live in other groups) are found
- * and signalled together. It must never signal a process outside that session.
+ * and signalled together. One /proc scan serves a whole batch of sessions. It must never
+ * signal a process outside those sessions.
  *
  * @module
  */
@@ -23,25 +24,26 @@ export const SIGNALS: Readonly<Record<string, number>> = {
   SIGWINCH: 28,
 };
 
-/** Pids of the processes whose session id is `sid`, read from /proc. */
-export function sessionMembers(sid: number): number[] {
+/** Pids of the processes whose session id is in `sids`, read from /proc in one pass. */
+export function sessionMembers(sids: ReadonlySet<number>): number[] {
   const members: number[] = [];
   for (const name of listDir("/proc")) {
     if (!/^\d+$/.test(name)) continue;
     const stat = readSmallFile(`/proc/${name}/stat`);
     if (stat === undefined) continue;
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    if (Number(fields[3]) === sid) members.push(Number(name));
+    if (sids.has(Number(fields[3]))) members.push(Number(name));
   }
   return members;
 }
 
-/** Send `sigs`, in order, to the group of `leader` and to every member of its session. */
-export function killSession(leader: number, sigs: number[]): void {
+/** Send `sigs`, in order, to the groups of `leaders` and to every member of their sessions. */
+export function killSessions(leaders: number[], sigs: number[]): void {
+  if (leaders.length === 0) return;
   const c = libc();
-  const members = sessionMembers(leader);
+  const members = sessionMembers(new Set(leaders));
   for (const sig of sigs) {
-    c.kill(-leader, sig);
+    for (const leader of leaders) c.kill(-leader, sig);
     for (const pid of members) c.kill(pid, sig);
   }
 }

@@ -14,7 +14,7 @@ import { libc } from "../ffi/libc.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { openPipe, openPty, openSlave, setNonBlocking, type WindowSize } from "../pty/open.ts";
 import type { ChildFds } from "../pty/child.ts";
-import { SIGNALS } from "../pty/signals.ts";
+import { killSessions, SIGNALS } from "../pty/signals.ts";
 import { type SpawnSpec, ttyArgv } from "../pty/spawn.ts";
 import type { Truncator } from "../output/truncator.ts";
 import type { SandboxChoice } from "../sandbox/domains.ts";
@@ -185,9 +185,9 @@ export class SessionManager {
   /** Kill a session's whole process tree and return what output was left. */
   async kill(id: number): Promise<KillResult> {
     const session = this.get(id);
-    const status = await this.#terminate(session, "kill");
+    await this.#terminate([session], "kill");
     this.#sessions.delete(id);
-    return { exit_code: status.code, output: session.take().text };
+    return { exit_code: session.exit!.code, output: session.take().text };
   }
 
   /** Resize a session's terminal. */
@@ -207,8 +207,13 @@ export class SessionManager {
 
   /** Kill every session (server shutdown). */
   async shutdown(): Promise<void> {
-    await Promise.all([...this.#sessions.values()].map((s) => this.#terminate(s, "shutdown")));
+    await this.#terminate([...this.#sessions.values()], "shutdown");
     this.#sessions.clear();
+  }
+
+  /** Sessions in the store. */
+  get size(): number {
+    return this.#sessions.size;
   }
 
   async #reserve(): Promise<number> {
@@ -222,7 +227,7 @@ export class SessionManager {
         );
       }
       this.#sessions.delete(victim.id);
-      await this.#terminate(victim, "prune");
+      await this.#terminate([victim], "prune");
     }
     let id: number;
     do id = MIN_ID + Math.floor(Math.random() * (MAX_ID - MIN_ID + 1)); while (
@@ -280,7 +285,7 @@ export class SessionManager {
     );
     const timeout = req.timeoutMs === undefined
       ? undefined
-      : setTimeout(() => this.#terminate(session, "timeout"), req.timeoutMs);
+      : setTimeout(() => this.#terminate([session], "timeout"), req.timeoutMs);
     session.attach(this.#opts.reactor, { ...fds, pid });
     return session;
   }
@@ -328,20 +333,21 @@ export class SessionManager {
     return result;
   }
 
-  async #terminate(session: Session, reason: EndReason) {
-    if (session.exit) {
-      session.child.signalSession(SIGKILL);
-      return session.exit;
-    }
-    session.endReason = reason;
-    const child = session.child;
-    child.signalSession(SIGHUP, SIGTERM);
+  /**
+   * End `sessions` together: SIGHUP and SIGTERM to their whole sessions, SIGKILL to whatever is
+   * left after the grace period (or at once for sessions that had already exited), with one
+   * /proc scan per step for the whole batch.
+   */
+  async #terminate(sessions: Session[], reason: EndReason): Promise<void> {
+    const live = sessions.filter((s) => !s.exit);
+    for (const s of live) s.endReason = reason;
+    killSessions(live.map((s) => s.child.pid), [SIGHUP, SIGTERM]);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const grace = new Promise<void>((r) => timer = setTimeout(r, this.#opts.killGraceMs ?? 1000));
-    await Promise.race([session.closed, grace]);
+    await Promise.race([Promise.all(live.map((s) => s.closed)), grace]);
     clearTimeout(timer);
-    child.signalSession(SIGKILL);
-    return await session.closed;
+    killSessions(sessions.map((s) => s.child.pid), [SIGKILL]);
+    await Promise.all(sessions.map((s) => s.closed));
   }
 }
 
