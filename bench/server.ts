@@ -41,7 +41,11 @@ export class UexecServer {
     this.#tail = tail;
   }
 
-  /** Starts `deno run --allow-all <entry> --port 0` in `root` with `env` added, and waits until it listens. */
+  /**
+   * Starts the server as `deno task serve` does (its permission and V8 flags, read from
+   * deno.json) but on `entry` with `--port 0`, in `root` with `env` added, and waits until it
+   * listens. Running deno directly keeps `pid` the server's own, for RSS readings.
+   */
   static async start(
     root: string,
     entry: string,
@@ -51,7 +55,7 @@ export class UexecServer {
       Object.entries(Deno.env.toObject()).filter(([k]) => !k.startsWith("UEXEC_")),
     );
     const child = new Deno.Command(Deno.execPath(), {
-      args: ["run", "--allow-all", entry, "--port", "0"],
+      args: [...(await serveFlags(root)), entry, "--port", "0"],
       cwd: root,
       clearEnv: true,
       env: { ...inherited, ...env },
@@ -157,4 +161,18 @@ export class UexecServer {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.stop();
   }
+}
+
+/** The `deno run` flags of the `serve` task in `root`/deno.json (everything before main.ts). */
+async function serveFlags(root: string): Promise<string[]> {
+  const config = JSON.parse(await Deno.readTextFile(`${root}/deno.json`));
+  const words = String(config.tasks.serve).split(/\s+/);
+  const run = words.indexOf("run");
+  const main = words.indexOf("main.ts");
+  if (words[0] !== "deno" || run !== 1 || main < run) {
+    throw new Error(
+      `cannot read the serve task's flags from ${root}/deno.json: ${config.tasks.serve}`,
+    );
+  }
+  return words.slice(1, main);
 }

@@ -138,6 +138,19 @@ Deno.test("request validation and error codes", async (t) => {
     assert.deepEqual(r.body, {
       error: { code: "payload_too_large", message: "request body exceeds 1 MiB" },
     });
+    // A streamed (chunked) body has no content-length: it is counted as it arrives.
+    const chunked = await server.raw("/v1/exec_command", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: ReadableStream.from([
+        new TextEncoder().encode(`{"cmd":"${"x".repeat(700_000)}`),
+        new TextEncoder().encode(`${"x".repeat(700_000)}"}`),
+      ]),
+    });
+    assert.equal(chunked.status, 413);
+    assert.deepEqual(JSON.parse(chunked.text), {
+      error: { code: "payload_too_large", message: "request body exceeds 1 MiB" },
+    });
   });
 
   await t.step("a full store whose sessions are all recent: 429", async () => {
@@ -260,10 +273,8 @@ Deno.test("sessions, kill, prune, streams and events", async (t) => {
   await t.step("DELETE also kills what outlives a leader that died on SIGHUP", async () => {
     const id = await execLive(
       server,
-      "bash -c \"trap '' HUP TERM; exec sleep 302\" & echo started; wait",
-      {
-        until: "started",
-      },
+      "bash -c \"trap '' HUP TERM; echo trapped; exec sleep 302\" & wait",
+      { until: "trapped" },
     );
     const leader = (await server.get(`/v1/sessions/${id}`)).body.pid;
     const survivor = Number(

@@ -167,21 +167,17 @@ export function createApp(deps: AppDeps): Hono {
       await next();
     });
   }
-  app.use(
-    "/v1/*",
-    bodyLimit({
-      maxSize: MAX_BODY_BYTES,
-      onError: (c) =>
-        c.json(
-          errorBody({
-            status: 413,
-            code: "payload_too_large",
-            message: "request body exceeds 1 MiB",
-          }),
-          413,
-        ),
-    }),
-  );
+  const tooLarge = (c: Context) =>
+    c.json(
+      errorBody({ status: 413, code: "payload_too_large", message: "request body exceeds 1 MiB" }),
+      413,
+    );
+  const countedLimit = bodyLimit({ maxSize: MAX_BODY_BYTES, onError: tooLarge });
+  app.use("/v1/*", (c, next) => {
+    const length = c.req.header("content-length");
+    if (length === undefined) return countedLimit(c, next);
+    return Number(length) > MAX_BODY_BYTES ? Promise.resolve(tooLarge(c)) : next();
+  });
 
   const reply = (c: Context, result: Parameters<typeof resultText>[0]) =>
     wantsText(c.req.header("accept")) ? c.text(resultText(result)) : c.json(result);

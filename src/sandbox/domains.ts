@@ -58,6 +58,8 @@ export interface DomainOptions {
 interface Domain {
   root: PrivateDir;
   policy: ResolvedPolicy;
+  /** A session directory made ahead of time, so the next session does not wait for it. */
+  spare?: PrivateDir;
 }
 
 const NO_SESSION_DIR = { env: {}, release() {} };
@@ -68,6 +70,7 @@ export class SandboxDomains {
   #identity?: SandboxIdentity | null;
   #domains = new Map<string, Domain>();
   #prepared = false;
+  #closed = false;
 
   constructor(opts: DomainOptions) {
     this.#opts = opts;
@@ -98,14 +101,22 @@ export class SandboxDomains {
       restriction: { policy: domain.policy, uid: identity?.uid, gid: identity?.gid },
       wrap: (argv) => withLimits(argv, domain.policy.limits),
       session: () => {
-        const dir = createPrivateDir(identity, domain.root.dir);
-        return { env: privateEnv(dir), release: () => removePrivateDir(dir) };
+        const dir = domain.spare ?? createPrivateDir(identity, domain.root.dir);
+        domain.spare = undefined;
+        later(() =>
+          domain.spare ??= this.#closed ? undefined : createPrivateDir(identity, domain.root.dir)
+        );
+        return {
+          env: privateEnv(dir),
+          release: () => later(() => this.#closed || removePrivateDir(dir)),
+        };
       },
     };
   }
 
   /** Remove every domain's private directory (server shutdown). */
   close(): void {
+    this.#closed = true;
     for (const domain of this.#domains.values()) removePrivateDir(domain.root);
     this.#domains.clear();
   }
@@ -160,4 +171,15 @@ export class SandboxDomains {
   #context(workdir: string, tmp: string, childIsRoot: boolean) {
     return { workdir, tmp, home: this.#opts.home, serverPid: this.#opts.serverPid, childIsRoot };
   }
+}
+
+/** Run `work` after the current request, off its critical path; failures are logged. */
+function later(work: () => unknown): void {
+  setTimeout(() => {
+    try {
+      work();
+    } catch (err) {
+      console.error("uexec: private directory upkeep failed:", err);
+    }
+  });
 }
