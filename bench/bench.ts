@@ -4,7 +4,8 @@
  * kernel PTY under `script`, the Codex peer when CODEX_PEER_DIR is set). Prints the table on
  * stdout, progress on stderr, and writes the same to bench/results/latest.json.
  *
- * Flags: `--quick` (small sizes, a smoke run), `--fetch` (HTTP through fetch instead of the lean
+ * Flags: `--quick` (small sizes, a smoke run), `--only <name part>` (run matching workloads
+ * only), `--fetch` (HTTP through fetch instead of the lean
  * HTTP/1.1 client), `--entry <file>` (server entry, default main.ts).
  * Everything started is stopped on failure, time-out and SIGINT/SIGTERM.
  * @module
@@ -40,17 +41,27 @@ const WORKLOADS: { name: string; run: (ctx: Context) => Promise<Outcome>; limitM
   { name: "output no one polls", run: unpolledFlood, limitMs: 120_000 },
 ];
 
-function parseArgs(args: string[]): { quick: boolean; entry: string; fetch: boolean } {
+function parseArgs(
+  args: string[],
+): { quick: boolean; entry: string; fetch: boolean; only?: string } {
   let quick = false;
   let fetch = false;
   let entry = "main.ts";
+  let only: string | undefined;
   for (let i = 0; i < args.length; i++) {
     if (args[i] === "--quick") quick = true;
     else if (args[i] === "--fetch") fetch = true;
     else if (args[i] === "--entry" && i + 1 < args.length) entry = args[++i];
-    else throw new Error(`unknown argument ${args[i]} (flags: --quick, --fetch, --entry <file>)`);
+    else if (args[i] === "--only" && i + 1 < args.length) only = args[++i];
+    else {
+      throw new Error(
+        `unknown argument ${
+          args[i]
+        } (flags: --quick, --fetch, --entry <file>, --only <workload name part>)`,
+      );
+    }
   }
-  return { quick, entry, fetch };
+  return { quick, entry, fetch, only };
 }
 
 function machine() {
@@ -119,7 +130,7 @@ async function runWorkload(
 }
 
 async function main(): Promise<number> {
-  const { quick, entry, fetch } = parseArgs(Deno.args);
+  const { quick, entry, fetch, only } = parseArgs(Deno.args);
   stopOnSignals();
   const started = performance.now();
   const loadAtStart = readProcText("/proc/loadavg").split(" ").slice(0, 3).join(" ");
@@ -136,7 +147,7 @@ async function main(): Promise<number> {
     const peer = await peerFigures(quick);
     const transport = fetch ? fetchTransport : rawTransport;
     const base = { root, entry, workspace, sizes: quick ? QUICK : FULL, peer, transport };
-    for (const w of WORKLOADS) {
+    for (const w of WORKLOADS.filter((w) => only === undefined || w.name.includes(only))) {
       const left = BUDGET_MS - (performance.now() - started);
       if (left < 10_000) {
         rows.push(noFigure(w.name, "skipped", "the bench's 5-minute budget ran out"));

@@ -75,6 +75,8 @@ export class Child {
   #inReg?: Registration;
   #pidReg?: Registration;
   #queue: Uint8Array[] = [];
+  /** Whether the reactor currently reports writability (only while input is queued). */
+  #waitingWritable = false;
   #eof = false;
   #exit?: ExitStatus;
   #graceTimer?: ReturnType<typeof setTimeout>;
@@ -152,6 +154,8 @@ export class Child {
   }
 
   #wantWritable(want: boolean): void {
+    if (want === this.#waitingWritable) return;
+    this.#waitingWritable = want;
     if (this.tty) {
       if (this.#outReg) this.#reactor.modify(this.#outReg, want ? EPOLLIN | EPOLLOUT : EPOLLIN);
     } else if (want && !this.#inReg && this.#input >= 0) {

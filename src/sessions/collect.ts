@@ -1,11 +1,13 @@
 /**
  * Waiting for a session's output within one call: until the child has closed (and all its
  * output is read), the deadline passes, or the `until` pattern matches what this call saw.
- * It wakes only on output, close or the one deadline timer; it never sleeps or polls.
+ * It wakes only on output, close or its deadline (one shared timer serves every call); it never
+ * sleeps or polls.
  *
  * @module
  */
 
+import { Deadlines } from "./deadlines.ts";
 import type { Session, Taken } from "./session.ts";
 
 /** When to stop collecting. */
@@ -47,20 +49,19 @@ class UntilMatcher {
 
 const MATCH_WINDOW = 1024 * 1024;
 
+const deadlines = new Deadlines();
+
 /** Wait per `opts`, then take the session's pending output. */
 export async function collect(session: Session, opts: CollectOptions): Promise<Collected> {
   const matcher = opts.until ? new UntilMatcher(opts.until, session.peekText()) : undefined;
   const unlisten = matcher ? session.listen((bytes) => matcher.feed(bytes)) : undefined;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const deadline = new Promise<void>((resolve) => timer = setTimeout(resolve, opts.yieldMs));
-  let expired = false;
-  deadline.then(() => expired = true);
+  const deadline = deadlines.after(opts.yieldMs);
   try {
-    while (!session.exit && !expired && !matcher?.matched) {
-      await Promise.race([session.pulse.wait(), deadline]);
+    while (!session.exit && !deadline.expired && !matcher?.matched) {
+      await Promise.race([session.pulse.wait(), deadline.reached]);
     }
   } finally {
-    clearTimeout(timer);
+    deadline.cancel();
     unlisten?.();
   }
   return { ...session.take(), exited: session.exit !== undefined };

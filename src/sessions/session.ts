@@ -121,6 +121,7 @@ export class Session implements ChildSink {
 
   /** Output waiting to be collected, decoded, without taking it. */
   peekText(): string {
+    if (this.#pending.size === 0 && this.#carry.length === 0) return "";
     const { head, tail } = this.#pending.peek();
     return decoder.decode(join(this.#carry, head, tail));
   }
