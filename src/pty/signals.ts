@@ -37,13 +37,17 @@ export function sessionMembers(sids: ReadonlySet<number>): number[] {
   return members;
 }
 
-/** Send `sigs`, in order, to the groups of `leaders` and to every member of their sessions. */
-export function killSessions(leaders: number[], sigs: number[]): void {
-  if (leaders.length === 0) return;
+/**
+ * Send `sigs`, in order, to the groups of `leaders` and to every member of their sessions;
+ * returns the members found.
+ */
+export function killSessions(leaders: number[], sigs: number[]): number[] {
+  if (leaders.length === 0) return [];
   const c = libc();
   const members = sessionMembers(new Set(leaders));
   for (const sig of sigs) {
     for (const leader of leaders) c.kill(-leader, sig);
     for (const pid of members) c.kill(pid, sig);
   }
+  return members;
 }

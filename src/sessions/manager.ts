@@ -14,6 +14,7 @@ import { libc } from "../ffi/libc.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { openPipe, openPty, openSlave, setNonBlocking, type WindowSize } from "../pty/open.ts";
 import type { ChildFds } from "../pty/child.ts";
+import { whenGone } from "../pty/gone.ts";
 import { killSessions, SIGNALS } from "../pty/signals.ts";
 import { type SpawnSpec, ttyArgv } from "../pty/spawn.ts";
 import type { Truncator } from "../output/truncator.ts";
@@ -96,6 +97,8 @@ export interface ManagerOptions {
 }
 
 const PROTECTED_RECENT = 8;
+/** How long to wait for SIGKILLed processes to be gone (one stuck in the kernel may take long). */
+const KILLED_EXIT_LIMIT_MS = 2000;
 const MIN_ID = 1000;
 const MAX_ID = 99999;
 const SIGHUP = SIGNALS.SIGHUP;
@@ -339,7 +342,7 @@ export class SessionManager {
   /**
    * End `sessions` together: SIGHUP and SIGTERM to their whole sessions, SIGKILL to whatever is
    * left after the grace period (or at once for sessions that had already exited), with one
-   * /proc scan per step for the whole batch.
+   * /proc scan per step for the whole batch; resolves once the killed processes are gone.
    */
   async #terminate(sessions: Session[], reason: EndReason): Promise<void> {
     const live = sessions.filter((s) => !s.exit);
@@ -349,8 +352,11 @@ export class SessionManager {
     const grace = new Promise<void>((r) => timer = setTimeout(r, this.#opts.killGraceMs ?? 1000));
     await Promise.race([Promise.all(live.map((s) => s.closed)), grace]);
     clearTimeout(timer);
-    killSessions(sessions.map((s) => s.child.pid), [SIGKILL]);
-    await Promise.all(sessions.map((s) => s.closed));
+    const killed = killSessions(sessions.map((s) => s.child.pid), [SIGKILL]);
+    await Promise.all([
+      ...sessions.map((s) => s.closed),
+      whenGone(this.#opts.reactor, killed, KILLED_EXIT_LIMIT_MS),
+    ]);
   }
 }
 
