@@ -8,6 +8,8 @@
  */
 
 import assert from "node:assert/strict";
+import { libc } from "../src/ffi/libc.ts";
+import { openPty } from "../src/pty/open.ts";
 import {
   createPrivateDir,
   prepareWorkdir,
@@ -131,30 +133,6 @@ function listener(): { port: number; close: () => Promise<void> } {
 }
 
 /** A PTY pair opened with libc (as the core does), its slave path, and how to close it. */
-function openPty(): { slave: string; close: () => void } {
-  const libc = Deno.dlopen("libc.so.6", {
-    posix_openpt: { parameters: ["i32"], result: "i32" },
-    grantpt: { parameters: ["i32"], result: "i32" },
-    unlockpt: { parameters: ["i32"], result: "i32" },
-    ptsname_r: { parameters: ["i32", "buffer", "usize"], result: "i32" },
-    close: { parameters: ["i32"], result: "i32" },
-  });
-  const O_RDWR_NOCTTY = 0o2 | 0o400;
-  const master = libc.symbols.posix_openpt(O_RDWR_NOCTTY);
-  const name = new Uint8Array(64);
-  assert.ok(master >= 0);
-  assert.equal(libc.symbols.grantpt(master), 0);
-  assert.equal(libc.symbols.unlockpt(master), 0);
-  assert.equal(libc.symbols.ptsname_r(master, name, BigInt(name.length)), 0);
-  const slave = new TextDecoder().decode(name.subarray(0, name.indexOf(0)));
-  return {
-    slave,
-    close: () => {
-      libc.symbols.close(master);
-      libc.close();
-    },
-  };
-}
 
 /** Python calling an x32 system call and io_uring_setup directly; prints each errno text. */
 const RAW_SYSCALLS = `
@@ -471,24 +449,25 @@ print("reaped")
       },
     );
 
-    await t.step("with ttyPath, only the session's own PTY slave is writable", async () => {
-      const [mine, theirs] = [openPty(), openPty()];
+    await t.step("host terminals are out of reach: the domain has its own devpts", async () => {
+      const host = openPty({ cols: 80, rows: 24 });
       try {
-        for (const pty of [mine, theirs]) Deno.chownSync(pty.slave, 65534, 65534);
+        Deno.chownSync(host.slavePath, 65534, 65534);
+        // Control: the host terminal is writable from outside the sandbox.
+        await Deno.writeTextFile(host.slavePath, "from-host\n");
         const reply = await sandboxed(f, policyFor(f, "none"), [
-          [SH, "-c", `echo a > ${mine.slave} && echo mine-ok; echo b > ${theirs.slave}`],
-        ], { ttyPath: mine.slave });
+          [SH, "-c", `ls /dev/pts; echo b > ${host.slavePath}`],
+        ]);
         assert.deepEqual(reply, {
           results: [{
             code: 2,
             signal: null,
-            stdout: "mine-ok\n",
-            stderr: `/bin/sh: 1: cannot create ${theirs.slave}: Permission denied\n`,
+            stdout: "ptmx\n",
+            stderr: `/bin/sh: 1: cannot create ${host.slavePath}: Permission denied\n`,
           }],
         });
       } finally {
-        mine.close();
-        theirs.close();
+        libc().close(host.master);
       }
     });
 

@@ -1,11 +1,10 @@
 /**
  * Opening and sizing pseudo-terminals, and the pipes used instead when `tty` is false.
  *
- * For a sandboxed child the parent opens the slave too (without making it its controlling
- * terminal), hands it over as stdio, and must close its own copy right after the spawn, so the
- * master reports EOF (EIO) as soon as the last process holding the slave is gone. The slave
- * keeps root's ownership: a sandboxed child never opens any terminal by path, so other
- * sessions' terminals stay out of its reach.
+ * The parent keeps only the master (or its pipe ends), non-blocking and close-on-exec. The slave
+ * is never opened here: the child opens it as its controlling terminal, so the master reports
+ * EOF (EIO) as soon as the last process holding the slave is gone. A PTY belongs to the devpts
+ * instance of the thread that opens it: each sandbox domain's spawner has its own.
  *
  * @module
  */
@@ -44,11 +43,6 @@ export function openPty(size: WindowSize): Pty {
     c.close(master);
     throw err;
   }
-}
-
-/** Open the slave (close-on-exec, never as this process's controlling terminal). */
-export function openSlave(pty: Pty): number {
-  return check("open(pts)", libc().open(cString(pty.slavePath), O.RDWR | O.NOCTTY | O.CLOEXEC));
 }
 
 /** Set the window size of a PTY through its master; the foreground group gets SIGWINCH. */

@@ -1,11 +1,9 @@
 /**
- * Starting a child with `posix_spawnp`: default signal dispositions, an empty signal mask, a
- * working directory, an explicit environment, and a PTY slave or pipes as stdio. No descriptor
- * of the server leaks into the child. The child leads a new session. A PTY slave is either
- * opened by path in the child, which makes it the controlling terminal (for a thread allowed
- * to open it), or inherited as a descriptor, and then the argv must start with `setsid -c`
- * (see `ttyArgv`) to make it the controlling terminal, since posix_spawn has no action for
- * TIOCSCTTY.
+ * Starting a child with `posix_spawnp`: a new session, default signal dispositions, an empty
+ * signal mask, a working directory, an explicit environment, and a new PTY or pipes as stdio.
+ * No descriptor of the server leaks into the child. The PTY is opened on the calling thread,
+ * so it belongs to that thread's devpts instance (a sandbox domain has its own), and the child
+ * opens the slave by path, which makes it its controlling terminal.
  *
  * Call it only through synchronous FFI on the thread whose sandbox the child must inherit (the
  * spawner worker); it must never run on a pool thread.
@@ -14,23 +12,21 @@
  */
 
 import { cString, errnoName, libc, O } from "../ffi/libc.ts";
+import { openPty, type WindowSize } from "./open.ts";
 
 const POSIX_SPAWN_SETSIGDEF = 0x04;
 const POSIX_SPAWN_SETSIGMASK = 0x08;
 const POSIX_SPAWN_SETSID = 0x80;
 
-/** How the child's stdin, stdout and stderr are connected. */
+/** How the child's stdin, stdout and stderr are connected: a new terminal, or given pipes. */
 export type Stdio =
-  | { kind: "pty-path"; path: string }
-  | { kind: "pty-fd"; slave: number }
+  | { kind: "pty"; size: WindowSize }
   | { kind: "pipes"; stdin: number; output: number };
 
-/** util-linux setsid: new session, then TIOCSCTTY on stdin, then exec (same pid). */
-export const SETSID = "/usr/bin/setsid";
-
-/** The argv that runs `argv` with the PTY on stdin as its controlling terminal. */
-export function ttyArgv(argv: string[]): string[] {
-  return [SETSID, "-c", ...argv];
+/** A started child: its pid and, for a terminal, the master (non-blocking, close-on-exec). */
+export interface Spawned {
+  pid: number;
+  master?: number;
 }
 
 /** Everything needed to start one child. */
@@ -64,8 +60,23 @@ function cStringArray(items: string[]): Uint8Array {
   return new Uint8Array(ptrs.buffer);
 }
 
-/** Start the child described by `spec` and return its pid (also its session and group id). */
-export function spawnChild(spec: SpawnSpec): number {
+/** Start the child described by `spec`; its pid is also its session and group id. */
+export function spawnChild(spec: SpawnSpec): Spawned {
+  if (spec.stdio.kind === "pipes") return { pid: spawnWith(spec, spec.stdio) };
+  const pty = openPty(spec.stdio.size);
+  try {
+    return { pid: spawnWith(spec, { path: pty.slavePath }), master: pty.master };
+  } catch (err) {
+    libc().close(pty.master);
+    throw err;
+  }
+}
+
+/** posix_spawnp with stdio from a slave path (opened by the child) or from given pipes. */
+function spawnWith(
+  spec: SpawnSpec,
+  stdio: { path: string } | { stdin: number; output: number },
+): number {
   const c = libc();
   const actions = new Uint8Array(256);
   const attr = new Uint8Array(512);
@@ -73,23 +84,21 @@ export function spawnChild(spec: SpawnSpec): number {
   c.posix_spawn_file_actions_init(actions);
   c.posix_spawnattr_init(attr);
   try {
-    const session = spec.stdio.kind === "pty-fd" ? 0 : POSIX_SPAWN_SETSID;
-    c.posix_spawnattr_setflags(attr, session | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    c.posix_spawnattr_setflags(
+      attr,
+      POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK,
+    );
     c.sigfillset(sigs);
     c.posix_spawnattr_setsigdefault(attr, sigs);
     c.sigemptyset(sigs);
     c.posix_spawnattr_setsigmask(attr, sigs);
-    const cwd = cString(spec.cwd);
-    c.posix_spawn_file_actions_addchdir_np(actions, cwd);
-    if (spec.stdio.kind === "pty-path") {
-      c.posix_spawn_file_actions_addopen(actions, 0, cString(spec.stdio.path), O.RDWR, 0);
-      c.posix_spawn_file_actions_adddup2(actions, 0, 1);
-    } else if (spec.stdio.kind === "pty-fd") {
-      c.posix_spawn_file_actions_adddup2(actions, spec.stdio.slave, 0);
+    c.posix_spawn_file_actions_addchdir_np(actions, cString(spec.cwd));
+    if ("path" in stdio) {
+      c.posix_spawn_file_actions_addopen(actions, 0, cString(stdio.path), O.RDWR, 0);
       c.posix_spawn_file_actions_adddup2(actions, 0, 1);
     } else {
-      c.posix_spawn_file_actions_adddup2(actions, spec.stdio.stdin, 0);
-      c.posix_spawn_file_actions_adddup2(actions, spec.stdio.output, 1);
+      c.posix_spawn_file_actions_adddup2(actions, stdio.stdin, 0);
+      c.posix_spawn_file_actions_adddup2(actions, stdio.output, 1);
     }
     c.posix_spawn_file_actions_adddup2(actions, 1, 2);
     c.posix_spawn_file_actions_addclosefrom_np(actions, 3);

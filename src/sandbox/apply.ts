@@ -33,8 +33,6 @@ export interface ApplyOptions {
   uid?: number;
   /** Gid children run as when the server is root (default: `UEXEC_SANDBOX_GID` or 65534). */
   gid?: number;
-  /** The session's PTY slave; when given, it is the only terminal device granted. */
-  ttyPath?: string;
 }
 
 /**
@@ -70,13 +68,11 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): v
         privateNetwork: policy.network === "loopback",
         readOnlyPaths: readOnlyMounts,
         hideProcesses: root,
+        privateTerminals: root,
       }),
   );
   const rulesetFd = sandboxStep("Landlock ruleset", () => {
-    const plan = planRuleset(policy, abi, {
-      readOnlyEnforcedElsewhere: root,
-      ttyPath: opts.ttyPath,
-    });
+    const plan = planRuleset(policy, abi, { readOnlyEnforcedElsewhere: root });
     return createRuleset(plan);
   });
   try {

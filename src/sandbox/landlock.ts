@@ -59,7 +59,8 @@ const PR_SET_NO_NEW_PRIVS = 38;
 const READ = FS.EXECUTE | FS.READ_FILE | FS.READ_DIR;
 const FILE_ONLY = FS.EXECUTE | FS.WRITE_FILE | FS.READ_FILE | FS.TRUNCATE | FS.IOCTL_DEV;
 const DEVICE = FS.READ_FILE | FS.WRITE_FILE | FS.TRUNCATE | FS.IOCTL_DEV;
-const DEVICE_FILES = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/tty"];
+const TERMINALS = "/dev/pts";
+const DEVICE_FILES = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/tty", "/dev/ptmx"];
 
 /** The Landlock ABI version of the running kernel, or 0 when Landlock is unavailable. */
 export function landlockAbi(): number {
@@ -100,8 +101,6 @@ export interface PlanOptions {
    * then writable roots are granted whole. Otherwise write rights skip those subpaths.
    */
   readOnlyEnforcedElsewhere?: boolean;
-  /** When set, only this PTY slave is granted instead of everything beneath `/dev/pts`. */
-  ttyPath?: string;
 }
 
 function isBeneath(path: string, root: string): boolean {
@@ -195,11 +194,13 @@ export function planRuleset(
   grantRoots(policy.readableRoots, READ, denied, paths);
   grantRoots(policy.writableRoots, READ, denied, paths);
   grantRoots(policy.writableRoots, write, [...denied, ...readOnly], paths);
-  const tty = opts.ttyPath ?? "/dev/pts";
-  const ttyRights = opts.ttyPath ? DEVICE : DEVICE | FS.READ_DIR;
-  for (const path of [tty, ...DEVICE_FILES]) {
+  // Terminals: beneath /dev/pts, which is the domain's own devpts instance when root.
+  for (const path of [TERMINALS, ...DEVICE_FILES]) {
     if (lstatOrNull(path) !== null) {
-      paths.push({ path, access: (tty === path ? ttyRights : DEVICE) & handledFs });
+      paths.push({
+        path,
+        access: (path === TERMINALS ? DEVICE | FS.READ_DIR : DEVICE) & handledFs,
+      });
     }
   }
   return {

@@ -42,6 +42,11 @@ export interface NamespacePlan {
    * they could ptrace: not the server, nor anything else of another uid.
    */
   hideProcesses: boolean;
+  /**
+   * Mount a new devpts instance over /dev/pts: terminals opened by this thread belong to it and
+   * are invisible to every other domain (whose children could otherwise open them by path).
+   */
+  privateTerminals: boolean;
 }
 
 function bringLoopbackUp(): void {
@@ -76,7 +81,7 @@ function bindReadOnly(path: string): void {
 
 /** Unshares the requested namespaces on the calling thread and sets them up. Needs root. */
 export function enterNamespaces(plan: NamespacePlan): void {
-  const mounts = plan.readOnlyPaths.length > 0 || plan.hideProcesses;
+  const mounts = plan.readOnlyPaths.length > 0 || plan.hideProcesses || plan.privateTerminals;
   const flags = (plan.privateNetwork ? CLONE_NEWNET : 0) | (mounts ? CLONE_NEWNS : 0);
   if (flags === 0) return;
   checkedSyscall("unshare", SYS.unshare, flags);
@@ -92,6 +97,17 @@ export function enterNamespaces(plan: NamespacePlan): void {
     null,
   );
   for (const path of plan.readOnlyPaths) bindReadOnly(path);
+  if (plan.privateTerminals) {
+    checkedSyscall(
+      "mount(devpts, /dev/pts, newinstance)",
+      SYS.mount,
+      cString("devpts"),
+      cString("/dev/pts"),
+      cString("devpts"),
+      MS_NOSUID | MS_NOEXEC,
+      cString("newinstance,ptmxmode=0666,mode=0620"),
+    );
+  }
   if (plan.hideProcesses) {
     checkedSyscall(
       "mount(proc, /proc, hidepid=invisible)",

@@ -12,11 +12,10 @@
 import type { EndReason, EventBus } from "../events/bus.ts";
 import { libc } from "../ffi/libc.ts";
 import type { Reactor } from "../io/reactor.ts";
-import { openPipe, openPty, openSlave, setNonBlocking, type WindowSize } from "../pty/open.ts";
-import type { ChildFds } from "../pty/child.ts";
+import { openPipe, setNonBlocking, type WindowSize } from "../pty/open.ts";
 import { whenGone } from "../pty/gone.ts";
 import { killSessions, SIGNALS } from "../pty/signals.ts";
-import { type SpawnSpec, ttyArgv } from "../pty/spawn.ts";
+import type { Spawned, SpawnSpec } from "../pty/spawn.ts";
 import type { Truncator } from "../output/truncator.ts";
 import type { SandboxChoice } from "../sandbox/domains.ts";
 import { type Denial, detectDenial } from "../sandbox/denial.ts";
@@ -249,24 +248,25 @@ export class SessionManager {
     const command = sandbox.wrap([req.shell, req.login ? "-lc" : "-c", req.cmd]);
     const dir = sandbox.session();
     const env = childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env });
-    const { spec, fds, childEnds } = prepareStdio(
-      req,
-      command,
+    const pipes = req.tty ? undefined : openPipes();
+    const spec: SpawnSpec = {
+      argv: command,
       env,
-      sandbox.restriction === undefined,
-    );
-    let pid: number;
+      cwd: req.workdir,
+      stdio: pipes ? { kind: "pipes", ...pipes.child } : { kind: "pty", size: req.size },
+    };
+    let spawned: Spawned;
     try {
-      pid = await spawner.spawn(spec);
+      spawned = await spawner.spawn(spec);
     } catch (err) {
-      closeAll([...new Set([fds.output, fds.input])]);
+      closeAll(pipes ? [pipes.parent.output, pipes.parent.input] : []);
       dir.release();
       if (err instanceof SpawnFailure && err.kind === "spawn") {
         throw new InvalidRequestError(`workdir: ${err.message} in ${req.workdir}`);
       }
       throw err;
     } finally {
-      closeAll(childEnds);
+      closeAll(pipes ? [pipes.child.stdin, pipes.child.output] : []);
     }
     const session = new Session(
       {
@@ -292,7 +292,13 @@ export class SessionManager {
     const timeout = req.timeoutMs === undefined
       ? undefined
       : setTimeout(() => this.#terminate([session], "timeout"), req.timeoutMs);
-    session.attach(this.#opts.reactor, { ...fds, pid });
+    const master = spawned.master!;
+    session.attach(
+      this.#opts.reactor,
+      pipes
+        ? { pid: spawned.pid, tty: false, ...pipes.parent }
+        : { pid: spawned.pid, tty: true, output: master, input: master },
+    );
     return session;
   }
 
@@ -364,46 +370,14 @@ function closeAll(fds: number[]): void {
   for (const fd of fds) if (fd >= 0) libc().close(fd);
 }
 
-/**
- * Open the PTY or pipes for a request; `childEnds` must be closed in the parent after spawn.
- * An unrestricted spawner opens the PTY slave by path itself; a restricted one gets it as a
- * descriptor and the argv runs through `setsid -c`.
- */
-function prepareStdio(
-  req: ExecRequest,
-  argv: string[],
-  env: string[],
-  slaveByPath: boolean,
-): { spec: SpawnSpec; fds: Omit<ChildFds, "pid">; childEnds: number[] } {
-  if (req.tty) {
-    const pty = openPty(req.size);
-    const fds = { tty: true, output: pty.master, input: pty.master };
-    if (slaveByPath) {
-      return {
-        spec: { argv, env, cwd: req.workdir, stdio: { kind: "pty-path", path: pty.slavePath } },
-        fds,
-        childEnds: [],
-      };
-    }
-    const slave = openSlave(pty);
-    return {
-      spec: { argv: ttyArgv(argv), env, cwd: req.workdir, stdio: { kind: "pty-fd", slave } },
-      fds,
-      childEnds: [slave],
-    };
-  }
+/** Pipes for a child without a terminal: its stdin and merged stdout/stderr, and our ends. */
+function openPipes() {
   const [stdinRead, stdinWrite] = openPipe();
   const [outRead, outWrite] = openPipe();
   setNonBlocking(stdinWrite);
   setNonBlocking(outRead);
   return {
-    spec: {
-      argv,
-      env,
-      cwd: req.workdir,
-      stdio: { kind: "pipes", stdin: stdinRead, output: outWrite },
-    },
-    fds: { tty: false, output: outRead, input: stdinWrite },
-    childEnds: [stdinRead, outWrite],
+    child: { stdin: stdinRead, output: outWrite },
+    parent: { output: outRead, input: stdinWrite },
   };
 }

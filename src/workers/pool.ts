@@ -8,7 +8,7 @@
  * @module
  */
 
-import type { SpawnSpec } from "../pty/spawn.ts";
+import type { Spawned, SpawnSpec } from "../pty/spawn.ts";
 import { SandboxUnavailableError } from "../sandbox/errors.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
 import type { WorkerReply, WorkerRequest } from "./protocol.ts";
@@ -63,11 +63,11 @@ export class Spawner {
     };
   }
 
-  /** Start a child on this worker's thread; resolves to its pid. */
-  async spawn(spec: SpawnSpec): Promise<number> {
+  /** Start a child on this worker's thread; resolves to its pid (and PTY master). */
+  async spawn(spec: SpawnSpec): Promise<Spawned> {
     const reply = await this.#request({ type: "spawn", spec });
     if (reply.type !== "spawned") throw failure(reply);
-    return reply.pid;
+    return { pid: reply.pid, master: reply.master };
   }
 
   /** Restrict this worker's thread for good. */

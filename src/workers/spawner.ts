@@ -26,7 +26,7 @@ function handle(req: WorkerRequest): WorkerReply {
   switch (req.type) {
     case "spawn":
       try {
-        return { id: req.id, type: "spawned", pid: spawnChild(req.spec) };
+        return { id: req.id, type: "spawned", ...spawnChild(req.spec) };
       } catch (err) {
         if (err instanceof SpawnError) {
           return {
