@@ -426,3 +426,29 @@ Deno.test("SIGTERM kills every session and leaves no orphan", async () => {
   assert.equal(stopped.code, 0);
   assert.ok(!alive(pid) && !alive(child));
 });
+
+Deno.test("a broken profile stops the server with a message naming the file and the field", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "uexec-profiles-" });
+  try {
+    const shipped = new URL("../sandbox-profiles/", import.meta.url).pathname;
+    for (const entry of Deno.readDirSync(shipped)) {
+      await Deno.copyFile(`${shipped}${entry.name}`, `${dir}/${entry.name}`);
+    }
+    const broken = JSON.parse(await Deno.readTextFile(`${dir}/read-only.json`));
+    broken.network = "sometimes";
+    await Deno.writeTextFile(`${dir}/read-only.json`, JSON.stringify(broken));
+    await assert.rejects(
+      () => startServer({ UEXEC_PROFILES_DIR: dir }),
+      (err: Error) => {
+        assert.match(
+          err.message,
+          /^server exited 2 before listening: uexec: invalid sandbox profile /,
+        );
+        assert.match(err.message, /read-only\.json: field "network": /);
+        return true;
+      },
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
