@@ -4,6 +4,7 @@
  * @module
  */
 
+import type { CallResult } from "../src/sessions/manager.ts";
 import { rawTransport, type Transport } from "./http1.ts";
 
 /** Body of `POST /v1/exec_command` (the fields the bench uses). */
@@ -27,17 +28,8 @@ export interface WriteRequest {
   max_output_tokens?: number;
 }
 
-/** The 200 answer of both routes. */
-export interface ExecResponse {
-  chunk_id: string;
-  wall_time_seconds: number;
-  output: string;
-  session_id?: number;
-  exit_code?: number;
-  original_token_count: number;
-  truncated: boolean;
-  sandbox?: unknown;
-}
+/** The 200 answer of both routes (the server's own result type). */
+export type ExecResponse = CallResult;
 
 /** A non-2xx answer. */
 export class HttpError extends Error {

@@ -85,11 +85,16 @@ export function peerFigure(ctx: Context, pick: (p: PeerFigures) => number): numb
 }
 
 /** The peer's figure as the row's baseline, for workloads with no kernel-level one. */
-export function peerBaseline(
+function peerBaseline(
   ctx: Context,
   pick: (p: PeerFigures) => number,
 ): { value: number; label: string } | undefined {
   return ctx.peer === "skipped" ? undefined : { value: pick(ctx.peer), label: "codex peer" };
+}
+
+/** The peer's figure as both the baseline and the peer column of a row. */
+export function peerColumns(ctx: Context, pick: (p: PeerFigures) => number) {
+  return { baseline: peerBaseline(ctx, pick), peer: peerFigure(ctx, pick) };
 }
 
 /**

@@ -12,14 +12,7 @@ import { cpuSeconds } from "../procs.ts";
 import { row } from "../report.ts";
 import { closeSessions, openCat, roundTrip } from "../sessions.ts";
 import { summarize } from "../stats.ts";
-import {
-  connect,
-  type Context,
-  type Outcome,
-  peerBaseline,
-  peerFigure,
-  startServer,
-} from "../workload.ts";
+import { connect, type Context, type Outcome, peerColumns, startServer } from "../workload.ts";
 
 /** Sessions opened at once while setting up. */
 const OPEN_WIDTH = 10;
@@ -58,8 +51,7 @@ export async function concurrentCats(ctx: Context): Promise<Outcome> {
           metric: "round trips/s",
           unit: "/s",
           uexec: rate,
-          baseline: peerBaseline(ctx, (p) => p.concurrentRoundTripsPerS),
-          peer: peerFigure(ctx, (p) => p.concurrentRoundTripsPerS),
+          ...peerColumns(ctx, (p) => p.concurrentRoundTripsPerS),
           goal: { op: ">=", value: 10_000, text: ">= 10,000/s" },
         }),
         row({
@@ -67,8 +59,7 @@ export async function concurrentCats(ctx: Context): Promise<Outcome> {
           metric: "p99",
           unit: "ms",
           uexec: s.p99,
-          baseline: peerBaseline(ctx, (p) => p.concurrentP99),
-          peer: peerFigure(ctx, (p) => p.concurrentP99),
+          ...peerColumns(ctx, (p) => p.concurrentP99),
           goal: { op: "<=", value: 25, text: "<= 25 ms" },
         }),
       ],

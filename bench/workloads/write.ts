@@ -8,14 +8,7 @@ import { log, ticker } from "../log.ts";
 import { row } from "../report.ts";
 import { closeSessions, openCat, roundTrip } from "../sessions.ts";
 import { summarize } from "../stats.ts";
-import {
-  connect,
-  type Context,
-  type Outcome,
-  peerBaseline,
-  peerFigure,
-  startServer,
-} from "../workload.ts";
+import { connect, type Context, type Outcome, peerColumns, startServer } from "../workload.ts";
 
 const WORKLOAD = "write_stdin ping -> cat";
 const WARMUP = 20;
@@ -49,8 +42,7 @@ export async function writeLatency(ctx: Context): Promise<Outcome> {
         metric: "p50",
         unit: "ms",
         uexec: s.p50,
-        baseline: peerBaseline(ctx, (p) => p.catP50),
-        peer: peerFigure(ctx, (p) => p.catP50),
+        ...peerColumns(ctx, (p) => p.catP50),
         goal: { op: "<=", value: 1, text: "<= 1 ms" },
         note,
       }),
@@ -59,8 +51,7 @@ export async function writeLatency(ctx: Context): Promise<Outcome> {
         metric: "p99",
         unit: "ms",
         uexec: s.p99,
-        baseline: peerBaseline(ctx, (p) => p.catP99),
-        peer: peerFigure(ctx, (p) => p.catP99),
+        ...peerColumns(ctx, (p) => p.catP99),
         goal: { op: "<=", value: 5, text: "<= 5 ms" },
       }),
     ],
