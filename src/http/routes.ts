@@ -175,8 +175,10 @@ export function createApp(deps: AppDeps): Hono {
   const countedLimit = bodyLimit({ maxSize: MAX_BODY_BYTES, onError: tooLarge });
   app.use("/v1/*", (c, next) => {
     const length = c.req.header("content-length");
-    if (length === undefined) return countedLimit(c, next);
-    return Number(length) > MAX_BODY_BYTES ? Promise.resolve(tooLarge(c)) : next();
+    if (length !== undefined) {
+      return Number(length) > MAX_BODY_BYTES ? Promise.resolve(tooLarge(c)) : next();
+    }
+    return c.req.header("transfer-encoding") ? countedLimit(c, next) : next();
   });
 
   const reply = (c: Context, result: Parameters<typeof resultText>[0]) =>
