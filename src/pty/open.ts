@@ -9,7 +9,7 @@
  * @module
  */
 
-import { check, cString, libc, O, OsError } from "../ffi/libc.ts";
+import { check, libc, O, OsError } from "../ffi/libc.ts";
 
 const TIOCSWINSZ = 0x5414;
 const FIONBIO = 0x5421;
