@@ -103,7 +103,7 @@ export async function startServer(config: Config): Promise<Server> {
       await pool.close();
       await reactor.close();
       truncator.close();
-      domains.close();
+      await domains.close();
     },
   };
 }

@@ -36,11 +36,11 @@ interface Fixture {
   ws: string;
   outside: string;
   secret: string;
-  priv: ReturnType<typeof createPrivateDir>;
+  priv: Awaited<ReturnType<typeof createPrivateDir>>;
 }
 
 /** A root-owned tree: base (0700 at first) / ws (0755, with a 0777 `.git`), outside (0777), secret. */
-function makeFixture(): Fixture {
+async function makeFixture(): Promise<Fixture> {
   const base = Deno.makeTempDirSync({ prefix: "uexec-enforce-" });
   const ws = `${base}/ws`;
   Deno.mkdirSync(`${ws}/.git`, { recursive: true });
@@ -55,7 +55,7 @@ function makeFixture(): Fixture {
   const secret = `${base}/secret`;
   Deno.mkdirSync(secret, { mode: 0o755 });
   Deno.writeTextFileSync(`${secret}/key`, "s3cr3t\n", { mode: 0o644 });
-  return { base, ws, outside, secret, priv: createPrivateDir(sandboxIdentity()) };
+  return { base, ws, outside, secret, priv: await createPrivateDir(sandboxIdentity()) };
 }
 
 function policyFor(
@@ -178,7 +178,7 @@ show("own-loopback", own_loopback)
 Deno.test("sandbox enforcement on the real kernel", async (t) => {
   assert.equal(Deno.uid(), 0, "these tests need root (uid drop, namespaces)");
   assert.ok(landlockAbi() >= 6, "these tests need Landlock ABI 6+");
-  const f = makeFixture();
+  const f = await makeFixture();
   try {
     await t.step("probe reports an enforceable sandbox that drops to 65534", () => {
       assert.deepEqual(probeSandbox(), {
@@ -396,25 +396,29 @@ while True:
         break
 print("reaped")
 `;
-      const [bomb, big, mem] = await run(f, policyFor(f, "none"), [
-        withLimits([PY, "-c", forks], { maxProcesses: 20 }),
-        withLimits([SH, "-c", "head -c 8388608 /dev/zero > big; echo rc=$?; stat -c %s big"], {
-          maxFileSizeBytes: 1 << 20,
-        }),
-        withLimits([PY, "-c", "bytearray(1 << 30)"], { addressSpaceBytes: 256 << 20 }),
-      ]);
-      assert.deepEqual(
-        bomb,
-        ok("refused: Resource temporarily unavailable below limit: True\nreaped\n"),
-      );
-      assert.deepEqual(big, {
-        code: 0,
-        signal: null,
-        stdout: "rc=153\n1048576\n",
-        stderr: "File size limit exceeded\n",
-      });
-      assert.equal(mem.code, 1);
-      assert.match(mem.stderr, /\nMemoryError\n$/);
+      for (const wrapper of ["dash", "prlimit"] as const) {
+        const [bomb, big, mem] = await run(f, policyFor(f, "none"), [
+          withLimits([PY, "-c", forks], { maxProcesses: 20 }, wrapper),
+          withLimits(
+            [SH, "-c", "head -c 8388608 /dev/zero > big; echo rc=$?; stat -c %s big"],
+            { maxFileSizeBytes: 1 << 20 },
+            wrapper,
+          ),
+          withLimits([PY, "-c", "bytearray(1 << 30)"], { addressSpaceBytes: 256 << 20 }, wrapper),
+        ]);
+        assert.deepEqual(
+          bomb,
+          ok("refused: Resource temporarily unavailable below limit: True\nreaped\n"),
+        );
+        assert.deepEqual(big, {
+          code: 0,
+          signal: null,
+          stdout: "rc=153\n1048576\n",
+          stderr: "File size limit exceeded\n",
+        });
+        assert.equal(mem.code, 1);
+        assert.match(mem.stderr, /\nMemoryError\n$/);
+      }
       const after = await new Deno.Command("/bin/sh", { args: ["-c", "echo server-fine"] })
         .output();
       assert.equal(new TextDecoder().decode(after.stdout), "server-fine\n");
@@ -502,6 +506,6 @@ print("reaped")
     });
   } finally {
     Deno.removeSync(f.base, { recursive: true });
-    removePrivateDir(f.priv);
+    await removePrivateDir(f.priv);
   }
 });

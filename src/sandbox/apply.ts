@@ -18,7 +18,7 @@ import { createRuleset, landlockAbi, planRuleset, restrictThread } from "./landl
 import { enterNamespaces } from "./namespaces.ts";
 import { installNetworkFilter, seccompSupported } from "./seccomp.ts";
 import { dropThreadIdentity, sandboxIdentity } from "./identity.ts";
-import { PRLIMIT } from "./limits.ts";
+import { DASH, limitWrapper, PRLIMIT } from "./limits.ts";
 import { existingPaths } from "./fsinfo.ts";
 import { closeFd, threadEuid } from "./syscalls.ts";
 
@@ -101,14 +101,6 @@ export interface SandboxProbe {
   error?: string;
 }
 
-function prlimitPresent(): boolean {
-  try {
-    return Deno.statSync(PRLIMIT).isFile;
-  } catch {
-    return false;
-  }
-}
-
 /** Probes the kernel and configuration without changing anything. */
 export function probeSandbox(): SandboxProbe {
   const abi = landlockAbi();
@@ -130,7 +122,7 @@ export function probeSandbox(): SandboxProbe {
   }
   if (abi < MIN_LANDLOCK_ABI) probe.error = `Landlock ABI ${abi}, ${MIN_LANDLOCK_ABI}+ needed`;
   else if (!seccomp) probe.error = "seccomp filtering unavailable";
-  else if (!prlimitPresent()) probe.error = `${PRLIMIT} not found (util-linux)`;
+  else if (limitWrapper() === null) probe.error = `neither ${DASH} nor ${PRLIMIT} found`;
   probe.enforceable = probe.error === undefined;
   return probe;
 }

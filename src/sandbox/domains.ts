@@ -31,6 +31,12 @@ import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
 /** The profile that means "no sandbox". */
 export const FULL_ACCESS = "full-access";
 
+/** A session's private environment (HOME, TMPDIR); `release` it when the session ends. */
+export interface SessionDir {
+  env: Record<string, string>;
+  release(): void;
+}
+
 /** How one session is sandboxed. */
 export interface SandboxChoice {
   profile: string;
@@ -41,8 +47,8 @@ export interface SandboxChoice {
   restriction?: Restriction;
   /** Wrap the argv (resource limits). */
   wrap(argv: string[]): string[];
-  /** Per-session environment (HOME, TMPDIR); call `release` when the session ends. */
-  session(): { env: Record<string, string>; release(): void };
+  /** The session's private directory. */
+  session(): Promise<SessionDir>;
 }
 
 /** Settings of the domain registry. */
@@ -58,17 +64,17 @@ export interface DomainOptions {
 interface Domain {
   root: PrivateDir;
   policy: ResolvedPolicy;
-  /** A session directory made ahead of time, so the next session does not wait for it. */
-  spare?: PrivateDir;
+  /** A session directory being made ahead of time, so the next session need not wait for it. */
+  spare?: Promise<PrivateDir | undefined>;
 }
 
-const NO_SESSION_DIR = { env: {}, release() {} };
+const NO_SESSION_DIR: SessionDir = { env: {}, release() {} };
 
 /** Resolves profiles into domains and owns their private directories. */
 export class SandboxDomains {
   #opts: DomainOptions;
   #identity?: SandboxIdentity | null;
-  #domains = new Map<string, Domain>();
+  #domains = new Map<string, Promise<Domain>>();
   #prepared = false;
   #closed = false;
 
@@ -82,7 +88,7 @@ export class SandboxDomains {
   }
 
   /** The sandbox for a session of profile `name` in `workdir`. */
-  choose(name: string, workdir: string): SandboxChoice {
+  async choose(name: string, workdir: string): Promise<SandboxChoice> {
     const profile = this.#opts.profiles.get(name);
     if (!profile) {
       throw new InvalidRequestError(
@@ -92,7 +98,13 @@ export class SandboxDomains {
     if (!profile.enforce) return this.#unenforced(name, profile, workdir);
     const identity = this.#sandboxIdentity();
     const key = JSON.stringify([name, workdir, identity?.uid ?? null]);
-    const domain = this.#domains.get(key) ?? this.#create(key, profile, workdir, identity);
+    let pending = this.#domains.get(key);
+    if (!pending) {
+      pending = this.#create(profile, workdir, identity);
+      this.#domains.set(key, pending);
+      pending.catch(() => this.#domains.delete(key));
+    }
+    const domain = await pending;
     const protectedNow = existingPaths(domain.policy.readOnlySubpaths);
     return {
       profile: name,
@@ -100,25 +112,31 @@ export class SandboxDomains {
       domain: JSON.stringify([key, protectedNow]),
       restriction: { policy: domain.policy, uid: identity?.uid, gid: identity?.gid },
       wrap: (argv) => withLimits(argv, domain.policy.limits),
-      session: () => {
-        const dir = domain.spare ?? createPrivateDir(identity, domain.root.dir);
-        domain.spare = undefined;
-        later(() =>
-          domain.spare ??= this.#closed ? undefined : createPrivateDir(identity, domain.root.dir)
-        );
-        return {
-          env: privateEnv(dir),
-          release: () => later(() => this.#closed || removePrivateDir(dir)),
-        };
-      },
+      session: () => this.#sessionDir(domain, identity),
     };
   }
 
   /** Remove every domain's private directory (server shutdown). */
-  close(): void {
+  async close(): Promise<void> {
     this.#closed = true;
-    for (const domain of this.#domains.values()) removePrivateDir(domain.root);
+    const domains = await Promise.allSettled(this.#domains.values());
     this.#domains.clear();
+    for (const d of domains) if (d.status === "fulfilled") await removePrivateDir(d.value.root);
+  }
+
+  /** A session directory: the spare made ahead if there is one; then the next spare is made. */
+  async #sessionDir(domain: Domain, identity: SandboxIdentity | null): Promise<SessionDir> {
+    const spare = await domain.spare;
+    const dir = spare ?? await createPrivateDir(identity, domain.root.dir);
+    domain.spare = this.#closed
+      ? undefined
+      : createPrivateDir(identity, domain.root.dir).catch(logged);
+    return {
+      env: privateEnv(dir),
+      release: () => {
+        if (!this.#closed) removePrivateDir(dir).catch(logged);
+      },
+    };
   }
 
   #unenforced(name: string, profile: Profile, workdir: string): SandboxChoice {
@@ -128,7 +146,7 @@ export class SandboxDomains {
       policy,
       domain: FULL_ACCESS,
       wrap: (argv) => argv,
-      session: () => NO_SESSION_DIR,
+      session: () => Promise.resolve(NO_SESSION_DIR),
     };
   }
 
@@ -137,18 +155,15 @@ export class SandboxDomains {
     return this.#identity;
   }
 
-  #create(
-    key: string,
+  async #create(
     profile: Profile,
     workdir: string,
     identity: SandboxIdentity | null,
-  ): Domain {
+  ): Promise<Domain> {
     if (identity) this.#makeReachable(workdir, identity, profile);
-    const root = createPrivateDir(identity);
+    const root = await createPrivateDir(identity);
     const policy = resolveProfile(profile, this.#context(workdir, root.dir, false));
-    const domain = { root, policy };
-    this.#domains.set(key, domain);
-    return domain;
+    return { root, policy };
   }
 
   /**
@@ -173,13 +188,8 @@ export class SandboxDomains {
   }
 }
 
-/** Run `work` after the current request, off its critical path; failures are logged. */
-function later(work: () => unknown): void {
-  setTimeout(() => {
-    try {
-      work();
-    } catch (err) {
-      console.error("uexec: private directory upkeep failed:", err);
-    }
-  });
+/** Log a failed background upkeep step; the next session makes its directory itself. */
+function logged(err: unknown): undefined {
+  console.error("uexec: private directory upkeep failed:", err);
+  return undefined;
 }

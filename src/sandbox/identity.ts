@@ -113,22 +113,26 @@ export interface PrivateDir {
 
 /**
  * Creates a private directory for one session beneath `base` (default: the system temp dir),
- * owned by `identity` when given, mode 0700, with a `home` subdirectory.
+ * owned by `identity` when given, mode 0700, with a `home` subdirectory. The file operations
+ * run off the calling thread.
  */
-export function createPrivateDir(identity: SandboxIdentity | null, base?: string): PrivateDir {
-  const dir = Deno.makeTempDirSync({ prefix: "uexec-session-", dir: base });
+export async function createPrivateDir(
+  identity: SandboxIdentity | null,
+  base?: string,
+): Promise<PrivateDir> {
+  const dir = await Deno.makeTempDir({ prefix: "uexec-session-", dir: base });
   const home = `${dir}/home`;
-  Deno.mkdirSync(home, { mode: 0o700 });
+  await Deno.mkdir(home, { mode: 0o700 });
   for (const path of [dir, home]) {
-    Deno.chmodSync(path, 0o700);
-    if (identity) Deno.chownSync(path, identity.uid, identity.gid);
+    await Deno.chmod(path, 0o700);
+    if (identity) await Deno.chown(path, identity.uid, identity.gid);
   }
   return { dir, home };
 }
 
-/** Removes a session's private directory and everything in it. */
-export function removePrivateDir(dir: PrivateDir): void {
-  Deno.removeSync(dir.dir, { recursive: true });
+/** Removes a session's private directory and everything in it, off the calling thread. */
+export async function removePrivateDir(dir: PrivateDir): Promise<void> {
+  await Deno.remove(dir.dir, { recursive: true });
 }
 
 /** The environment entries that point a child at its private directory. */

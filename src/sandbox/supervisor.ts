@@ -17,7 +17,7 @@ import {
 import type { ApprovalStore, Decision } from "../approvals/store.ts";
 import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
 import type { CallResult, ExecRequest, SessionManager } from "../sessions/manager.ts";
-import { FULL_ACCESS, type SandboxDomains } from "./domains.ts";
+import { FULL_ACCESS, type SandboxChoice, type SandboxDomains } from "./domains.ts";
 
 /** An `exec_command` as the supervisor receives it: the request minus its sandbox. */
 export interface SupervisedExec {
@@ -54,7 +54,7 @@ export class Supervisor {
   /** Run one `exec_command`. */
   async exec(input: SupervisedExec): Promise<CallResult> {
     const profile = this.#profileFor(input.profile);
-    const chosen = this.#opts.domains.choose(profile, input.request.workdir);
+    const chosen = await this.#opts.domains.choose(profile, input.request.workdir);
     const plan = planExecution({
       policy: this.#opts.policy,
       sandboxPermissions: input.sandboxPermissions,
@@ -67,7 +67,7 @@ export class Supervisor {
       (plan.action === "ask" ? plan.thenRun.sandboxed : plan.action === "run" && plan.sandboxed);
     const first = await this.#opts.manager.exec({
       ...input.request,
-      sandbox: sandboxed ? chosen : this.#unsandboxed(input),
+      sandbox: sandboxed ? chosen : await this.#unsandboxed(input),
     });
     if (!sandboxed || first.exit_code === undefined) return first;
     const next = planExecution({
@@ -83,7 +83,7 @@ export class Supervisor {
     }
     const retried = await this.#opts.manager.exec({
       ...input.request,
-      sandbox: this.#unsandboxed(input),
+      sandbox: await this.#unsandboxed(input),
     });
     return { ...retried, sandbox: { ...retried.sandbox, retried: true } };
   }
@@ -99,7 +99,7 @@ export class Supervisor {
     return name;
   }
 
-  #unsandboxed(input: SupervisedExec) {
+  #unsandboxed(input: SupervisedExec): Promise<SandboxChoice> {
     return this.#opts.domains.choose(FULL_ACCESS, input.request.workdir);
   }
 

@@ -246,7 +246,7 @@ export class SessionManager {
     const { sandbox } = req;
     const spawner = await this.#opts.pool.spawner(sandbox.domain, sandbox.restriction);
     const command = sandbox.wrap([req.shell, req.login ? "-lc" : "-c", req.cmd]);
-    const dir = sandbox.session();
+    const dir = await sandbox.session();
     const env = childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env });
     const pipes = req.tty ? undefined : openPipes();
     const spec: SpawnSpec = {
