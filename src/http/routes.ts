@@ -91,10 +91,6 @@ function sessionId(c: Context): number {
   return parsed.data;
 }
 
-function compileUntil(pattern?: string): RegExp | undefined {
-  return pattern === undefined ? undefined : new RegExp(pattern);
-}
-
 /** The shell as an executable path: absolute, or found on the server's PATH. */
 function findShell(shell: string): string {
   const candidates = shell.includes("/")
@@ -197,7 +193,7 @@ export function createApp(deps: AppDeps): Hono {
         env: body.env,
         yieldMs: execYield(body.yield_time_ms),
         maxOutputTokens: body.max_output_tokens,
-        until: compileUntil(body.until),
+        until: body.until,
         timeoutMs: body.timeout_ms,
       },
       profile: body.profile,
@@ -216,7 +212,7 @@ export function createApp(deps: AppDeps): Hono {
         chars: body.chars,
         yieldMs: writeYield(body.chars, body.yield_time_ms),
         maxOutputTokens: body.max_output_tokens,
-        until: compileUntil(body.until),
+        until: body.until,
       }),
     );
   });

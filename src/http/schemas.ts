@@ -22,14 +22,16 @@ export const YIELD = {
 const DEFAULT_MAX_OUTPUT_TOKENS = 10_000;
 const MAX_OUTPUT_TOKENS = 262_144;
 
-const untilPattern = z.string().min(1).max(4096).superRefine((value, ctx) => {
+/** A JavaScript regex, compiled once here (an invalid one is a field error). */
+const untilPattern = z.string().min(1).max(4096).transform((value, ctx) => {
   try {
-    new RegExp(value);
+    return new RegExp(value);
   } catch (err) {
     ctx.addIssue({
       code: "custom",
       message: `invalid regular expression: ${(err as Error).message}`,
     });
+    return z.NEVER;
   }
 });
 
