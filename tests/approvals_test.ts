@@ -1,3 +1,10 @@
+/**
+ * The approval policy and store, without HTTP: every branch of the plan, known-safe commands,
+ * pending -> decided, timeouts, session reuse, typed errors and events.
+ *
+ * @module
+ */
+
 import assert from "node:assert/strict";
 import {
   APPROVAL_POLICIES,

@@ -1,3 +1,10 @@
+/**
+ * Denial detection, table-driven: every message shape seen on these machines, partial networks,
+ * signals and SIGSYS, and Codex's known false positives, which must be negatives here.
+ *
+ * @module
+ */
+
 import assert from "node:assert/strict";
 import {
   type CanAccess,

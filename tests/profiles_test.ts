@@ -1,3 +1,10 @@
+/**
+ * Sandbox profiles: the shipped ones load and resolve exactly; broken ones name the file and the
+ * field.
+ *
+ * @module
+ */
+
 import assert from "node:assert/strict";
 import {
   isWithin,

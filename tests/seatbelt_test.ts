@@ -1,6 +1,8 @@
 /**
  * Seatbelt output pinned by golden files in tests/golden/seatbelt/. Regenerate them with
  * `UPDATE_GOLDEN=1 deno test --allow-all tests/seatbelt_test.ts` and review the diff.
+ *
+ * @module
  */
 import assert from "node:assert/strict";
 import type { ResolvedPolicy } from "../src/sandbox/policy.ts";

@@ -95,6 +95,7 @@ export async function startServer(
     const { value, done } = await reader.read();
     if (done) {
       const status = await child.status;
+      if (!env.UEXEC_WORKSPACE) await Deno.remove(workspace, { recursive: true });
       throw new Error(`server exited ${status.code} before listening: ${await stderrText}`);
     }
     const m = /^uexec listening on (http:\/\/\S+)$/.exec(value);
