@@ -15,9 +15,9 @@ import type { Reactor } from "../io/reactor.ts";
 import { openPipe, setNonBlocking, type WindowSize } from "../pty/open.ts";
 import { whenGone } from "../pty/gone.ts";
 import { killSessions, SIGNALS } from "../pty/signals.ts";
-import type { Spawned, SpawnSpec } from "../pty/spawn.ts";
+import type { Spawned } from "../pty/spawn.ts";
 import type { Truncator } from "../output/truncator.ts";
-import type { SandboxChoice } from "../sandbox/domains.ts";
+import type { SandboxChoice, SessionDir } from "../sandbox/domains.ts";
 import { type Denial, detectDenial } from "../sandbox/denial.ts";
 import { type SpawnerPool, SpawnFailure } from "../workers/pool.ts";
 import { collect, type Collected } from "./collect.ts";
@@ -244,30 +244,32 @@ export class SessionManager {
 
   async #start(id: number, req: ExecRequest): Promise<Session> {
     const { sandbox } = req;
-    const spawner = await this.#opts.pool.spawner(sandbox.domain, sandbox.restriction);
     const command = sandbox.wrap([req.shell, req.login ? "-lc" : "-c", req.cmd]);
-    const dir = await sandbox.session();
-    const env = childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env });
-    const pipes = req.tty ? undefined : openPipes();
-    const spec: SpawnSpec = {
-      argv: command,
-      env,
-      cwd: req.workdir,
-      stdio: pipes ? { kind: "pipes", ...pipes.child } : { kind: "pty", size: req.size },
-    };
+    const lease = await this.#opts.pool.acquire(sandbox.domain, sandbox.restriction);
+    let dir: SessionDir | undefined;
+    let pipes: ReturnType<typeof openPipes> | undefined;
     let spawned: Spawned;
     try {
-      spawned = await spawner.spawn(spec);
+      dir = await sandbox.session();
+      pipes = req.tty ? undefined : openPipes();
+      spawned = await lease.spawner.spawn({
+        argv: command,
+        env: childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env }),
+        cwd: req.workdir,
+        stdio: pipes ? { kind: "pipes", ...pipes.child } : { kind: "pty", size: req.size },
+      });
     } catch (err) {
-      closeAll(pipes ? [pipes.parent.output, pipes.parent.input] : []);
-      dir.release();
+      if (pipes) closeAll([pipes.parent.output, pipes.parent.input]);
+      dir?.release();
+      lease.release();
       if (err instanceof SpawnFailure && err.kind === "spawn") {
         throw new InvalidRequestError(`workdir: ${err.message} in ${req.workdir}`);
       }
       throw err;
     } finally {
-      closeAll(pipes ? [pipes.child.stdin, pipes.child.output] : []);
+      if (pipes) closeAll([pipes.child.stdin, pipes.child.output]);
     }
+    const sessionDir = dir;
     const session = new Session(
       {
         id,
@@ -279,7 +281,8 @@ export class SessionManager {
       },
       (s, status) => {
         clearTimeout(timeout);
-        dir.release();
+        sessionDir.release();
+        lease.release();
         this.#opts.bus.publish({
           type: "end",
           session_id: s.id,

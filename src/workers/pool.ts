@@ -2,8 +2,10 @@
  * Spawner workers kept warm off the request path, and bound to sandbox domains on demand.
  *
  * A domain is everything that shapes a worker thread's restriction (profile, workdir, uid);
- * sessions of one domain share its worker. Warm workers are unrestricted until bound; the pool
- * refills in the background. A worker that failed to restrict is never reused.
+ * sessions of one domain share its worker, holding a lease on it while they live. Warm workers
+ * are unrestricted until bound; the pool refills in the background. A worker that failed to
+ * restrict, or died, is never reused; one whose domain has had no session for a while is
+ * stopped (its children live on).
  *
  * @module
  */
@@ -41,13 +43,18 @@ export class Spawner {
   #worker: Worker;
   #pending = new Map<number, Pending>();
   #nextId = 1;
-  /** Resolves once the worker loaded and can take requests. */
+  #dead?: Error;
+  /** Resolves once the worker loaded and can take requests; rejects if it died first. */
   readonly ready: Promise<void>;
+  /** Called once if the worker dies. */
+  onDeath?: () => void;
+  #stopped = Promise.withResolvers<void>();
 
   constructor() {
     this.#worker = new Worker(new URL("./spawner.ts", import.meta.url), { type: "module" });
-    const { promise, resolve } = Promise.withResolvers<void>();
+    const { promise, resolve, reject } = Promise.withResolvers<void>();
     this.ready = promise;
+    promise.catch(() => {});
     this.#worker.onmessage = (e: MessageEvent<WorkerReply>) => {
       const msg = e.data;
       if (msg.type === "ready") return resolve();
@@ -57,9 +64,12 @@ export class Spawner {
     };
     this.#worker.onerror = (e) => {
       e.preventDefault();
-      const err = new SpawnFailure("internal", `spawner worker failed: ${e.message}`);
-      for (const p of this.#pending.values()) p.reject(err);
+      this.#dead = new SpawnFailure("internal", `spawner worker failed: ${e.message}`);
+      reject(this.#dead);
+      for (const p of this.#pending.values()) p.reject(this.#dead);
       this.#pending.clear();
+      this.terminate();
+      this.onDeath?.();
     };
   }
 
@@ -79,10 +89,17 @@ export class Spawner {
   /** Stop the worker thread (its children live on). */
   terminate(): void {
     this.#worker.terminate();
+    this.#stopped.resolve();
+  }
+
+  /** Resolves once the worker has been stopped. */
+  get stopped(): Promise<void> {
+    return this.#stopped.promise;
   }
 
   async #request(req: Request): Promise<WorkerReply> {
     await this.ready;
+    if (this.#dead) throw this.#dead;
     const id = this.#nextId++;
     const { promise, resolve, reject } = Promise.withResolvers<WorkerReply>();
     this.#pending.set(id, { resolve, reject });
@@ -100,14 +117,31 @@ function failure(reply: WorkerReply): Error {
   return new SpawnFailure("internal", `unexpected worker reply ${reply.type}`);
 }
 
+/** A session's hold on its domain's worker; `release` it when the session ends. */
+export interface Lease {
+  spawner: Spawner;
+  release(): void;
+}
+
+interface Binding {
+  spawner: Promise<Spawner>;
+  users: number;
+  idle?: ReturnType<typeof setTimeout>;
+}
+
+/** How long a domain's worker outlives its last session, by default. */
+const IDLE_MS = 5 * 60_000;
+
 /** Warm workers plus the workers bound to domains. */
 export class SpawnerPool {
   #warm: Spawner[] = [];
-  #domains = new Map<string, Promise<Spawner>>();
+  #domains = new Map<string, Binding>();
   #warmSize: number;
+  #idleMs: number;
 
-  constructor(warmSize = 2) {
+  constructor(warmSize = 2, idleMs = IDLE_MS) {
     this.#warmSize = warmSize;
+    this.#idleMs = idleMs;
     this.#refill();
   }
 
@@ -116,24 +150,62 @@ export class SpawnerPool {
     await Promise.all(this.#warm.map((w) => w.ready));
   }
 
-  /** The worker for `domain`, restricted by `restriction` when it is first bound. */
-  spawner(domain: string, restriction?: Restriction): Promise<Spawner> {
-    let bound = this.#domains.get(domain);
-    if (!bound) {
-      bound = this.#bind(restriction);
-      this.#domains.set(domain, bound);
-      bound.catch(() => this.#domains.delete(domain));
+  /** A lease on the worker for `domain`, restricted by `restriction` when first bound. */
+  async acquire(domain: string, restriction?: Restriction): Promise<Lease> {
+    let binding = this.#domains.get(domain);
+    if (!binding) {
+      const fresh: Binding = { spawner: this.#bind(restriction), users: 0 };
+      fresh.spawner.then(
+        (spawner) => spawner.onDeath = () => this.#forget(domain, fresh),
+        () => this.#forget(domain, fresh),
+      );
+      this.#domains.set(domain, fresh);
+      binding = fresh;
     }
-    return bound;
+    const held = binding;
+    held.users++;
+    clearTimeout(held.idle);
+    try {
+      const spawner = await held.spawner;
+      let released = false;
+      return {
+        spawner,
+        release: () => {
+          if (released) return;
+          released = true;
+          this.#release(domain, held);
+        },
+      };
+    } catch (err) {
+      held.users--;
+      throw err;
+    }
   }
 
   /** Stop every worker. */
   async close(): Promise<void> {
-    const bound = await Promise.allSettled(this.#domains.values());
+    const bindings = [...this.#domains.values()];
+    this.#domains.clear();
+    for (const b of bindings) clearTimeout(b.idle);
+    const bound = await Promise.allSettled(bindings.map((b) => b.spawner));
     for (const b of bound) if (b.status === "fulfilled") b.value.terminate();
     for (const w of this.#warm) w.terminate();
     this.#warm = [];
-    this.#domains.clear();
+  }
+
+  #release(domain: string, binding: Binding): void {
+    if (--binding.users > 0) return;
+    binding.idle = setTimeout(() => {
+      if (binding.users > 0 || !this.#forget(domain, binding)) return;
+      binding.spawner.then((s) => s.terminate(), () => {});
+    }, this.#idleMs);
+  }
+
+  /** Drop `binding` if it is still the one for `domain`; true if it was. */
+  #forget(domain: string, binding: Binding): boolean {
+    if (this.#domains.get(domain) !== binding) return false;
+    this.#domains.delete(domain);
+    return true;
   }
 
   async #bind(restriction?: Restriction): Promise<Spawner> {

@@ -1,0 +1,70 @@
+/**
+ * The spawner pool with real workers: sessions of a domain share its worker, a domain's worker
+ * is stopped once idle and a new one is bound on the next lease, and a failed restriction is
+ * never reused.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { libc } from "../src/ffi/libc.ts";
+import { SandboxUnavailableError } from "../src/sandbox/errors.ts";
+import type { ResolvedPolicy } from "../src/sandbox/policy.ts";
+import { SpawnerPool } from "../src/workers/pool.ts";
+
+function reap(pid: number): number {
+  const status = new Int32Array(1);
+  libc().waitpid(pid, new Uint8Array(status.buffer), 0);
+  return (status[0] >> 8) & 0xff;
+}
+
+const spec = {
+  argv: ["/bin/sh", "-c", "exit 7"],
+  env: [],
+  cwd: "/",
+  stdio: { kind: "pipes" as const, stdin: 0, output: 1 },
+};
+
+Deno.test("leases share a domain's worker; an idle domain's worker is replaced", async () => {
+  const pool = new SpawnerPool(1, 20);
+  try {
+    const a = await pool.acquire("d");
+    const b = await pool.acquire("d");
+    assert.equal(a.spawner, b.spawner);
+    assert.equal(reap((await a.spawner.spawn(spec)).pid), 7);
+    a.release();
+    a.release();
+    b.release();
+    const retired = a.spawner;
+    await retired.stopped;
+    const c = await pool.acquire("d");
+    assert.notEqual(c.spawner, retired);
+    assert.equal(reap((await c.spawner.spawn(spec)).pid), 7);
+    c.release();
+  } finally {
+    await pool.close();
+  }
+});
+
+Deno.test("a restriction that fails is reported and its worker is not reused", async () => {
+  const pool = new SpawnerPool(1, 20);
+  const broken: ResolvedPolicy = {
+    profile: "broken",
+    enforce: true,
+    readableRoots: ["/"],
+    writableRoots: [],
+    readOnlySubpaths: [],
+    denyRead: ["/proc/sys/kernel"],
+    network: "none",
+    limits: {},
+  };
+  try {
+    await assert.rejects(() => pool.acquire("x", { policy: broken }), SandboxUnavailableError);
+    await assert.rejects(() => pool.acquire("x", { policy: broken }), SandboxUnavailableError);
+    const ok = await pool.acquire("y");
+    assert.equal(reap((await ok.spawner.spawn(spec)).pid), 7);
+    ok.release();
+  } finally {
+    await pool.close();
+  }
+});
