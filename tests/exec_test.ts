@@ -87,6 +87,16 @@ Deno.test("exec_command and write_stdin", async (t) => {
     assert.equal(p.body.exit_code, 0);
   });
 
+  await t.step(
+    "a background job that keeps the terminal open does not hold back the exit",
+    async () => {
+      const r = await exec({ cmd: "(trap '' HUP; exec sleep 2) & echo done", yield_time_ms: 30000 });
+      assert.equal(r.body.output, "done\r\n");
+      assert.equal(r.body.exit_code, 0);
+      assert.equal(r.body.session_id, undefined);
+    },
+  );
+
   await t.step("exit codes and signal deaths are preserved", async () => {
     assert.equal((await exec({ cmd: "exit 17" })).body.exit_code, 17);
     assert.equal((await exec({ cmd: "exit 17", tty: false })).body.exit_code, 17);

@@ -205,9 +205,10 @@ export class Child {
 
   #finish(): void {
     if (this.#closed) return;
+    // Closed first: the last drain may reach EOF, whose handler must not finish a second time.
+    this.#closed = true;
     if (!this.#eof) this.#drain();
     clearTimeout(this.#graceTimer);
-    this.#closed = true;
     const c = libc();
     for (const reg of [this.#outReg, this.#inReg]) if (reg) this.#reactor.remove(reg);
     c.close(this.#output);
