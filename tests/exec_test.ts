@@ -90,7 +90,10 @@ Deno.test("exec_command and write_stdin", async (t) => {
   await t.step(
     "a background job that keeps the terminal open does not hold back the exit",
     async () => {
-      const r = await exec({ cmd: "(trap '' HUP; exec sleep 2) & echo done", yield_time_ms: 30000 });
+      const r = await exec({
+        cmd: "(trap '' HUP; exec sleep 2) & echo done",
+        yield_time_ms: 30000,
+      });
       assert.equal(r.body.output, "done\r\n");
       assert.equal(r.body.exit_code, 0);
       assert.equal(r.body.session_id, undefined);
