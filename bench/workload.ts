@@ -20,6 +20,8 @@ export interface Sizes {
   throughputRuns: number;
   concurrentSessions: number;
   concurrentRounds: number;
+  /** Timed passes of the concurrent workload; the median is reported. */
+  concurrentPasses: number;
   idleSessions: number;
   healthzRuns: number;
   floodBytes: number;
@@ -34,6 +36,7 @@ export const FULL: Sizes = {
   throughputRuns: 2,
   concurrentSessions: 100,
   concurrentRounds: 20,
+  concurrentPasses: 5,
   idleSessions: 1000,
   healthzRuns: 500,
   floodBytes: 1024 ** 3,
@@ -48,6 +51,7 @@ export const QUICK: Sizes = {
   throughputRuns: 1,
   concurrentSessions: 20,
   concurrentRounds: 20,
+  concurrentPasses: 1,
   idleSessions: 100,
   healthzRuns: 100,
   floodBytes: 64 * 1024 ** 2,

@@ -79,10 +79,14 @@ export class HeadTailBuffer {
     };
   }
 
-  /** Take everything held and reset (storage is released, to be allocated again on demand). */
+  /**
+   * Take everything held and reset. Large storage is released, to be allocated again on demand;
+   * a small head is kept for the next output, which is the common case of an interactive session.
+   */
   drain(): Drained {
     const out = this.peek();
-    this.#head = this.#ring = EMPTY;
+    if (this.#head.length > INITIAL_HEAD) this.#head = EMPTY;
+    this.#ring = EMPTY;
     this.#headLen =
       this.#tailLen =
       this.#ringStart =

@@ -50,6 +50,7 @@ export interface Taken {
 export type OutputListener = (bytes: Uint8Array) => void;
 
 const decoder = new TextDecoder();
+const NO_BYTES = new Uint8Array(0);
 
 function join(...parts: Uint8Array[]): Uint8Array {
   return concat(parts.filter((p) => p.length > 0), parts.reduce((n, p) => n + p.length, 0));
@@ -72,7 +73,7 @@ export class Session implements ChildSink {
   readonly pulse = new Pulse();
   #child?: Child;
   #pending = new HeadTailBuffer();
-  #carry = new Uint8Array(0);
+  #carry = NO_BYTES;
   #listeners = new Set<OutputListener>();
   #exit?: ExitStatus;
   #closed = Promise.withResolvers<ExitStatus>();
@@ -130,7 +131,7 @@ export class Session implements ChildSink {
   take(): Taken {
     const { head, tail, omitted } = this.#pending.drain();
     if (omitted > 0) {
-      this.#carry = new Uint8Array(0);
+      this.#carry = NO_BYTES;
       const rest = this.#keepIncomplete(tail);
       return {
         text: `${decoder.decode(head)}\n…${omitted} bytes omitted…\n${decoder.decode(rest)}`,
@@ -173,7 +174,7 @@ export class Session implements ChildSink {
   /** Split off a trailing incomplete character into the carry, unless the child has closed. */
   #keepIncomplete(bytes: Uint8Array): Uint8Array {
     const end = this.#exit ? bytes.length : completeLength(bytes);
-    this.#carry = bytes.slice(end);
-    return bytes.subarray(0, end);
+    this.#carry = end === bytes.length ? NO_BYTES : bytes.slice(end);
+    return end === bytes.length ? bytes : bytes.subarray(0, end);
   }
 }
