@@ -26,7 +26,7 @@ const symbols = {
   kill: { parameters: ["i32", "i32"], result: "i32" },
   chown: { parameters: ["buffer", "u32", "u32"], result: "i32" },
   waitpid: { parameters: ["i32", "buffer", "i32"], result: "i32" },
-  syscall: { parameters: ["i64", "i64", "i64"], result: "i64" },
+  syscall: { parameters: ["i64", "i64", "i64", "i64", "i64", "i64", "i64"], result: "i64" },
   eventfd: { parameters: ["u32", "i32"], result: "i32" },
   epoll_create1: { parameters: ["i32"], result: "i32" },
   epoll_ctl: { parameters: ["i32", "i32", "i32", "buffer"], result: "i32" },
@@ -68,6 +68,23 @@ let lib: Deno.DynamicLibrary<typeof symbols> | undefined;
 export function libc(): Libc {
   lib ??= Deno.dlopen("libc.so.6", symbols);
   return lib.symbols;
+}
+
+/** A system call argument: a number, a bigint, or a buffer passed by address. */
+export type SyscallArg = number | bigint | Uint8Array | null;
+
+function toI64(arg: SyscallArg): bigint {
+  if (arg === null) return 0n;
+  if (arg instanceof Uint8Array) {
+    return BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(arg as Uint8Array<ArrayBuffer>)));
+  }
+  return BigInt(arg);
+}
+
+/** `syscall(nr, ...args)` on this thread; the raw result (-1 means: read `errno()`). */
+export function rawSyscall(nr: number, ...args: SyscallArg[]): number {
+  const a = [0, 1, 2, 3, 4, 5].map((i) => toI64(args[i] ?? 0));
+  return Number(libc().syscall(BigInt(nr), a[0], a[1], a[2], a[3], a[4], a[5]));
 }
 
 /** errno of the last failed synchronous call on this thread. Read it right after the call. */
@@ -120,11 +137,11 @@ export const E = { EINTR: 4, EIO: 5, EAGAIN: 11, ECHILD: 10, ESRCH: 3, EPIPE: 32
 /** open(2) flags. */
 export const O = { RDWR: 2, NOCTTY: 0o400, NONBLOCK: 0o4000, CLOEXEC: 0o2000000 } as const;
 
-/** Thrown when a libc call fails; carries errno. */
+/** Thrown when a libc call or system call fails; carries errno. */
 export class OsError extends Error {
-  /** Create an error for `call` failing with `code`. */
-  constructor(readonly call: string, readonly code: number) {
-    super(`${call} failed: errno ${code} (${errnoName(code)})`);
+  /** Create an error for `call` failing with `errno`. */
+  constructor(readonly call: string, readonly errno: number) {
+    super(`${call} failed: ${errnoName(errno)} (errno ${errno})`);
     this.name = "OsError";
   }
 }
@@ -142,7 +159,10 @@ const names: Record<number, string> = {
   20: "ENOTDIR",
   22: "EINVAL",
   24: "EMFILE",
+  30: "EROFS",
   32: "EPIPE",
+  61: "ENODATA",
+  95: "EOPNOTSUPP",
 };
 
 /** The symbolic name of an errno value, e.g. `ENOENT`. */

@@ -10,7 +10,7 @@
  * @module
  */
 
-import { check, E, errno, libc } from "../ffi/libc.ts";
+import { check, E, errno, libc, rawSyscall } from "../ffi/libc.ts";
 import { EPOLLIN, EPOLLOUT, type Reactor, type Registration } from "../io/reactor.ts";
 import { resizePty, type WindowSize } from "./open.ts";
 
@@ -89,7 +89,7 @@ export class Child {
     this.#sink = sink;
     this.#output = fds.output;
     this.#input = fds.input;
-    this.#pidfd = check("pidfd_open", libc().syscall(BigInt(SYS_PIDFD_OPEN), BigInt(fds.pid), 0n));
+    this.#pidfd = check("pidfd_open", rawSyscall(SYS_PIDFD_OPEN, fds.pid, 0));
     this.#pidReg = reactor.add(this.#pidfd, EPOLLIN, { readable: () => this.#reap() });
     this.#outReg = reactor.add(this.#output, EPOLLIN, {
       readable: () => this.#drain(),

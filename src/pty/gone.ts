@@ -6,7 +6,7 @@
  * @module
  */
 
-import { libc } from "../ffi/libc.ts";
+import { libc, rawSyscall } from "../ffi/libc.ts";
 import { EPOLLIN, type Reactor } from "../io/reactor.ts";
 
 const SYS_PIDFD_OPEN = 434;
@@ -17,7 +17,7 @@ export async function whenGone(reactor: Reactor, pids: number[], limitMs: number
   const waits: Promise<void>[] = [];
   const cleanups: (() => void)[] = [];
   for (const pid of pids) {
-    const fd = Number(c.syscall(BigInt(SYS_PIDFD_OPEN), BigInt(pid), 0n));
+    const fd = rawSyscall(SYS_PIDFD_OPEN, pid, 0);
     if (fd < 0) continue;
     const { promise, resolve } = Promise.withResolvers<void>();
     const reg = reactor.add(fd, EPOLLIN, { readable: resolve });

@@ -10,15 +10,8 @@
  * @module
  */
 
-import {
-  checkedSyscall,
-  cString,
-  ERRNO,
-  errno,
-  rawSyscall,
-  SYS,
-  SyscallError,
-} from "./syscalls.ts";
+import { cString, errno, OsError, rawSyscall } from "../ffi/libc.ts";
+import { checkedSyscall, ERRNO, SYS } from "./syscalls.ts";
 
 const VERSION = 2;
 const UNDEFINED_ID = 0xffffffff;
@@ -98,7 +91,7 @@ export function readAcl(path: string, kind: "access" | "default"): AclEntry[] | 
   if (n === -1) {
     const code = errno();
     if (code === ERRNO.ENODATA || code === ERRNO.EOPNOTSUPP) return null;
-    throw new SyscallError(`getxattr(${path})`, code);
+    throw new OsError(`getxattr(${path})`, code);
   }
   return decodeAcl(buf.subarray(0, n));
 }

@@ -7,16 +7,8 @@
  * @module
  */
 
-import {
-  closeFd,
-  cString,
-  ERRNO,
-  errno,
-  openPath,
-  rawSyscall,
-  SYS,
-  SyscallError,
-} from "./syscalls.ts";
+import { cString, errno, OsError, rawSyscall } from "../ffi/libc.ts";
+import { closeFd, ERRNO, openPath, SYS } from "./syscalls.ts";
 
 const AT_FDCWD = -100;
 const AT_SYMLINK_NOFOLLOW = 0x100;
@@ -37,7 +29,7 @@ export function lstatOrNull(path: string, follow = false): PathInfo | null {
   if (rawSyscall(SYS.newfstatat, AT_FDCWD, cString(path), buf, flags) < 0) {
     const code = errno();
     if (code === ERRNO.ENOENT || code === ERRNO.ENOTDIR) return null;
-    throw new SyscallError(`stat(${path})`, code);
+    throw new OsError(`stat(${path})`, code);
   }
   const mode = new DataView(buf.buffer).getUint32(ST_MODE_OFFSET, true);
   return { isDirectory: (mode & S_IFMT) === S_IFDIR };
@@ -54,7 +46,7 @@ export function realPathOrSelf(path: string): string {
   try {
     fd = openPath(path);
   } catch (e) {
-    if (e instanceof SyscallError && (e.errno === ERRNO.ENOENT || e.errno === ERRNO.ENOTDIR)) {
+    if (e instanceof OsError && (e.errno === ERRNO.ENOENT || e.errno === ERRNO.ENOTDIR)) {
       return path;
     }
     throw e;
@@ -62,7 +54,7 @@ export function realPathOrSelf(path: string): string {
   try {
     const buf = new Uint8Array(4096);
     const n = rawSyscall(SYS.readlink, cString(`/proc/self/fd/${fd}`), buf, buf.length);
-    if (n < 0) throw new SyscallError(`readlink(${path})`, errno());
+    if (n < 0) throw new OsError(`readlink(${path})`, errno());
     return new TextDecoder().decode(buf.subarray(0, n));
   } finally {
     closeFd(fd);

@@ -23,7 +23,8 @@ import {
 } from "./acl.ts";
 import { SandboxUnavailableError } from "./errors.ts";
 import { realPathOrSelf } from "./fsinfo.ts";
-import { checkedSyscall, ERRNO, SYS, SyscallError, threadEuid } from "./syscalls.ts";
+import { OsError } from "../ffi/libc.ts";
+import { checkedSyscall, ERRNO, SYS, threadEuid } from "./syscalls.ts";
 
 /** The credentials sandboxed children run as. */
 export interface SandboxIdentity {
@@ -260,7 +261,7 @@ export function prepareWorkdir(
     const skipReal = skip.map(realPathOrSelf);
     return grantTree(real, identity, new Set(skipReal));
   } catch (e) {
-    if (!(e instanceof SyscallError)) throw e;
+    if (!(e instanceof OsError)) throw e;
     const why = e.errno === ERRNO.EOPNOTSUPP
       ? `its file system does not support POSIX ACLs (${e.call})`
       : e.errno === ERRNO.EROFS

@@ -11,7 +11,8 @@
  * @module
  */
 
-import { checkedSyscall, closeFd, cString, SYS } from "./syscalls.ts";
+import { cString } from "../ffi/libc.ts";
+import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
 
 const CLONE_NEWNS = 0x00020000;
 const CLONE_NEWNET = 0x40000000;
