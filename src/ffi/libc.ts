@@ -132,10 +132,38 @@ export function readSmallFile(path: string, max = 4096): string | undefined {
 const D_NAME_OFFSET = 19;
 
 /** errno values and flags used across uexec (x86_64 Linux). */
-export const E = { EINTR: 4, EIO: 5, EAGAIN: 11, ECHILD: 10, ESRCH: 3, EPIPE: 32 } as const;
+export const E = {
+  EPERM: 1,
+  ENOENT: 2,
+  ESRCH: 3,
+  EINTR: 4,
+  EIO: 5,
+  ENOEXEC: 8,
+  EBADF: 9,
+  ECHILD: 10,
+  EAGAIN: 11,
+  ENOMEM: 12,
+  EACCES: 13,
+  ENOTDIR: 20,
+  EINVAL: 22,
+  EMFILE: 24,
+  EROFS: 30,
+  EPIPE: 32,
+  ENODATA: 61,
+  EOPNOTSUPP: 95,
+} as const;
 
 /** open(2) flags. */
-export const O = { RDWR: 2, NOCTTY: 0o400, NONBLOCK: 0o4000, CLOEXEC: 0o2000000 } as const;
+export const O = {
+  RDWR: 2,
+  NOCTTY: 0o400,
+  NONBLOCK: 0o4000,
+  CLOEXEC: 0o2000000,
+  PATH: 0o10000000,
+} as const;
+
+/** The `dirfd` that makes *at() calls resolve paths from the working directory. */
+export const AT_FDCWD = -100;
 
 /** Thrown when a libc call or system call fails; carries errno. */
 export class OsError extends Error {
@@ -146,28 +174,9 @@ export class OsError extends Error {
   }
 }
 
-const names: Record<number, string> = {
-  1: "EPERM",
-  2: "ENOENT",
-  3: "ESRCH",
-  5: "EIO",
-  8: "ENOEXEC",
-  9: "EBADF",
-  11: "EAGAIN",
-  12: "ENOMEM",
-  13: "EACCES",
-  20: "ENOTDIR",
-  22: "EINVAL",
-  24: "EMFILE",
-  30: "EROFS",
-  32: "EPIPE",
-  61: "ENODATA",
-  95: "EOPNOTSUPP",
-};
-
 /** The symbolic name of an errno value, e.g. `ENOENT`. */
 export function errnoName(code: number): string {
-  return names[code] ?? `errno ${code}`;
+  return Object.entries(E).find(([, value]) => value === code)?.[0] ?? `errno ${code}`;
 }
 
 /** Throw an `OsError` for `call` when `result` is negative, reading errno. */

@@ -10,8 +10,8 @@
  * @module
  */
 
-import { cString, errno, OsError, rawSyscall } from "../ffi/libc.ts";
-import { checkedSyscall, ERRNO, SYS } from "./syscalls.ts";
+import { cString, E, errno, OsError, rawSyscall } from "../ffi/libc.ts";
+import { checkedSyscall, SYS } from "./syscalls.ts";
 
 const VERSION = 2;
 const UNDEFINED_ID = 0xffffffff;
@@ -90,7 +90,7 @@ export function readAcl(path: string, kind: "access" | "default"): AclEntry[] | 
   );
   if (n === -1) {
     const code = errno();
-    if (code === ERRNO.ENODATA || code === ERRNO.EOPNOTSUPP) return null;
+    if (code === E.ENODATA || code === E.EOPNOTSUPP) return null;
     throw new OsError(`getxattr(${path})`, code);
   }
   return decodeAcl(buf.subarray(0, n));

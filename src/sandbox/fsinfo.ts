@@ -7,10 +7,9 @@
  * @module
  */
 
-import { cString, errno, OsError, rawSyscall } from "../ffi/libc.ts";
-import { closeFd, ERRNO, openPath, SYS } from "./syscalls.ts";
+import { AT_FDCWD, cString, E, errno, OsError, rawSyscall } from "../ffi/libc.ts";
+import { closeFd, openPath, SYS } from "./syscalls.ts";
 
-const AT_FDCWD = -100;
 const AT_SYMLINK_NOFOLLOW = 0x100;
 const S_IFMT = 0o170000;
 const S_IFDIR = 0o040000;
@@ -28,7 +27,7 @@ export function lstatOrNull(path: string, follow = false): PathInfo | null {
   const flags = follow ? 0 : AT_SYMLINK_NOFOLLOW;
   if (rawSyscall(SYS.newfstatat, AT_FDCWD, cString(path), buf, flags) < 0) {
     const code = errno();
-    if (code === ERRNO.ENOENT || code === ERRNO.ENOTDIR) return null;
+    if (code === E.ENOENT || code === E.ENOTDIR) return null;
     throw new OsError(`stat(${path})`, code);
   }
   const mode = new DataView(buf.buffer).getUint32(ST_MODE_OFFSET, true);
@@ -46,7 +45,7 @@ export function realPathOrSelf(path: string): string {
   try {
     fd = openPath(path);
   } catch (e) {
-    if (e instanceof OsError && (e.errno === ERRNO.ENOENT || e.errno === ERRNO.ENOTDIR)) {
+    if (e instanceof OsError && (e.errno === E.ENOENT || e.errno === E.ENOTDIR)) {
       return path;
     }
     throw e;

@@ -23,8 +23,8 @@ import {
 } from "./acl.ts";
 import { SandboxUnavailableError } from "./errors.ts";
 import { realPathOrSelf } from "./fsinfo.ts";
-import { OsError } from "../ffi/libc.ts";
-import { checkedSyscall, ERRNO, SYS, threadEuid } from "./syscalls.ts";
+import { E, OsError } from "../ffi/libc.ts";
+import { checkedSyscall, SYS, threadEuid } from "./syscalls.ts";
 
 /** The credentials sandboxed children run as. */
 export interface SandboxIdentity {
@@ -262,9 +262,9 @@ export function prepareWorkdir(
     return grantTree(real, identity, new Set(skipReal));
   } catch (e) {
     if (!(e instanceof OsError)) throw e;
-    const why = e.errno === ERRNO.EOPNOTSUPP
+    const why = e.errno === E.EOPNOTSUPP
       ? `its file system does not support POSIX ACLs (${e.call})`
-      : e.errno === ERRNO.EROFS
+      : e.errno === E.EROFS
       ? `it is on a read-only file system (${e.call})`
       : e.message;
     throw unusable(

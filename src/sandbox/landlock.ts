@@ -14,8 +14,8 @@
 import type { ResolvedPolicy } from "./policy.ts";
 import { SandboxUnavailableError } from "./errors.ts";
 import { lstatOrNull, realPathOrSelf } from "./fsinfo.ts";
-import { OsError, rawSyscall } from "../ffi/libc.ts";
-import { checkedSyscall, closeFd, ERRNO, openPath, prctl, SYS } from "./syscalls.ts";
+import { E, OsError, rawSyscall } from "../ffi/libc.ts";
+import { checkedSyscall, closeFd, openPath, prctl, SYS } from "./syscalls.ts";
 
 export { SandboxUnavailableError } from "./errors.ts";
 
@@ -220,7 +220,7 @@ function addPathRule(rulesetFd: number, rule: PathRule): void {
   try {
     fd = openPath(rule.path);
   } catch (e) {
-    if (e instanceof OsError && e.errno === ERRNO.ENOENT) return;
+    if (e instanceof OsError && e.errno === E.ENOENT) return;
     throw e;
   }
   try {

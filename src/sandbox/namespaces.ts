@@ -11,7 +11,7 @@
  * @module
  */
 
-import { cString } from "../ffi/libc.ts";
+import { AT_FDCWD, cString } from "../ffi/libc.ts";
 import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
 
 const CLONE_NEWNS = 0x00020000;
@@ -23,7 +23,6 @@ const MS_BIND = 0x1000;
 const MS_REC = 0x4000;
 const MS_PRIVATE = 1 << 18;
 const MOUNT_ATTR_RDONLY = 1n;
-const AT_FDCWD = -100;
 const AT_RECURSIVE = 0x8000;
 const AF_INET = 2;
 const SOCK_DGRAM = 2;

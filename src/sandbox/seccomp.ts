@@ -10,7 +10,7 @@
  * @module
  */
 
-import { readSmallFile } from "../ffi/libc.ts";
+import { E, readSmallFile } from "../ffi/libc.ts";
 import { checkedSyscall, SYS } from "./syscalls.ts";
 
 const BPF_LD_W_ABS = 0x20;
@@ -21,7 +21,6 @@ const BPF_RET_K = 0x06;
 const RET_KILL_PROCESS = 0x80000000;
 const RET_ERRNO = 0x00050000;
 const RET_ALLOW = 0x7fff0000;
-const EPERM = 1;
 
 const AUDIT_ARCH_X86_64 = 0xc000003e;
 const X32_SYSCALL_BIT = 0x40000000;
@@ -50,7 +49,7 @@ const jge = (k: number, jt: number, jf: number): BpfInstruction => ({ code: BPF_
 
 /** The filter program (x86_64 only). */
 export function denyNetworkProgram(): BpfInstruction[] {
-  const denyErrno = RET_ERRNO | EPERM;
+  const denyErrno = RET_ERRNO | E.EPERM;
   const ioUring = [SYS.io_uring_setup, SYS.io_uring_enter, SYS.io_uring_register];
   const families = [AF_INET, AF_INET6, AF_PACKET];
   // Layout after the arch check: [nr checks..., ALLOW, DENY, socket family checks..., ALLOW].

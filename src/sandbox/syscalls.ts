@@ -9,7 +9,7 @@
  * @module
  */
 
-import { cString, errno, OsError, rawSyscall, type SyscallArg } from "../ffi/libc.ts";
+import { AT_FDCWD, cString, errno, O, OsError, rawSyscall, type SyscallArg } from "../ffi/libc.ts";
 
 /** x86_64 system call numbers used by the sandbox. */
 export const SYS = {
@@ -42,21 +42,6 @@ export const SYS = {
   landlock_restrict_self: 446,
 } as const;
 
-/** errno values the sandbox inspects. */
-export const ERRNO = {
-  EPERM: 1,
-  ENOENT: 2,
-  ENOTDIR: 20,
-  EACCES: 13,
-  EROFS: 30,
-  ENODATA: 61,
-  EOPNOTSUPP: 95,
-} as const;
-
-const AT_FDCWD = -100;
-const O_PATH = 0o10000000;
-const O_CLOEXEC = 0o2000000;
-
 /** Like `rawSyscall` but throws an `OsError` on failure. */
 export function checkedSyscall(name: string, nr: number, ...args: SyscallArg[]): number {
   const r = rawSyscall(nr, ...args);
@@ -71,7 +56,7 @@ export function openPath(path: string): number {
     SYS.openat,
     AT_FDCWD,
     cString(path),
-    O_PATH | O_CLOEXEC,
+    O.PATH | O.CLOEXEC,
     0,
   );
 }
