@@ -87,14 +87,20 @@ export class SandboxDomains {
     return [...this.#opts.profiles.keys()];
   }
 
-  /** The sandbox for a session of profile `name` in `workdir`. */
-  async choose(name: string, workdir: string): Promise<SandboxChoice> {
+  /** The loaded profile `name`; an unknown name is the request's error. */
+  profile(name: string): Profile {
     const profile = this.#opts.profiles.get(name);
     if (!profile) {
       throw new InvalidRequestError(
         `profile: unknown profile ${JSON.stringify(name)}; known: ${this.names.join(", ")}`,
       );
     }
+    return profile;
+  }
+
+  /** The sandbox for a session of profile `name` in `workdir`. */
+  async choose(name: string, workdir: string): Promise<SandboxChoice> {
+    const profile = this.profile(name);
     if (!profile.enforce) return this.#unenforced(name, profile, workdir);
     const identity = this.#sandboxIdentity();
     const key = JSON.stringify([name, workdir, identity?.uid ?? null]);

@@ -54,7 +54,6 @@ export class Supervisor {
   /** Run one `exec_command`. */
   async exec(input: SupervisedExec): Promise<CallResult> {
     const profile = this.#profileFor(input.profile);
-    const chosen = await this.#opts.domains.choose(profile, input.request.workdir);
     const plan = planExecution({
       policy: this.#opts.policy,
       sandboxPermissions: input.sandboxPermissions,
@@ -63,13 +62,14 @@ export class Supervisor {
     });
     if (plan.action === "reject") throw new RejectedError(plan.message);
     if (plan.action === "ask") await this.#approve(input, profile, plan.reason);
-    const sandboxed = chosen.policy.enforce &&
-      (plan.action === "ask" ? plan.thenRun.sandboxed : plan.action === "run" && plan.sandboxed);
-    const first = await this.#opts.manager.exec({
-      ...input.request,
-      sandbox: sandboxed ? chosen : await this.#unsandboxed(input),
-    });
-    if (!sandboxed || first.exit_code === undefined) return first;
+    const wantsSandbox = plan.action === "ask"
+      ? plan.thenRun.sandboxed
+      : plan.action === "run" && plan.sandboxed;
+    const sandbox = wantsSandbox
+      ? await this.#opts.domains.choose(profile, input.request.workdir)
+      : await this.#unsandboxed(input);
+    const first = await this.#opts.manager.exec({ ...input.request, sandbox });
+    if (!sandbox.policy.enforce || first.exit_code === undefined) return first;
     const next = planExecution({
       policy: this.#opts.policy,
       sandboxPermissions: input.sandboxPermissions,
@@ -88,9 +88,13 @@ export class Supervisor {
     return { ...retried, sandbox: { ...retried.sandbox, retried: true } };
   }
 
-  /** The profile asked for, or the default; full-access only when it is the server default. */
+  /**
+   * The profile asked for, or the default (checked before anything is asked or prepared);
+   * full-access only when it is the server default.
+   */
   #profileFor(requested?: string): string {
     const name = requested ?? this.#opts.defaultProfile;
+    this.#opts.domains.profile(name);
     if (name === FULL_ACCESS && this.#opts.defaultProfile !== FULL_ACCESS) {
       throw new InvalidRequestError(
         "profile: full-access is reachable only through sandbox_permissions: require_escalated and an approval",
