@@ -10,6 +10,7 @@
  */
 
 import { SandboxUnavailableError } from "./errors.ts";
+import { lstatOrNull } from "./fsinfo.ts";
 import type { ResourceLimits } from "./policy.ts";
 
 /** Where util-linux prlimit lives on the supported systems. */
@@ -59,11 +60,8 @@ export function dashScript(limits: ResourceLimits): string {
 }
 
 function exists(path: string): boolean {
-  try {
-    return Deno.statSync(path).isFile;
-  } catch {
-    return false;
-  }
+  const info = lstatOrNull(path, true);
+  return info !== null && !info.isDirectory;
 }
 
 let chosen: LimitWrapper | null | undefined;
