@@ -1,25 +1,26 @@
 /**
  * Deadlines for many concurrent calls on one timer: a min-heap of due times with a single
- * `setTimeout` armed for the earliest. Setting and cancelling a deadline costs a heap push and
- * a flag, where a timer per call costs a runtime timer object each time. It never polls: the
- * one timer fires only when the earliest live deadline is due.
+ * `setTimeout` armed for the earliest. Setting a deadline costs a heap push and cancelling one
+ * a heap removal, where a timer per call costs a runtime timer object each time. A cancelled
+ * deadline leaves the heap at once, so nothing it holds outlives its call. It never polls: the
+ * one timer fires only when the earliest deadline is due.
  *
  * @module
  */
 
+/** A deadline's callback, fired once when it passes unless cancelled first. */
+export type OnDeadline = () => void;
+
 interface Entry {
   due: number;
-  fire: () => void;
-  cancelled: boolean;
+  fire: OnDeadline;
+  /** Position in the heap; -1 once fired or cancelled. */
+  index: number;
 }
 
 /** A pending deadline. */
 export interface Deadline {
-  /** Resolves when the deadline passes (never, once cancelled). */
-  readonly reached: Promise<void>;
-  /** True once it passed. */
-  readonly expired: boolean;
-  /** Forget it; the promise then never resolves. */
+  /** Forget it: its callback will not be called. */
   cancel(): void;
 }
 
@@ -29,34 +30,35 @@ export class Deadlines {
   #timer?: ReturnType<typeof setTimeout>;
   #armedFor = Infinity;
 
-  /** A deadline `ms` milliseconds from now. */
-  after(ms: number): Deadline {
-    const { promise, resolve } = Promise.withResolvers<void>();
-    let expired = false;
-    const entry: Entry = {
-      due: performance.now() + ms,
-      fire: () => {
-        expired = true;
-        resolve();
-      },
-      cancelled: false,
-    };
-    this.#push(entry);
+  /** Call `fire` `ms` milliseconds from now, unless cancelled first. */
+  after(ms: number, fire: OnDeadline): Deadline {
+    const entry: Entry = { due: performance.now() + ms, fire, index: this.#heap.length };
+    this.#heap.push(entry);
+    this.#up(entry.index);
     if (entry.due < this.#armedFor) this.#arm();
-    return {
-      reached: promise,
-      get expired() {
-        return expired;
-      },
-      cancel: () => entry.cancelled = true,
-    };
+    return { cancel: () => this.#remove(entry) };
+  }
+
+  /** Deadlines waiting to pass. */
+  get size(): number {
+    return this.#heap.length;
+  }
+
+  #remove(entry: Entry): void {
+    const i = entry.index;
+    if (i < 0) return;
+    entry.index = -1;
+    const last = this.#heap.pop()!;
+    if (last === entry) return;
+    this.#place(last, i);
+    this.#down(i);
+    this.#up(last.index);
   }
 
   #arm(): void {
     clearTimeout(this.#timer);
     this.#timer = undefined;
     this.#armedFor = Infinity;
-    while (this.#heap.length > 0 && this.#heap[0].cancelled) this.#pop();
     if (this.#heap.length === 0) return;
     const due = this.#heap[0].due;
     this.#armedFor = due;
@@ -65,40 +67,43 @@ export class Deadlines {
 
   #fire(): void {
     const now = performance.now();
-    while (this.#heap.length > 0 && (this.#heap[0].cancelled || this.#heap[0].due <= now)) {
-      const entry = this.#pop();
-      if (!entry.cancelled) entry.fire();
+    while (this.#heap.length > 0 && this.#heap[0].due <= now) {
+      const entry = this.#heap[0];
+      this.#remove(entry);
+      entry.fire();
     }
     this.#arm();
   }
 
-  #push(entry: Entry): void {
-    const heap = this.#heap;
-    heap.push(entry);
-    for (let i = heap.length - 1; i > 0;) {
-      const parent = (i - 1) >> 1;
-      if (heap[parent].due <= heap[i].due) break;
-      [heap[parent], heap[i]] = [heap[i], heap[parent]];
-      i = parent;
-    }
+  #place(entry: Entry, i: number): void {
+    this.#heap[i] = entry;
+    entry.index = i;
   }
 
-  #pop(): Entry {
+  #up(i: number): void {
     const heap = this.#heap;
-    const top = heap[0];
-    const last = heap.pop()!;
-    if (heap.length > 0) {
-      heap[0] = last;
-      for (let i = 0;;) {
-        const l = 2 * i + 1, r = l + 1;
-        let m = i;
-        if (l < heap.length && heap[l].due < heap[m].due) m = l;
-        if (r < heap.length && heap[r].due < heap[m].due) m = r;
-        if (m === i) break;
-        [heap[m], heap[i]] = [heap[i], heap[m]];
-        i = m;
-      }
+    const entry = heap[i];
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (heap[parent].due <= entry.due) break;
+      this.#place(heap[parent], i);
+      i = parent;
     }
-    return top;
+    this.#place(entry, i);
+  }
+
+  #down(i: number): void {
+    const heap = this.#heap;
+    const entry = heap[i];
+    for (;;) {
+      const l = 2 * i + 1, r = l + 1;
+      let m = l;
+      if (l >= heap.length) break;
+      if (r < heap.length && heap[r].due < heap[l].due) m = r;
+      if (heap[m].due >= entry.due) break;
+      this.#place(heap[m], i);
+      i = m;
+    }
+    this.#place(entry, i);
   }
 }
