@@ -209,6 +209,19 @@ Deno.test("exec_command and write_stdin", async (t) => {
     await server.del(`/v1/sessions/${r.body.session_id}`);
   });
 
+  await t.step("until matches a character whose bytes arrive in separate reads", async () => {
+    const r = await exec({
+      cmd: "stty -echo; printf 'caf\\303'; read x; printf '\\251!\\n'; read y",
+      until: "caf",
+      yield_time_ms: 30000,
+    });
+    assert.equal(r.body.output, "caf");
+    const id = r.body.session_id;
+    const w = await write({ session_id: id, chars: "\n", until: "é!", yield_time_ms: 30000 });
+    assert.equal(w.body.output, "é!\r\n");
+    await server.del(`/v1/sessions/${id}`);
+  });
+
   await t.step("the base environment is scrubbed and forced", async () => {
     const r = await exec({
       cmd: "env | sort",

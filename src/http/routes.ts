@@ -248,14 +248,15 @@ export function createApp(deps: AppDeps): Hono {
     const base64 = c.req.query("encoding") === "base64";
     return sseResponse((send, close) => {
       const decoder = new TextDecoder();
-      const unlisten = session.listen((bytes) =>
-        send(
-          "output",
-          base64
-            ? { base64: encodeBase64(bytes) }
-            : { text: decoder.decode(bytes, { stream: true }) },
-        )
-      );
+      const unlisten = session.listen({
+        output: (bytes) =>
+          send(
+            "output",
+            base64
+              ? { base64: encodeBase64(bytes) }
+              : { text: decoder.decode(bytes, { stream: true }) },
+          ),
+      });
       session.closed.then((status) => {
         send("exit", { exit_code: status.code });
         close();

@@ -1,12 +1,14 @@
 /**
  * Waiting for a session's output within one call: until the child has closed (and all its
  * output is read), the deadline passes, or the `until` pattern matches what this call saw.
- * It wakes only on output, close or its deadline (one shared timer serves every call); it never
- * sleeps or polls.
+ * It wakes only on output (when it has a pattern to match), close or its deadline (one shared
+ * timer serves every call); it never sleeps or polls.
  *
  * @module
  */
 
+import { concat } from "../output/head_tail.ts";
+import { completeLength } from "../output/utf8.ts";
 import { Deadlines } from "./deadlines.ts";
 import type { Session, Taken } from "./session.ts";
 
@@ -24,15 +26,19 @@ export interface Collected extends Taken {
   exited: boolean;
 }
 
+const MATCH_WINDOW = 1024 * 1024;
+const NO_BYTES = new Uint8Array(0);
+const decoder = new TextDecoder();
+
 /** Text matched against `until`, kept to a bounded window. */
 class UntilMatcher {
-  #text: string;
-  #decoder = new TextDecoder();
-  #matched: boolean;
+  #text = "";
+  /** A trailing incomplete UTF-8 sequence, decoded once the rest of it arrives. */
+  #carry = NO_BYTES;
+  #matched = false;
 
-  constructor(readonly pattern: RegExp, initial: string) {
-    this.#text = initial;
-    this.#matched = pattern.test(initial);
+  constructor(readonly pattern: RegExp, pending: Uint8Array) {
+    this.feed(pending);
   }
 
   get matched(): boolean {
@@ -41,28 +47,42 @@ class UntilMatcher {
 
   feed(bytes: Uint8Array): void {
     if (this.#matched) return;
-    this.#text += this.#decoder.decode(bytes, { stream: true });
+    const data = this.#carry.length === 0
+      ? bytes
+      : concat([this.#carry, bytes], this.#carry.length + bytes.length);
+    const end = completeLength(data);
+    this.#carry = end === data.length ? NO_BYTES : data.slice(end);
+    this.#text += decoder.decode(data.subarray(0, end));
     if (this.#text.length > 2 * MATCH_WINDOW) this.#text = this.#text.slice(-MATCH_WINDOW);
     this.#matched = this.pattern.test(this.#text);
   }
 }
 
-const MATCH_WINDOW = 1024 * 1024;
-
 const deadlines = new Deadlines();
 
-/** Wait per `opts`, then take the session's pending output. */
-export async function collect(session: Session, opts: CollectOptions): Promise<Collected> {
-  const matcher = opts.until ? new UntilMatcher(opts.until, session.peekText()) : undefined;
-  const unlisten = matcher ? session.listen((bytes) => matcher.feed(bytes)) : undefined;
-  const deadline = deadlines.after(opts.yieldMs);
-  try {
-    while (!session.exit && !deadline.expired && !matcher?.matched) {
-      await Promise.race([session.pulse.wait(), deadline.reached]);
-    }
-  } finally {
-    deadline.cancel();
-    unlisten?.();
-  }
+function taken(session: Session): Collected {
   return { ...session.take(), exited: session.exit !== undefined };
+}
+
+/** Wait per `opts`, then take the session's pending output. */
+export function collect(session: Session, opts: CollectOptions): Promise<Collected> {
+  const matcher = opts.until ? new UntilMatcher(opts.until, session.peekBytes()) : undefined;
+  if (session.exit || matcher?.matched) return Promise.resolve(taken(session));
+  const { promise, resolve } = Promise.withResolvers<Collected>();
+  const finish = () => {
+    deadline.cancel();
+    unlisten();
+    resolve(taken(session));
+  };
+  const unlisten = session.listen({
+    output: matcher
+      ? (bytes) => {
+        matcher.feed(bytes);
+        if (matcher.matched) finish();
+      }
+      : undefined,
+    ended: finish,
+  });
+  const deadline = deadlines.after(opts.yieldMs, finish);
+  return promise;
 }

@@ -15,7 +15,6 @@ import type { Reactor } from "../io/reactor.ts";
 import { concat, HeadTailBuffer } from "../output/head_tail.ts";
 import { completeLength } from "../output/utf8.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
-import { Pulse } from "./pulse.ts";
 
 /** Public description of a live session. */
 export interface SessionInfo {
@@ -46,8 +45,13 @@ export interface Taken {
   omittedBytes: number;
 }
 
-/** A listener for raw output bytes. */
-export type OutputListener = (bytes: Uint8Array) => void;
+/** A listener for a session's raw output bytes and its end. */
+export interface SessionListener {
+  /** Output arrived (the bytes are valid only during the call). */
+  output?(bytes: Uint8Array): void;
+  /** The child ended and all its output was delivered. */
+  ended?(status: ExitStatus): void;
+}
 
 const decoder = new TextDecoder();
 const NO_BYTES = new Uint8Array(0);
@@ -69,12 +73,10 @@ export class Session implements ChildSink {
   lastUsedAt = new Date();
   /** Why it ended, once decided by whoever ends it; defaults to a plain exit. */
   endReason: EndReason = "exit";
-  /** Fires on output and on close. */
-  readonly pulse = new Pulse();
   #child?: Child;
   #pending = new HeadTailBuffer();
   #carry = NO_BYTES;
-  #listeners = new Set<OutputListener>();
+  #listeners = new Set<SessionListener>();
   #exit?: ExitStatus;
   #closed = Promise.withResolvers<ExitStatus>();
   #onClose: (session: Session, status: ExitStatus) => void;
@@ -114,17 +116,17 @@ export class Session implements ChildSink {
     this.lastUsedAt = new Date();
   }
 
-  /** Listen to raw output from now on; returns the unsubscribe function. */
-  listen(listener: OutputListener): () => void {
+  /** Listen to raw output and the end from now on; returns the unsubscribe function. */
+  listen(listener: SessionListener): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
   }
 
-  /** Output waiting to be collected, decoded, without taking it. */
-  peekText(): string {
-    if (this.#pending.size === 0 && this.#carry.length === 0) return "";
+  /** The bytes waiting to be collected (with any carried partial character), without taking them. */
+  peekBytes(): Uint8Array {
+    if (this.#pending.size === 0) return this.#carry;
     const { head, tail } = this.#pending.peek();
-    return decoder.decode(join(this.#carry, head, tail));
+    return join(this.#carry, head, tail);
   }
 
   /** Take the output waiting to be collected. */
@@ -145,8 +147,7 @@ export class Session implements ChildSink {
   /** ChildSink: output arrived. */
   output(bytes: Uint8Array): void {
     this.#pending.push(bytes);
-    for (const listener of this.#listeners) listener(bytes);
-    this.pulse.fire();
+    for (const listener of this.#listeners) listener.output?.(bytes);
   }
 
   /** ChildSink: the child ended and its output is drained. */
@@ -154,7 +155,7 @@ export class Session implements ChildSink {
     this.#exit = status;
     this.#onClose(this, status);
     this.#closed.resolve(status);
-    this.pulse.fire();
+    for (const listener of this.#listeners) listener.ended?.(status);
   }
 
   /** Description for the sessions API. */
