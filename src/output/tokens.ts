@@ -10,7 +10,12 @@
  * @module
  */
 
-import { countTokens as countPiece, decode, encode } from "gpt-tokenizer/encoding/o200k_base";
+import {
+  countTokens as countPiece,
+  decode,
+  encode,
+  setMergeCacheSize,
+} from "gpt-tokenizer/encoding/o200k_base";
 
 /** The longest segment handed to the tokenizer at once. */
 export const SEGMENT_CHARS = 4096;
@@ -45,6 +50,14 @@ export function segments(text: string): string[] {
   }
   return out;
 }
+
+/**
+ * Pre-tokens whose merges the tokenizer keeps. Its default (100,000) keeps every unique word of
+ * a long-running server's outputs alive for a long time, which makes garbage collection work
+ * hard; common words fit in far fewer.
+ */
+const MERGE_CACHE_ENTRIES = 8192;
+setMergeCacheSize(MERGE_CACHE_ENTRIES);
 
 const MEMO_ENTRIES = 8192;
 const memo = new Map<string, number>();
