@@ -172,6 +172,8 @@ export class Child {
       const n = Number(c.read(this.#output, readBuf, READ_SIZE_BIG));
       if (n > 0) {
         this.#sink.output(readBuf.subarray(0, n));
+        // A short read took all there was; the (level-triggered) reactor reports what comes next.
+        if (n < READ_SIZE) return;
         continue;
       }
       if (n < 0) {
