@@ -222,6 +222,13 @@ Deno.test("exec_command and write_stdin", async (t) => {
     await server.del(`/v1/sessions/${id}`);
   });
 
+  await t.step("output with special-token text comes back as text", async () => {
+    const r = await exec({ cmd: "echo 'a <|endoftext|> b'" });
+    assert.equal(r.status, 200);
+    assert.equal(r.body.output, "a <|endoftext|> b\r\n");
+    assert.equal(r.body.exit_code, 0);
+  });
+
   await t.step("the base environment is scrubbed and forced", async () => {
     const r = await exec({
       cmd: "env | sort",

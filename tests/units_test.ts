@@ -132,3 +132,16 @@ Deno.test("a single huge line is counted and cut without an unbounded tokenizer 
   assert.ok(Math.abs(r.originalTokenCount - 25_000) <= 60, String(r.originalTokenCount));
   assert.match(r.output, /^Total output lines: 1\n\nx+…\d+ tokens truncated…x+$/);
 });
+
+Deno.test("special-token text in output is counted and cut as ordinary text", () => {
+  const line = "vocab: <|endoftext|> <|im_start|>\n";
+  const plain = { disallowedSpecial: new Set<string>() };
+  assert.deepEqual(truncateToTokens(line, 100), {
+    output: line,
+    originalTokenCount: countTokens(line, plain),
+    truncated: false,
+  });
+  const r = truncateToTokens(line.repeat(50), 10);
+  assert.equal(r.truncated, true);
+  assert.equal(r.output, "Total output lines: 50\n\nvocab: <|…790 tokens truncated…|im_start|>\n");
+});

@@ -59,6 +59,12 @@ export function segments(text: string): string[] {
 const MERGE_CACHE_ENTRIES = 8192;
 setMergeCacheSize(MERGE_CACHE_ENTRIES);
 
+/**
+ * Special-token text (`<|endoftext|>` and the like) in command output is ordinary text: the
+ * tokenizer's default is to throw on it, which would fail the call that collected it.
+ */
+const AS_TEXT = { disallowedSpecial: new Set<string>() };
+
 const MEMO_ENTRIES = 8192;
 const memo = new Map<string, number>();
 
@@ -66,7 +72,7 @@ const memo = new Map<string, number>();
 export function countSegment(segment: string): number {
   let n = memo.get(segment);
   if (n === undefined) {
-    n = countPiece(segment);
+    n = countPiece(segment, AS_TEXT);
     if (memo.size >= MEMO_ENTRIES) memo.clear();
     memo.set(segment, n);
   }
@@ -97,7 +103,7 @@ function commonSuffix(a: string, b: string): number {
 /** The longest prefix of one segment that its first `n` tokens decode to, on a character boundary. */
 export function segmentPrefix(segment: string, n: number): string {
   if (n <= 0) return "";
-  let end = commonPrefix(decode(encode(segment).slice(0, n)), segment);
+  let end = commonPrefix(decode(encode(segment, AS_TEXT).slice(0, n)), segment);
   if (end > 0 && isHighSurrogate(segment.charCodeAt(end - 1))) end--;
   return segment.slice(0, end);
 }
@@ -105,7 +111,7 @@ export function segmentPrefix(segment: string, n: number): string {
 /** The longest suffix of one segment that its last `n` tokens decode to, on a character boundary. */
 export function segmentSuffix(segment: string, n: number): string {
   if (n <= 0) return "";
-  const tokens = encode(segment);
+  const tokens = encode(segment, AS_TEXT);
   let start = segment.length -
     commonSuffix(decode(tokens.slice(Math.max(0, tokens.length - n))), segment);
   if (start > 0 && start < segment.length && isHighSurrogate(segment.charCodeAt(start - 1))) {
