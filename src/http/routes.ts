@@ -8,7 +8,6 @@
 
 import { Hono } from "hono";
 import type { Context } from "hono";
-import { bodyLimit } from "hono/body-limit";
 import type { z } from "zod";
 import type { EventBus } from "../events/bus.ts";
 import { SIGNALS } from "../pty/signals.ts";
@@ -17,6 +16,7 @@ import type { SessionManager } from "../sessions/manager.ts";
 import type { Supervisor } from "../sandbox/supervisor.ts";
 import type { ApprovalStore } from "../approvals/store.ts";
 import { bearerChecker } from "./auth.ts";
+import { readJson } from "./body.ts";
 import { resultText, wantsText } from "./format.ts";
 import {
   DecisionBody,
@@ -74,12 +74,7 @@ function asFailure(err: unknown): Failure | undefined {
 }
 
 async function parseBody<T extends z.ZodType>(c: Context, schema: T): Promise<z.output<T>> {
-  let raw: unknown;
-  try {
-    raw = await c.req.json();
-  } catch {
-    throw new InvalidRequestError("body: malformed JSON");
-  }
+  const raw = await readJson(c.req.raw, MAX_BODY_BYTES, "request body exceeds 1 MiB");
   const parsed = schema.safeParse(raw);
   if (!parsed.success) throw new InvalidRequestError(describeIssues(parsed.error));
   return parsed.data;
@@ -163,20 +158,6 @@ export function createApp(deps: AppDeps): Hono {
       await next();
     });
   }
-  const tooLarge = (c: Context) =>
-    c.json(
-      errorBody({ status: 413, code: "payload_too_large", message: "request body exceeds 1 MiB" }),
-      413,
-    );
-  const countedLimit = bodyLimit({ maxSize: MAX_BODY_BYTES, onError: tooLarge });
-  app.use("/v1/*", (c, next) => {
-    const length = c.req.header("content-length");
-    if (length !== undefined) {
-      return Number(length) > MAX_BODY_BYTES ? Promise.resolve(tooLarge(c)) : next();
-    }
-    return c.req.header("transfer-encoding") ? countedLimit(c, next) : next();
-  });
-
   const reply = (c: Context, result: Parameters<typeof resultText>[0]) =>
     wantsText(c.req.header("accept")) ? c.text(resultText(result)) : c.json(result);
 

@@ -1,0 +1,48 @@
+/**
+ * Reading a JSON request body within a byte limit: a declared length over the limit is refused
+ * before anything is read, and a streamed (chunked) body is counted as it arrives and cut off
+ * once it passes the limit. It must never buffer more than the limit of any body.
+ *
+ * @module
+ */
+
+import { concat } from "../output/head_tail.ts";
+import { InvalidRequestError } from "../sessions/errors.ts";
+
+/** A body over the limit (413 `payload_too_large`). */
+export class PayloadTooLargeError extends Error {
+  readonly status = 413;
+  readonly code = "payload_too_large";
+}
+
+const decoder = new TextDecoder();
+
+/** Reads a body of unknown length; leaving the loop early cancels the rest of the stream. */
+async function readCounted(
+  body: ReadableStream<Uint8Array>,
+  limit: number,
+  tooLarge: string,
+): Promise<string> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.length;
+    if (size > limit) throw new PayloadTooLargeError(tooLarge);
+    chunks.push(chunk);
+  }
+  return decoder.decode(concat(chunks, size));
+}
+
+/** The body of `req` parsed as JSON; `tooLarge` names the limit in the 413 message. */
+export async function readJson(req: Request, limit: number, tooLarge: string): Promise<unknown> {
+  const declared = req.headers.get("content-length");
+  if (declared !== null && Number(declared) > limit) throw new PayloadTooLargeError(tooLarge);
+  const text = declared !== null || req.body === null
+    ? await req.text()
+    : await readCounted(req.body, limit, tooLarge);
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new InvalidRequestError("body: malformed JSON");
+  }
+}
