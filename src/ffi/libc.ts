@@ -30,6 +30,7 @@ const symbols = {
   eventfd: { parameters: ["u32", "i32"], result: "i32" },
   epoll_create1: { parameters: ["i32"], result: "i32" },
   epoll_ctl: { parameters: ["i32", "i32", "i32", "buffer"], result: "i32" },
+  epoll_wait: { parameters: ["i32", "buffer", "i32", "i32"], result: "i32" },
   epoll_wait_async: {
     name: "epoll_wait",
     parameters: ["i32", "buffer", "i32", "i32"],
