@@ -56,7 +56,7 @@ export function segments(text: string): string[] {
  * a long-running server's outputs alive for a long time, which makes garbage collection work
  * hard; common words fit in far fewer.
  */
-const MERGE_CACHE_ENTRIES = 8192;
+const MERGE_CACHE_ENTRIES = 2048;
 setMergeCacheSize(MERGE_CACHE_ENTRIES);
 
 /**
@@ -66,10 +66,16 @@ setMergeCacheSize(MERGE_CACHE_ENTRIES);
 const AS_TEXT = { disallowedSpecial: new Set<string>() };
 
 const MEMO_ENTRIES = 8192;
+/**
+ * Segments shorter than this are counted directly: that costs about what a memo lookup does, and
+ * memoizing them (a shell prompt, an echoed command) only fills the memo with one-off keys.
+ */
+const MEMO_MIN_CHARS = 32;
 const memo = new Map<string, number>();
 
 /** Tokens in one segment, memoized (the memo is dropped whole when full: no per-hit upkeep). */
 export function countSegment(segment: string): number {
+  if (segment.length < MEMO_MIN_CHARS) return countPiece(segment, AS_TEXT);
   let n = memo.get(segment);
   if (n === undefined) {
     n = countPiece(segment, AS_TEXT);
