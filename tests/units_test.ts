@@ -24,7 +24,7 @@ function sessions(exited: number[]): Session[] {
       { id, command: "x", workdir: "/", tty: true, profile: "p", policy },
       () => {},
     );
-    s.lastUsedAt = new Date(1_700_000_000_000 + id * 1000);
+    s.lastUsedAt = 1_700_000_000_000 + id * 1000;
     if (exited.includes(id)) s.ended({ code: 0 });
     return s;
   });

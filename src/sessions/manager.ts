@@ -124,7 +124,7 @@ export function chunkId(): string {
  * recently used. Undefined when nothing may be pruned.
  */
 export function pickPruneVictim(sessions: Session[]): Session | undefined {
-  const byRecency = [...sessions].sort((a, b) => b.lastUsedAt.getTime() - a.lastUsedAt.getTime());
+  const byRecency = [...sessions].sort((a, b) => b.lastUsedAt - a.lastUsedAt);
   const candidates = byRecency.slice(PROTECTED_RECENT).reverse();
   return candidates.find((s) => s.exit !== undefined) ?? candidates[0];
 }

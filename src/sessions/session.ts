@@ -70,7 +70,8 @@ export class Session implements ChildSink {
   readonly policy: ResolvedPolicy;
   readonly startedAt = new Date();
   readonly startedMs = performance.now();
-  lastUsedAt = new Date();
+  /** When a call last used it, in ms since the epoch. */
+  lastUsedAt = Date.now();
   /** Why it ended, once decided by whoever ends it; defaults to a plain exit. */
   endReason: EndReason = "exit";
   #child?: Child;
@@ -113,7 +114,7 @@ export class Session implements ChildSink {
 
   /** Mark the session used now. */
   touch(): void {
-    this.lastUsedAt = new Date();
+    this.lastUsedAt = Date.now();
   }
 
   /** Listen to raw output and the end from now on; returns the unsubscribe function. */
@@ -168,7 +169,7 @@ export class Session implements ChildSink {
       profile: this.profile,
       pid: this.child.pid,
       started_at: this.startedAt.toISOString(),
-      last_used_at: this.lastUsedAt.toISOString(),
+      last_used_at: new Date(this.lastUsedAt).toISOString(),
     };
   }
 
