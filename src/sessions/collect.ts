@@ -7,8 +7,7 @@
  * @module
  */
 
-import { concat } from "../output/head_tail.ts";
-import { completeLength } from "../output/utf8.ts";
+import { CharCarry } from "../output/carry.ts";
 import { Deadlines } from "./deadlines.ts";
 import type { Session, Taken } from "./session.ts";
 
@@ -27,14 +26,13 @@ export interface Collected extends Taken {
 }
 
 const MATCH_WINDOW = 1024 * 1024;
-const NO_BYTES = new Uint8Array(0);
 const decoder = new TextDecoder();
 
 /** Text matched against `until`, kept to a bounded window. */
 class UntilMatcher {
   #text = "";
   /** A trailing incomplete UTF-8 sequence, decoded once the rest of it arrives. */
-  #carry = NO_BYTES;
+  #carry = new CharCarry();
   #matched = false;
 
   constructor(readonly pattern: RegExp, pending: Uint8Array) {
@@ -47,12 +45,7 @@ class UntilMatcher {
 
   feed(bytes: Uint8Array): void {
     if (this.#matched) return;
-    const data = this.#carry.length === 0
-      ? bytes
-      : concat([this.#carry, bytes], this.#carry.length + bytes.length);
-    const end = completeLength(data);
-    this.#carry = end === data.length ? NO_BYTES : data.slice(end);
-    this.#text += decoder.decode(data.subarray(0, end));
+    this.#text += decoder.decode(this.#carry.complete(bytes));
     if (this.#text.length > 2 * MATCH_WINDOW) this.#text = this.#text.slice(-MATCH_WINDOW);
     this.#matched = this.pattern.test(this.#text);
   }

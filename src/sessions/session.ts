@@ -13,7 +13,7 @@ import type { EndReason } from "../events/bus.ts";
 import { Child, type ChildFds, type ChildSink, type ExitStatus } from "../pty/child.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { concat, HeadTailBuffer } from "../output/head_tail.ts";
-import { completeLength } from "../output/utf8.ts";
+import { CharCarry } from "../output/carry.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
 
 /** Public description of a live session. */
@@ -54,7 +54,6 @@ export interface SessionListener {
 }
 
 const decoder = new TextDecoder();
-const NO_BYTES = new Uint8Array(0);
 
 function join(...parts: Uint8Array[]): Uint8Array {
   return concat(parts.filter((p) => p.length > 0), parts.reduce((n, p) => n + p.length, 0));
@@ -76,7 +75,7 @@ export class Session implements ChildSink {
   endReason: EndReason = "exit";
   #child?: Child;
   #pending = new HeadTailBuffer();
-  #carry = NO_BYTES;
+  #carry = new CharCarry();
   #listeners = new Set<SessionListener>();
   #exit?: ExitStatus;
   #closed = Promise.withResolvers<ExitStatus>();
@@ -125,24 +124,24 @@ export class Session implements ChildSink {
 
   /** The bytes waiting to be collected (with any carried partial character), without taking them. */
   peekBytes(): Uint8Array {
-    if (this.#pending.size === 0) return this.#carry;
+    if (this.#pending.size === 0) return this.#carry.rest;
     const { head, tail } = this.#pending.peek();
-    return join(this.#carry, head, tail);
+    return join(this.#carry.rest, head, tail);
   }
 
   /** Take the output waiting to be collected. */
   take(): Taken {
     const { head, tail, omitted } = this.#pending.drain();
+    const final = this.#exit !== undefined;
     if (omitted > 0) {
-      this.#carry = NO_BYTES;
-      const rest = this.#keepIncomplete(tail);
+      this.#carry.drop();
+      const rest = this.#carry.complete(tail, final);
       return {
         text: `${decoder.decode(head)}\n…${omitted} bytes omitted…\n${decoder.decode(rest)}`,
         omittedBytes: omitted,
       };
     }
-    const all = join(this.#carry, head, tail);
-    return { text: decoder.decode(this.#keepIncomplete(all)), omittedBytes: 0 };
+    return { text: decoder.decode(this.#carry.complete(join(head, tail), final)), omittedBytes: 0 };
   }
 
   /** ChildSink: output arrived. */
@@ -171,12 +170,5 @@ export class Session implements ChildSink {
       started_at: this.startedAt.toISOString(),
       last_used_at: new Date(this.lastUsedAt).toISOString(),
     };
-  }
-
-  /** Split off a trailing incomplete character into the carry, unless the child has closed. */
-  #keepIncomplete(bytes: Uint8Array): Uint8Array {
-    const end = this.#exit ? bytes.length : completeLength(bytes);
-    this.#carry = end === bytes.length ? NO_BYTES : bytes.slice(end);
-    return end === bytes.length ? bytes : bytes.subarray(0, end);
   }
 }
