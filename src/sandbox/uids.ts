@@ -1,0 +1,81 @@
+/**
+ * The session uids of a root server: each live session holds one uid of the range, and a uid
+ * goes back to the pool only when its session ended and its private directory is gone. Before
+ * a uid is handed out (for the first time too: an earlier server may have left processes
+ * behind), every process still running as it is killed, so a daemon left by one session never
+ * shares a uid with the next. Unused uids come first and returned ones oldest first, so a uid
+ * is reused as late as possible; a few are reaped ahead so a session need not wait.
+ *
+ * This module must never hand out a uid that a live session holds or whose reap failed.
+ *
+ * @module
+ */
+
+import { SandboxUnavailableError } from "./errors.ts";
+
+/** Kills every process of a uid; resolves once the signal is sent. */
+export type Reap = (uid: number) => Promise<void>;
+
+/** Uids ready ahead of demand, by default. */
+const SPARE = 2;
+
+/** The free session uids of one range. */
+export class UidPool {
+  #next: number;
+  #last: number;
+  #returned: number[] = [];
+  #ready: number[] = [];
+  #reaping = new Set<Promise<void>>();
+  #reap: Reap;
+  #spare: number;
+  #broken?: Error;
+
+  /** A pool of the uids `first`..`last`, each passed to `reap` before it is handed out. */
+  constructor(first: number, last: number, reap: Reap, spare = SPARE) {
+    this.#next = first;
+    this.#last = last;
+    this.#reap = reap;
+    this.#spare = spare;
+    this.#topUp();
+  }
+
+  /** A uid for a new session; `give` it back once the session ended and its files are gone. */
+  async take(): Promise<number> {
+    for (;;) {
+      if (this.#broken) {
+        throw new SandboxUnavailableError(`cannot free sandbox uids: ${this.#broken.message}`);
+      }
+      const uid = this.#ready.shift();
+      this.#topUp();
+      if (uid !== undefined) return uid;
+      if (this.#reaping.size === 0) {
+        throw new SandboxUnavailableError(
+          "every sandbox uid is held by a live session; widen UEXEC_UID_RANGE or end sessions",
+        );
+      }
+      await Promise.race(this.#reaping);
+    }
+  }
+
+  /** Return a uid whose session ended. */
+  give(uid: number): void {
+    this.#returned.push(uid);
+    this.#topUp();
+  }
+
+  #candidate(): number | undefined {
+    return this.#next <= this.#last ? this.#next++ : this.#returned.shift();
+  }
+
+  #topUp(): void {
+    while (!this.#broken && this.#ready.length + this.#reaping.size < this.#spare) {
+      const uid = this.#candidate();
+      if (uid === undefined) return;
+      const reaping: Promise<void> = this.#reap(uid).then(
+        () => void this.#ready.push(uid),
+        (err) => void (this.#broken = err instanceof Error ? err : new Error(String(err))),
+      ).finally(() => this.#reaping.delete(reaping));
+      this.#reaping.add(reaping);
+    }
+  }
+}
