@@ -170,10 +170,9 @@ export class SandboxDomains {
       release: () => {
         if (released || this.#closed) return;
         released = true;
-        removePrivateDir(dir.dir).then(
-          () => uid !== undefined && uids!.pool.give(uid),
-          (err) => console.error(`uexec: cannot remove ${dir.dir}; its uid is retired:`, err),
-        );
+        const removed = removePrivateDir(dir.dir);
+        if (uid !== undefined) uids!.pool.give(uid, removed);
+        else removed.catch((err) => console.error(`uexec: cannot remove ${dir.dir}:`, err));
       },
     };
   }

@@ -26,6 +26,8 @@ export class UidPool {
   #returned: number[] = [];
   #ready: number[] = [];
   #reaping = new Set<Promise<void>>();
+  /** Uids of ended sessions whose files are being removed. */
+  #returning = new Set<Promise<void>>();
   #reap: Reap;
   #spare: number;
   #broken?: Error;
@@ -48,19 +50,29 @@ export class UidPool {
       const uid = this.#ready.shift();
       this.#topUp();
       if (uid !== undefined) return uid;
-      if (this.#reaping.size === 0) {
+      const waits = this.#reaping.size > 0 ? this.#reaping : this.#returning;
+      if (waits.size === 0) {
         throw new SandboxUnavailableError(
           "every sandbox uid is held by a live session; widen UEXEC_UID_RANGE or end sessions",
         );
       }
-      await Promise.race(this.#reaping);
+      await Promise.race(waits);
     }
   }
 
-  /** Return a uid whose session ended. */
-  give(uid: number): void {
-    this.#returned.push(uid);
-    this.#topUp();
+  /**
+   * Return the uid of an ended session once `cleanup` (removing its files) succeeded; a uid
+   * whose cleanup failed is never handed out again.
+   */
+  give(uid: number, cleanup: Promise<void> = Promise.resolve()): void {
+    const returning: Promise<void> = cleanup.then(
+      () => {
+        this.#returned.push(uid);
+        this.#topUp();
+      },
+      (err) => console.error(`uexec: sandbox uid ${uid} retired, its cleanup failed:`, err),
+    ).finally(() => this.#returning.delete(returning));
+    this.#returning.add(returning);
   }
 
   #candidate(): number | undefined {
