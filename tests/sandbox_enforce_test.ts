@@ -38,7 +38,7 @@ interface Fixture {
   outside: string;
   secret: string;
   domainDir: string;
-  priv: ReturnType<typeof createPrivateDir>;
+  priv: Awaited<ReturnType<typeof createPrivateDir>>;
 }
 
 /** The sandbox ids of this (root) test process, and the session uid its commands run as. */
@@ -63,7 +63,7 @@ async function makeFixture(): Promise<Fixture> {
   Deno.mkdirSync(secret, { mode: 0o755 });
   Deno.writeTextFileSync(`${secret}/key`, "s3cr3t\n", { mode: 0o644 });
   const domainDir = await createDomainDir(GID);
-  const priv = createPrivateDir({ uid: UID, gid: GID }, domainDir);
+  const priv = await createPrivateDir({ uid: UID, gid: GID }, domainDir);
   return { base, ws, outside, secret, domainDir, priv };
 }
 

@@ -22,6 +22,7 @@ import {
   createDomainDir,
   createPrivateDir,
   prepareWorkdir,
+  type PrivateDir,
   privateEnv,
   removePrivateDir,
   type SandboxIds,
@@ -77,6 +78,14 @@ interface Domain {
   /** The profile's `{tmp}`: where its sessions' private directories are made. */
   root: string;
   policy: ResolvedPolicy;
+  /** The next session's uid and directory, made ahead so that session need not wait. */
+  spare?: Promise<Reserved>;
+}
+
+/** A uid and private directory set aside for one session. */
+interface Reserved {
+  uid?: number;
+  dir: PrivateDir;
 }
 
 const NO_SESSION_DIR: SessionDir = { env: {}, release() {} };
@@ -150,18 +159,18 @@ export class SandboxDomains {
   }
 
   /**
-   * A session's own uid (root server) and private directory owned by it. Its release removes
-   * the directory, then returns the uid; a uid whose directory cannot be removed is never
-   * handed out again.
+   * A session's own uid (root server) and private directory owned by it: the domain's spare,
+   * made ahead while the previous session ran (or a fresh one if there is none or it failed),
+   * never handed to a second session. Its release removes the directory, then returns the uid.
    */
   async #session(domain: Domain, uids: Uids | null): Promise<SessionDir> {
-    const uid = await uids?.pool.take();
-    let dir;
-    try {
-      dir = createPrivateDir(uid === undefined ? null : { uid, gid: uids!.ids.gid }, domain.root);
-    } catch (err) {
-      if (uid !== undefined) uids!.pool.give(uid);
-      throw err;
+    const spare = domain.spare;
+    domain.spare = undefined;
+    const fresh = () => this.#reserve(domain, uids);
+    const { uid, dir } = await (spare ? spare.catch(fresh) : fresh());
+    if (!this.#closed && !domain.spare) {
+      domain.spare = fresh();
+      domain.spare.catch(() => {}); // a failed spare is replaced by its taker
     }
     let released = false;
     return {
@@ -175,6 +184,18 @@ export class SandboxDomains {
         else removed.catch((err) => console.error(`uexec: cannot remove ${dir.dir}:`, err));
       },
     };
+  }
+
+  /** A uid (root server) and a private directory beneath the domain's, owned by it. */
+  async #reserve(domain: Domain, uids: Uids | null): Promise<Reserved> {
+    const uid = await uids?.pool.take();
+    try {
+      const owner = uid === undefined ? null : { uid, gid: uids!.ids.gid };
+      return { uid, dir: await createPrivateDir(owner, domain.root) };
+    } catch (err) {
+      if (uid !== undefined) uids!.pool.give(uid);
+      throw err;
+    }
   }
 
   #unenforced(name: string, profile: Profile, workdir: string): SandboxChoice {

@@ -291,16 +291,19 @@ export async function createDomainDir(gid: number | null): Promise<string> {
 
 /**
  * Creates a private directory for one session beneath `base`, mode 0700, with a `home`
- * subdirectory, both owned by `owner` when given. Synchronous: a handful of system calls,
- * cheaper than hopping to the file-system pool and back.
+ * subdirectory, both owned by `owner` when given. The file operations run off the calling
+ * thread.
  */
-export function createPrivateDir(owner: SandboxIdentity | null, base: string): PrivateDir {
-  const dir = Deno.makeTempDirSync({ prefix: "uexec-session-", dir: base });
+export async function createPrivateDir(
+  owner: SandboxIdentity | null,
+  base: string,
+): Promise<PrivateDir> {
+  const dir = await Deno.makeTempDir({ prefix: "uexec-session-", dir: base });
   const home = `${dir}/home`;
-  Deno.mkdirSync(home, { mode: 0o700 });
+  await Deno.mkdir(home, { mode: 0o700 });
   for (const path of [dir, home]) {
-    Deno.chmodSync(path, 0o700);
-    if (owner) Deno.chownSync(path, owner.uid, owner.gid);
+    await Deno.chmod(path, 0o700);
+    if (owner) await Deno.chown(path, owner.uid, owner.gid);
   }
   return { dir, home };
 }
