@@ -121,6 +121,29 @@ Deno.test("sessions of one domain and of different domains cannot reach each oth
       );
     });
 
+    await t.step(
+      "what one session creates in the workspace, the next session can edit",
+      async () => {
+        const first = await exec(
+          server,
+          "umask 077; echo one > shared.txt; mkdir d; echo x > d/f; id -u",
+          { tty: false },
+        );
+        const second = await exec(
+          server,
+          "echo two >> shared.txt; echo y > d/g; rm d/f; ls d; cat shared.txt; id -u",
+          { tty: false },
+        );
+        const [owner, editor] = [first, second].map((r) => Number(/(\d+)\n$/.exec(r.output)?.[1]));
+        assert.notEqual(owner, editor);
+        assert.equal(second.output, `g\none\ntwo\n${editor}\n`);
+        const info = await Deno.stat(`${server.workspace}/shared.txt`);
+        assert.equal(info.uid, owner);
+        // The default ACL, not the umask, gives the new file's group class rw.
+        assert.equal(info.mode! & 0o070, 0o060);
+      },
+    );
+
     const a = await holder(
       server,
       'echo secret > "$HOME/h" && echo secret > "$TMPDIR/t" && ' +
