@@ -196,6 +196,8 @@ function verify(checks: [string, string, string][], what: string): void {
 
 /** The uid the calling thread rests as, once it entered the spawner identity. */
 let restingUid: number | undefined;
+/** Why the thread could not return to rest after a spawn; it must never spawn again. */
+let stuck: string | undefined;
 
 /**
  * Turns the calling (root) thread into a spawner that can switch to session uids and nothing
@@ -237,18 +239,21 @@ export function switchesUid(): boolean {
  * no capability: execve of a non-root program with no file capabilities empties every set.
  */
 export function withThreadUid<T>(uid: number, fn: () => T): T {
-  if (restingUid === undefined) throw new Error("this thread has not entered the spawner identity");
-  if (uid === 0 || uid === restingUid) throw new Error(`uid ${uid} is not a session uid`);
+  const rest = restingUid;
+  if (rest === undefined) throw new Error("this thread has not entered the spawner identity");
+  if (stuck) throw new SandboxUnavailableError(`spawner credentials are stuck: ${stuck}`);
+  if (uid === 0 || uid === rest) throw new Error(`uid ${uid} is not a session uid`);
   setSwitchCaps(true);
   try {
     checkedSyscall("setresuid(session)", SYS.setresuid, uid, uid, uid);
-    try {
-      return fn();
-    } finally {
-      checkedSyscall("setresuid(rest)", SYS.setresuid, restingUid, restingUid, restingUid);
-    }
+    return fn();
   } finally {
-    setSwitchCaps(false);
+    try {
+      checkedSyscall("setresuid(rest)", SYS.setresuid, rest, rest, rest);
+      setSwitchCaps(false);
+    } catch (e) {
+      stuck = String(e);
+    }
   }
 }
 

@@ -52,7 +52,12 @@ function handle(req: WorkerRequest): WorkerReply {
       }
     case "reap":
       if (restricted) throw new Error("a restricted worker cannot reap");
-      killAllOf(req.uid);
+      try {
+        killAllOf(req.uid);
+      } catch (err) {
+        broken = `reaper thread unusable: ${err}`;
+        throw err;
+      }
       return { id: req.id, type: "reaped" };
     case "restrict":
       if (restricted) throw new Error("this worker is already restricted");
