@@ -3,7 +3,8 @@
  * server: each session runs as a uid of its own, so no session can signal, trace, read the
  * environ, the private HOME and TMPDIR, the terminal or the keyring of another (of its own
  * domain or any other), nor use up its process budget; a uid is handed out again only once
- * every process left of its previous session is dead.
+ * every process left of its previous session is dead, and a range that holds existing users is
+ * refused.
  *
  * Every refusal is paired with a control where the session does the same to itself.
  *
@@ -302,6 +303,28 @@ Deno.test("a uid is handed out again only after what its last session left is ki
     const second = await exec(server, "id -u", { tty: false });
     assert.equal(second.output, `${uid}\n`);
     assert.equal(await exitsWithin(pid, 10), true, "the daemon survived the uid's reuse");
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("a uid range that holds existing users is refused before anything runs", async () => {
+  const users = (await Deno.readTextFile("/etc/passwd")).split("\n")
+    .map((line) => line.split(":"))
+    .filter((f) => Number(f[2]) >= 1 && Number(f[2]) <= 100)
+    .slice(0, 3)
+    .map((f) => `${f[0]} (${f[2]})`);
+  assert.ok(users.length > 0, "needs a user with a uid in 1..100 in /etc/passwd");
+  const server = await startServer({ UEXEC_UID_RANGE: "1-100" });
+  try {
+    const marker = `${server.workspace}/ran`;
+    const r = await server.post("/v1/exec_command", { cmd: `touch ${marker}`, login: false });
+    assert.equal(r.status, 500);
+    assert.deepEqual(r.body.error, {
+      code: "sandbox_unavailable",
+      message: `UEXEC_UID_RANGE=1-100 overlaps existing users: ${users.join(", ")}`,
+    });
+    await assert.rejects(Deno.stat(marker), Deno.errors.NotFound);
   } finally {
     await server.stop();
   }
