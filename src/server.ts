@@ -1,7 +1,7 @@
 /**
- * Wiring: the reactor, the spawner pool, the sandbox domains and supervisor, the session
- * manager and the HTTP app, started as one server and stopped as one, killing every session on
- * the way out so no child outlives it.
+ * Wiring: the reactor, the spawner pool, the sandbox domains, the session manager, the
+ * credentials and the application core behind the HTTP app, started as one server and stopped
+ * as one, killing every session on the way out so no child outlives it.
  *
  * @module
  */
@@ -9,12 +9,16 @@
 import { ApprovalStore } from "./approvals/store.ts";
 import type { Config } from "./config.ts";
 import { EventBus } from "./events/bus.ts";
+import { requestGuard, withCors } from "./http/guard.ts";
 import { createApp } from "./http/routes.ts";
 import { Reactor } from "./io/reactor.ts";
 import { Truncator } from "./output/truncator.ts";
 import { probeSandbox } from "./sandbox/apply.ts";
 import { SandboxDomains } from "./sandbox/domains.ts";
-import { Supervisor } from "./sandbox/supervisor.ts";
+import { AgentRegistry, type TokenSources } from "./service/agents.ts";
+import { Service } from "./service/service.ts";
+import { StateDir } from "./service/state_dir.ts";
+import { Supervisor } from "./service/supervisor.ts";
 import { baseEnv } from "./sessions/env.ts";
 import { SessionManager } from "./sessions/manager.ts";
 import { SpawnerPool } from "./workers/pool.ts";
@@ -22,7 +26,9 @@ import { SpawnerPool } from "./workers/pool.ts";
 /** A running server. */
 export interface Server {
   /** The address it listens on. */
-  addr: Deno.NetAddr;
+  addr: Deno.NetAddr | Deno.UnixAddr;
+  /** Where the operator's and the default agent's tokens are (never the tokens). */
+  tokens: TokenSources;
   /** Kill every session, stop listening and release everything. */
   shutdown(): Promise<void>;
 }
@@ -48,6 +54,12 @@ function sandboxHealth(config: Config) {
 
 /** Start the server described by `config`. */
 export async function startServer(config: Config): Promise<Server> {
+  const state = new StateDir(config.stateDir);
+  const agents = new AgentRegistry({
+    state,
+    operatorToken: config.operatorToken,
+    agentToken: config.agentToken,
+  });
   const reactor = new Reactor();
   const pool = new SpawnerPool();
   const bus = new EventBus();
@@ -58,13 +70,13 @@ export async function startServer(config: Config): Promise<Server> {
     bus,
     truncator,
     baseEnv: baseEnv(Deno.env.toObject()),
-    maxSessions: config.maxSessions,
   });
   const domains = new SandboxDomains({
     profiles: config.profiles,
     home: Deno.env.get("HOME") ?? "/root",
     serverPid: Deno.pid,
     workspace: config.workspace,
+    hidden: [state.path],
   });
   const approvals = new ApprovalStore({ onEvent: (event) => bus.publish(event) });
   const supervisor = new Supervisor({
@@ -75,27 +87,37 @@ export async function startServer(config: Config): Promise<Server> {
     defaultProfile: config.defaultProfile,
     approvalTimeoutMs: config.approvalTimeoutMs,
   });
-  const sandbox = sandboxHealth(config);
-  const app = createApp({
+  const service = new Service({
     manager,
     supervisor,
     approvals,
+    domains,
     bus,
-    token: config.token,
+    agents,
     workspace: config.workspace,
+    allowedRoots: config.allowedRoots,
+    protectedPaths: [state.path],
     shell: config.shell,
+    maxSessions: config.maxSessions,
+  });
+  const sandbox = sandboxHealth(config);
+  const app = createApp({
+    service,
     health: () => ({ version: VERSION, sessions: manager.size, sandbox }),
   });
+  const guard = requestGuard(config);
+  const cors = config.allowedOrigins.length > 0;
+  const handler: Deno.ServeHandler = (req, info) => {
+    const refused = guard(req);
+    if (refused) return refused;
+    if (!cors) return app.fetch(req, info);
+    return Promise.resolve(app.fetch(req, info)).then((res) => withCors(req, res, config));
+  };
   await pool.warmedUp();
-  const { promise: listening, resolve } = Promise.withResolvers<Deno.NetAddr>();
-  const http = Deno.serve({
-    hostname: config.host,
-    port: config.port,
-    onListen: resolve,
-  }, app.fetch);
-  const addr = await listening;
+  const { http, addr } = await listen(config, handler);
   return {
     addr,
+    tokens: agents.sources,
     async shutdown() {
       approvals.close();
       await manager.shutdown();
@@ -106,4 +128,34 @@ export async function startServer(config: Config): Promise<Server> {
       await domains.close();
     },
   };
+}
+
+/** Listen on TCP, or on a unix socket created 0600 (the umask is narrowed while it is made). */
+async function listen(
+  config: Config,
+  handler: Deno.ServeHandler,
+): Promise<{ http: Deno.HttpServer; addr: Deno.NetAddr | Deno.UnixAddr }> {
+  const { promise, resolve } = Promise.withResolvers<Deno.NetAddr | Deno.UnixAddr>();
+  if (config.unixSocket === undefined) {
+    const http = Deno.serve(
+      { hostname: config.host, port: config.port, onListen: resolve },
+      handler,
+    );
+    return { http, addr: await promise };
+  }
+  try {
+    Deno.removeSync(config.unixSocket);
+  } catch { /* none left over */ }
+  const umask = Deno.umask(0o177);
+  try {
+    const http = Deno.serve(
+      { transport: "unix", path: config.unixSocket, onListen: resolve },
+      handler,
+    );
+    const addr = await promise;
+    Deno.chmodSync(config.unixSocket, 0o600);
+    return { http, addr };
+  } finally {
+    Deno.umask(umask);
+  }
 }

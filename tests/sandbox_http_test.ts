@@ -473,7 +473,7 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
     });
 
     await t.step("timeout_ms kills the session and says so", async () => {
-      const events = await connectSse(`${server.url}/v1/events`);
+      const events = await connectSse(`${server.url}/v1/events`, server.auth);
       try {
         const direct = await run(server, "sleep 30", { timeout_ms: 300, yield_time_ms: 20000 });
         assert.equal(direct.exit_code, 129);
@@ -616,7 +616,9 @@ Deno.test("fail closed: a sandbox that cannot be applied runs nothing", async (t
 });
 
 Deno.test("domains follow the workspace: read-only first, late .git and .uexec, outside workdirs", async (t) => {
-  const server = await startServer();
+  const allowed = await Deno.makeTempDir({ prefix: "uexec-allowed-" });
+  await Deno.chmod(allowed, 0o755);
+  const server = await startServer({ UEXEC_ALLOWED_ROOTS: allowed });
   const ws = await Deno.realPath(server.workspace);
   try {
     await t.step(
@@ -654,9 +656,9 @@ Deno.test("domains follow the workspace: read-only first, late .git and .uexec, 
     );
 
     await t.step(
-      "a workdir outside the workspace is never changed; unreachable ones say why",
+      "a workdir in an allowed root outside the workspace is never changed; unreachable ones say why",
       async () => {
-        const outside = await Deno.makeTempDir({ prefix: "uexec-outside-" });
+        const outside = await Deno.makeTempDir({ prefix: "uexec-outside-", dir: allowed });
         try {
           const r = await server.post("/v1/exec_command", {
             cmd: "true",
@@ -683,5 +685,6 @@ Deno.test("domains follow the workspace: read-only first, late .git and .uexec, 
     );
   } finally {
     await server.stop();
+    await Deno.remove(allowed, { recursive: true });
   }
 });

@@ -4,7 +4,8 @@
  * by the sandbox uid); each session gets its own HOME and TMPDIR beneath it. The workspace is
  * made usable for the sandbox uid once per domain.
  *
- * Sessions of one domain share a Landlock domain, so they can reach each other's temp
+ * A domain is keyed by profile, approved widening, agent, workdir and uid: agents never share
+ * one. Sessions of one domain share a Landlock domain, so they can reach each other's temp
  * directories; sessions of different domains cannot. This module must never hand out an
  * enforcing choice whose preparation failed: it throws `SandboxUnavailableError` instead.
  *
@@ -27,6 +28,7 @@ import {
 import { withLimits } from "./limits.ts";
 import type { ResolvedPolicy } from "./policy.ts";
 import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
+import { canonical, widen, type Widening } from "./widening.ts";
 
 /** The profile that means "no sandbox". */
 export const FULL_ACCESS = "full-access";
@@ -51,6 +53,14 @@ export interface SandboxChoice {
   session(): Promise<SessionDir>;
 }
 
+/** Who a sandbox is for and what it adds to its profile. */
+export interface ChooseOptions {
+  /** The agent whose session it is: agents never share a domain. */
+  agent?: string;
+  /** An approved widening of the profile. */
+  widening?: Widening;
+}
+
 /** Settings of the domain registry. */
 export interface DomainOptions {
   profiles: Map<string, Profile>;
@@ -59,6 +69,8 @@ export interface DomainOptions {
   serverPid: number;
   /** The server's workspace: prepared as a whole for workdirs inside it. */
   workspace: string;
+  /** Paths no sandboxed command may read, under any profile (the server's state directory). */
+  hidden?: string[];
 }
 
 interface Domain {
@@ -98,12 +110,25 @@ export class SandboxDomains {
     return profile;
   }
 
-  /** The sandbox for a session of profile `name` in `workdir`. */
-  async choose(name: string, workdir: string): Promise<SandboxChoice> {
-    const profile = this.profile(name);
+  /**
+   * The sandbox for a session of profile `name` in `workdir`, for `agent`, widened by an
+   * approved `widening` (reported under the name of the profile it widens, or of the wider
+   * profile it names).
+   */
+  async choose(name: string, workdir: string, opts: ChooseOptions = {}): Promise<SandboxChoice> {
+    const widening = canonical(opts.widening ?? {});
+    const base = this.profile(name);
+    const profile = widen(base, widening, (n) => this.profile(n), FULL_ACCESS);
+    name = widening.unsandboxed ? FULL_ACCESS : widening.profile ?? name;
     if (!profile.enforce) return this.#unenforced(name, profile, workdir);
     const identity = this.#sandboxIdentity();
-    const key = JSON.stringify([name, workdir, identity?.uid ?? null]);
+    const key = JSON.stringify([
+      name,
+      widening,
+      opts.agent ?? null,
+      workdir,
+      identity?.uid ?? null,
+    ]);
     let pending = this.#domains.get(key);
     if (!pending) {
       pending = this.#create(profile, workdir, identity);
@@ -168,7 +193,7 @@ export class SandboxDomains {
   ): Promise<Domain> {
     if (identity) this.#makeReachable(workdir, identity, profile);
     const root = await createPrivateDir(identity);
-    const policy = resolveProfile(profile, this.#context(workdir, root.dir, false));
+    const policy = this.#resolve(profile, workdir, root.dir);
     return { root, policy };
   }
 
@@ -191,6 +216,15 @@ export class SandboxDomains {
 
   #context(workdir: string, tmp: string, childIsRoot: boolean) {
     return { workdir, tmp, home: this.#opts.home, serverPid: this.#opts.serverPid, childIsRoot };
+  }
+
+  /** `profile` resolved for a domain, with the server's hidden paths denied too. */
+  #resolve(profile: Profile, workdir: string, tmp: string): ResolvedPolicy {
+    const policy = resolveProfile(profile, this.#context(workdir, tmp, false));
+    return {
+      ...policy,
+      denyRead: [...new Set([...policy.denyRead, ...(this.#opts.hidden ?? [])])],
+    };
   }
 }
 
