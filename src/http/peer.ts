@@ -24,11 +24,17 @@
  * - Hand its socket to another process (SCM_RIGHTS): the owner stays the uid that created the
  *   socket, so a sandbox socket passed to a root process still reads as the sandbox uid. The
  *   reverse needs a root-created socket in the sandbox; the sandbox spawn closes inherited fds.
- * - Reuse the 4-tuple: a new socket can only take the client's 4-tuple once the connection is
- *   torn down on both ends, and the server holds its end while it handles the request. Look up
- *   as soon as the request arrives, before acting on it; the answer holds for that moment.
+ * - fchown its socket: that does change the owner inet_diag reports (probed), but giving it to
+ *   another uid needs CAP_CHOWN over a user namespace where that uid is mapped; a user
+ *   namespace of its own maps only its own uid.
+ * - Reuse the 4-tuple: while the server holds its end, no other connection can have the same
+ *   4-tuple. Only a client reset frees it, and then a socket of another uid gets it only if
+ *   that uid's process connects to the server from the same port. Look up as soon as the
+ *   request arrives, before acting on it; the answer holds for that moment.
  * - Forge netlink replies: sending to this socket's port id needs CAP_NET_ADMIN over the host
  *   network namespace, which no sandboxed command has.
+ * - Relay through a local service of another uid (a proxy, another server): the connection is
+ *   then that service's. This lookup cannot see through relays.
  *
  * Not covered: peers on other hosts or in other network namespaces (no socket here:
  * `undefined`), commands that run as a non-sandbox uid, and a wildcard server address
@@ -89,7 +95,10 @@ export class TcpPeers {
   readonly #client = new Uint8Array(16);
   readonly #server = new Uint8Array(16);
 
-  /** Open the NETLINK_SOCK_DIAG socket and check that it can look TCP sockets up. */
+  /**
+   * Open the NETLINK_SOCK_DIAG socket and check that it can look TCP sockets up (with a
+   * short-lived listener on 127.0.0.1, so it needs net permission). Throws if it cannot.
+   */
   constructor() {
     this.#fd = checkedSyscall(
       "socket(AF_NETLINK, NETLINK_SOCK_DIAG)",
@@ -115,8 +124,8 @@ export class TcpPeers {
   }
 
   /**
-   * The uid that created the client's socket of the connection from `client` to `server`, while
-   * a process still holds it; `undefined` if there is no such socket here (the connection is
+   * The uid that owns the client's socket of the connection from `client` to `server` (its
+   * creator, unless it was fchown-ed), while a process still holds it; `undefined` if there is no such socket here (the connection is
    * gone or closing, or the peer is on another host or network namespace). `server` must be
    * the concrete address the client connected to. Throws on an unusable address or a failed
    * netlink exchange.
