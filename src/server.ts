@@ -10,11 +10,13 @@ import { ApprovalStore } from "./approvals/store.ts";
 import type { Config } from "./config.ts";
 import { EventBus } from "./events/bus.ts";
 import { requestGuard, withCors } from "./http/guard.ts";
+import { sandboxedPeerCheck } from "./http/sandbox_peer.ts";
 import { createApp } from "./http/routes.ts";
 import { Reactor } from "./io/reactor.ts";
 import { Truncator } from "./output/truncator.ts";
 import { probeSandbox } from "./sandbox/apply.ts";
 import { SandboxDomains } from "./sandbox/domains.ts";
+import { sandboxIdentity } from "./sandbox/identity.ts";
 import { AgentRegistry, type TokenSources } from "./service/agents.ts";
 import { Service } from "./service/service.ts";
 import { StateDir } from "./service/state_dir.ts";
@@ -101,9 +103,13 @@ export async function startServer(config: Config): Promise<Server> {
     maxSessions: config.maxSessions,
   });
   const sandbox = sandboxHealth(config);
+  // Until the listening address is known, no TCP request passes (fail closed).
+  let fromSandbox = (info: Deno.ServeHandlerInfo | undefined) =>
+    info?.remoteAddr.transport === "tcp";
   const app = createApp({
     service,
     health: () => ({ version: VERSION, sessions: manager.size, sandbox }),
+    fromSandbox: (info) => fromSandbox(info),
   });
   const guard = requestGuard(config);
   const cors = config.allowedOrigins.length > 0;
@@ -115,6 +121,7 @@ export async function startServer(config: Config): Promise<Server> {
   };
   await pool.warmedUp();
   const { http, addr } = await listen(config, handler);
+  fromSandbox = peerCheck(addr);
   return {
     addr,
     tokens: agents.sources,
@@ -128,6 +135,25 @@ export async function startServer(config: Config): Promise<Server> {
       await domains.close();
     },
   };
+}
+
+/**
+ * The sandboxed-peer check for a TCP server whose children run as another uid (a root server);
+ * a server that is not root runs children as itself, so no peer check can tell them apart.
+ */
+function peerCheck(
+  addr: Deno.NetAddr | Deno.UnixAddr,
+): (info: Deno.ServeHandlerInfo | undefined) => boolean {
+  const never = () => false;
+  if (addr.transport !== "tcp" || Deno.uid() !== 0) return never;
+  let identity;
+  try {
+    identity = sandboxIdentity();
+  } catch {
+    return never; // No usable sandbox uid: nothing sandboxed can run (see /healthz).
+  }
+  if (!identity) return never;
+  return sandboxedPeerCheck(addr, (uid) => uid === identity.uid);
 }
 
 /** Listen on TCP, or on a unix socket created 0600 (the umask is narrowed while it is made). */

@@ -11,8 +11,10 @@ const NAMED: Record<string, string> = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
 
 /** C0, DEL, C1, zero-width and bidirectional controls, line/paragraph separators, BOM. */
 // deno-lint-ignore no-control-regex
-const HIDDEN =
-  /[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/gu;
+const HIDDEN = new RegExp(
+  "[\\u0000-\\u001f\\u007f-\\u009f\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u2064\\u2066-\\u2069\\ufeff]",
+  "gu",
+);
 
 /** `text` with its hidden characters escaped. */
 export function visible(text: string): string {

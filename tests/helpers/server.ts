@@ -34,8 +34,8 @@ export interface TestServer extends Client {
   as(token: string): Client;
   /** Raw request (with the agent's token unless `init` sets authorization), body as text. */
   raw(path: string, init: RequestInit): Promise<{ status: number; text: string; headers: Headers }>;
-  /** SIGTERM the server and wait for it; returns its exit status and stderr. */
-  stop(): Promise<{ code: number; stderr: string }>;
+  /** SIGTERM the server and wait for it; returns its exit status, stderr and stdout. */
+  stop(): Promise<{ code: number; stderr: string; stdout: string }>;
 }
 
 /** A JSON reply. */
@@ -121,8 +121,10 @@ export async function startServer(
     if (!env.UEXEC_STATE_DIR) await Deno.remove(stateDir, { recursive: true });
   };
   let url = "";
+  const stdout: string[] = [];
   for (;;) {
     const { value, done } = await reader.read();
+    if (!done) stdout.push(value);
     if (done) {
       const status = await child.status;
       await cleanUp();
@@ -135,7 +137,9 @@ export async function startServer(
     }
   }
   const drained = (async () => {
-    while (!(await reader.read()).done) { /* keep stdout flowing */ }
+    for (let line = await reader.read(); !line.done; line = await reader.read()) {
+      stdout.push(line.value);
+    }
   })();
   const call = async (
     auth: Record<string, string>,
@@ -188,7 +192,7 @@ export async function startServer(
       const status = await child.status;
       await drained;
       await cleanUp();
-      return { code: status.code, stderr: await stderrText };
+      return { code: status.code, stderr: await stderrText, stdout: stdout.join("\n") };
     },
   };
 }
