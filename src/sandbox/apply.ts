@@ -16,7 +16,7 @@ import type { ResolvedPolicy } from "./policy.ts";
 import { sandboxStep, SandboxUnavailableError } from "./errors.ts";
 import { createRuleset, landlockAbi, planRuleset, restrictThread } from "./landlock.ts";
 import { enterNamespaces } from "./namespaces.ts";
-import { installNetworkFilter, seccompSupported } from "./seccomp.ts";
+import { installFilter, seccompSupported } from "./seccomp.ts";
 import { dropThreadIdentity, sandboxIdentity } from "./identity.ts";
 import { DASH, limitWrapper, PRLIMIT } from "./limits.ts";
 import { existingPaths } from "./fsinfo.ts";
@@ -48,7 +48,7 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): v
       `Landlock ABI ${abi} found, ${MIN_LANDLOCK_ABI}+ needed (signal and abstract socket scoping, Linux 6.12+)`,
     );
   }
-  if (policy.network === "none" && !seccompSupported()) {
+  if (!seccompSupported()) {
     throw new SandboxUnavailableError(`seccomp filtering is not available on ${Deno.build.arch}`);
   }
   const root = threadEuid() === 0;
@@ -82,7 +82,7 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): v
     throw e;
   }
   sandboxStep("Landlock restrict", () => restrictThread(rulesetFd));
-  if (policy.network === "none") sandboxStep("seccomp", installNetworkFilter);
+  sandboxStep("seccomp", () => installFilter(policy.network));
 }
 
 /** What this machine can enforce, as reported by `/healthz`. */
