@@ -133,7 +133,13 @@ export const DENIED_SYSCALLS: Readonly<Record<string, number>> = {
 };
 
 /** System calls whose arguments the filter inspects. */
-const NR = { socket: SYS.socket, socketpair: 53, clone: 56, unshare: SYS.unshare, personality: 135 };
+const NR = {
+  socket: SYS.socket,
+  socketpair: 53,
+  clone: 56,
+  unshare: SYS.unshare,
+  personality: 135,
+};
 const CLONE3 = 435;
 
 /** One `struct sock_filter` instruction. */
