@@ -12,7 +12,7 @@
  * @module
  */
 
-import { AT_FDCWD, cString, errno, O, OsError, rawSyscall } from "../ffi/libc.ts";
+import { AT_FDCWD, cString, E, errno, O, OsError, rawSyscall } from "../ffi/libc.ts";
 import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
 
 const CLONE_NEWNS = 0x00020000;
@@ -31,6 +31,7 @@ const SOCK_CLOEXEC = 0o2000000;
 const SIOCGIFFLAGS = 0x8913;
 const SIOCSIFFLAGS = 0x8914;
 const IFF_UP = 1;
+const ELOOP = 40;
 const AT_EMPTY_PATH = 0x1000;
 const OPEN_TREE_CLONE = 1;
 const OPEN_TREE_CLOEXEC = O.CLOEXEC;
@@ -112,7 +113,12 @@ function fdPath(fd: number): string {
  */
 function hideSocket(path: string, reachable: (realPath: string) => boolean): void {
   const fd = rawSyscall(SYS.openat, AT_FDCWD, cString(path), O.PATH | O.CLOEXEC, 0);
-  if (fd < 0) return;
+  if (fd < 0) {
+    // Gone, or a path `connect` cannot resolve either; anything else is a real failure.
+    const code = errno();
+    if (code === E.ENOENT || code === E.ENOTDIR || code === ELOOP) return;
+    throw new OsError(`open(${path})`, code);
+  }
   try {
     const stat = new Uint8Array(STAT_SIZE);
     checkedSyscall(`stat(${path})`, SYS.newfstatat, fd, cString(""), stat, AT_EMPTY_PATH);
