@@ -59,7 +59,7 @@ export interface NamespacePlan {
    */
   privateTerminals: boolean;
   /** Unix sockets to cover, when they still are sockets and `reachable` refuses their real path. */
-  hiddenSockets?: SocketHiding;
+  hiddenSockets: SocketHiding;
 }
 
 /** The unix socket paths to cover, and which resolved paths must stay reachable. */
@@ -151,9 +151,9 @@ function hideSocket(path: string, reachable: (realPath: string) => boolean): voi
 
 /** Unshares the requested namespaces on the calling thread and sets them up. Needs root. */
 export function enterNamespaces(plan: NamespacePlan): void {
-  const sockets = plan.hiddenSockets?.paths.length ?? 0;
+  const { paths: sockets, reachable } = plan.hiddenSockets;
   const mounts = plan.readOnlyPaths.length > 0 || plan.hideProcesses || plan.privateTerminals ||
-    sockets > 0;
+    sockets.length > 0;
   const flags = (plan.privateNetwork ? CLONE_NEWNET : 0) | (mounts ? CLONE_NEWNS : 0);
   if (flags === 0) return;
   checkedSyscall("unshare", SYS.unshare, flags);
@@ -169,8 +169,7 @@ export function enterNamespaces(plan: NamespacePlan): void {
     null,
   );
   for (const path of plan.readOnlyPaths) bindReadOnly(path);
-  const hiding = plan.hiddenSockets;
-  if (hiding) { for (const path of hiding.paths) hideSocket(path, hiding.reachable); }
+  for (const path of sockets) hideSocket(path, reachable);
   if (plan.privateTerminals) {
     checkedSyscall(
       "mount(devpts, /dev/pts, newinstance)",

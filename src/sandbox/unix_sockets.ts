@@ -10,12 +10,18 @@
  * Limits, stated honestly:
  * - the listing covers the server's network namespace only: a socket bound in another one
  *   (a container's) and reachable through a shared directory is not seen;
- * - sockets bound with a relative path are listed relative to an unknown directory and skipped;
+ * - only the path a socket was bound to is listed: one bound with a relative path, renamed
+ *   after binding, or also reachable through a hard link or bind mount its owner made elsewhere
+ *   is not hidden under those other names;
  * - the hiding is made when a domain's worker is created. {@link SocketListing} reads the
  *   listing again at most once per `maxAgeMs` (default 1 s) and the domain key includes the
  *   sockets to hide, so a socket bound later, or re-bound by a restarted service (the unlink
  *   removes the mount over the old one), gets a fresh worker for the next command; commands
- *   already running keep their worker's view and can reach such a socket until they exit.
+ *   already running keep their worker's view and can reach such a socket until they exit,
+ *   and a command started less than `maxAgeMs` after the socket appeared may still miss it.
+ *   Churn costs at most one new worker per domain per `maxAgeMs`;
+ * - hiding needs a root server (a mount namespace); a non-root server fails closed when there
+ *   is a socket to hide.
  *
  * This module only reads; it must never mount or change a file.
  *
