@@ -15,6 +15,7 @@ import { createApp } from "./http/routes.ts";
 import { Reactor } from "./io/reactor.ts";
 import { Truncator } from "./output/truncator.ts";
 import { probeSandbox } from "./sandbox/apply.ts";
+import { deniedByProfile } from "./sandbox/confinement.ts";
 import { SandboxDomains } from "./sandbox/domains.ts";
 import { sandboxIdentity } from "./sandbox/identity.ts";
 import { AgentRegistry, type TokenSources } from "./service/agents.ts";
@@ -37,7 +38,10 @@ export interface Server {
 
 const VERSION = "0.2.0";
 
-/** What `/healthz` says about the sandbox: the probe plus which profiles can be enforced. */
+/**
+ * What `/healthz` says about the sandbox: the probe, which profiles can be enforced, and what
+ * each one denies (system calls, socket families, unix sockets).
+ */
 function sandboxHealth(config: Config) {
   const probe = probeSandbox();
   const profiles = Object.fromEntries(
@@ -46,11 +50,15 @@ function sandboxHealth(config: Config) {
       !p.enforce || (probe.enforceable && (p.network !== "loopback" || probe.loopback)),
     ]),
   );
+  const denies = Object.fromEntries(
+    [...config.profiles].map(([name, p]) => [name, deniedByProfile(p)]),
+  );
   return {
     ...probe,
     default_profile: config.defaultProfile,
     approval_policy: config.approvalPolicy,
     profiles,
+    denies,
   };
 }
 

@@ -149,8 +149,16 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
     await t.step("healthz reports an enforcing sandbox", async () => {
       const r = await server.get("/healthz");
       assert.equal(r.status, 200);
-      const { landlock_abi, ...rest } = r.body.sandbox;
+      const { landlock_abi, denies, ...rest } = r.body.sandbox;
       assert.ok(Number.isInteger(landlock_abi) && landlock_abi >= 6, `ABI ${landlock_abi}`);
+      assert.deepEqual(Object.keys(denies).sort(), [
+        "control",
+        "full-access",
+        "ports",
+        "read-only",
+        "workspace-write",
+        "workspace-write-net",
+      ]);
       assert.deepEqual(rest, {
         seccomp: true,
         drops_uid: true,
@@ -416,12 +424,13 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
           "exit code 159: killed by SIGSYS (refused system call)",
         ),
       );
-      // Control: without the network filter the same call goes through.
-      const c = await run(server, `python3 ${FIXTURES}int80.py`, {
+      // Every enforcing profile has the filter; control: without it the same call goes through.
+      const net = await run(server, `python3 ${FIXTURES}int80.py`, {
         profile: "workspace-write-net",
       });
-      assert.equal(c.output, "int80 getpid ok: True\r\n");
-      assert.deepEqual(c.sandbox, { profile: "workspace-write-net", denied: false });
+      assert.equal(net.exit_code, 159);
+      const c = await new Deno.Command("python3", { args: [`${FIXTURES}int80.py`] }).output();
+      assert.equal(new TextDecoder().decode(c.stdout), "int80 getpid ok: True\n");
     });
 
     await t.step("failures that are not the sandbox's are not reported as denials", async () => {

@@ -538,3 +538,31 @@ Deno.test("UEXEC_LISTEN=unix:PATH serves on a 0600 socket", async () => {
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("/healthz is open, reveals no secret, and lists what each profile denies", async () => {
+  const server = await startServer();
+  try {
+    const r = await server.raw("/healthz", { headers: { authorization: "" } });
+    assert.equal(r.status, 200);
+    for (const token of [server.agentToken, server.operatorToken]) {
+      assert.ok(!r.text.includes(token));
+    }
+    const { denies } = JSON.parse(r.text).sandbox;
+    assert.equal(denies["full-access"], null);
+    for (const name of ["read-only", "workspace-write", "workspace-write-net"]) {
+      for (const call of ["setns", "keyctl", "add_key", "bpf", "userfaultfd", "perf_event_open"]) {
+        assert.ok(denies[name].syscalls.includes(call), `${name} denies ${call}`);
+      }
+      assert.equal(denies[name].conditional.unshare, "with any CLONE_NEW* flag");
+      assert.deepEqual(denies[name].enosys, ["clone3"]);
+    }
+    assert.deepEqual(denies["workspace-write"].socket_families_allowed, ["AF_UNIX"]);
+    assert.deepEqual(denies["workspace-write-net"].socket_families_allowed, [
+      "AF_UNIX",
+      "AF_INET",
+      "AF_INET6",
+    ]);
+  } finally {
+    await server.stop();
+  }
+});

@@ -29,6 +29,7 @@ import { withLimits } from "./limits.ts";
 import type { ResolvedPolicy } from "./policy.ts";
 import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
 import { canonical, widen, type Widening } from "./widening.ts";
+import { SocketListing, socketsToHide } from "./unix_sockets.ts";
 
 /** The profile that means "no sandbox". */
 export const FULL_ACCESS = "full-access";
@@ -71,6 +72,8 @@ export interface DomainOptions {
   workspace: string;
   /** Paths no sandboxed command may read, under any profile (the server's state directory). */
   hidden?: string[];
+  /** Where the bound unix sockets come from (default: `/proc/net/unix`, at most 1 s old). */
+  sockets?: SocketListing;
 }
 
 interface Domain {
@@ -85,6 +88,7 @@ const NO_SESSION_DIR: SessionDir = { env: {}, release() {} };
 /** Resolves profiles into domains and owns their private directories. */
 export class SandboxDomains {
   #opts: DomainOptions;
+  #sockets: SocketListing;
   #identity?: SandboxIdentity | null;
   #domains = new Map<string, Promise<Domain>>();
   #prepared = false;
@@ -92,6 +96,7 @@ export class SandboxDomains {
 
   constructor(opts: DomainOptions) {
     this.#opts = opts;
+    this.#sockets = opts.sockets ?? new SocketListing();
   }
 
   /** Names of the loaded profiles. */
@@ -137,10 +142,13 @@ export class SandboxDomains {
     }
     const domain = await pending;
     const protectedNow = existingPaths(domain.policy.readOnlySubpaths);
+    // A socket bound (or bound again) since the worker hid the others needs a fresh worker.
+    const hiddenNow = socketsToHide(domain.policy, this.#sockets.current())
+      .map((s) => `${s.inode} ${s.path}`);
     return {
       profile: name,
       policy: domain.policy,
-      domain: JSON.stringify([key, protectedNow]),
+      domain: JSON.stringify([key, protectedNow, hiddenNow]),
       restriction: { policy: domain.policy, uid: identity?.uid, gid: identity?.gid },
       wrap: (argv) => withLimits(argv, domain.policy.limits),
       session: () => this.#sessionDir(domain, identity),
