@@ -1,6 +1,6 @@
 /**
- * Entry point: read the configuration, start the server, print where it listens, and on
- * SIGINT/SIGTERM kill every session and exit within 3 s.
+ * Entry point: read the configuration, start the server, print where it listens and where its
+ * tokens are (never a token), and on SIGINT/SIGTERM kill every session and exit within 3 s.
  *
  * @module
  */
@@ -20,10 +20,13 @@ async function main(): Promise<void> {
     Deno.exit(2);
   }
   const server = await startServer(config);
-  const host = server.addr.hostname.includes(":")
-    ? `[${server.addr.hostname}]`
-    : server.addr.hostname;
-  console.log(`uexec listening on http://${host}:${server.addr.port}`);
+  const { addr, tokens } = server;
+  if ("path" in addr) console.log(`uexec listening on unix:${addr.path}`);
+  else {
+    const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
+    console.log(`uexec listening on http://${host}:${addr.port}`);
+  }
+  console.log(`uexec: operator token: ${tokens.operator}; default agent token: ${tokens.agent}`);
   let stopping = false;
   const stop = () => {
     if (stopping) return;

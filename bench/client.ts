@@ -7,7 +7,7 @@
  */
 
 import type { CallResult } from "../src/sessions/manager.ts";
-import { rawTransport, type Transport } from "./http1.ts";
+import { rawTransport, type Transport, type TransportFactory } from "./http1.ts";
 
 /** Body of `POST /v1/exec_command` (the fields the bench uses). */
 export interface ExecRequest {
@@ -46,10 +46,11 @@ export class UexecClient {
 
   constructor(
     readonly base: string,
+    token: string,
     readonly signal: AbortSignal,
-    transport: (base: string) => Transport = rawTransport,
+    transport: TransportFactory = rawTransport,
   ) {
-    this.#send = transport(base);
+    this.#send = transport(base, token);
   }
 
   async #call(method: string, path: string, body?: unknown): Promise<unknown> {

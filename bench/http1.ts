@@ -21,12 +21,16 @@ export type Transport = (
   signal: AbortSignal,
 ) => Promise<HttpResponse>;
 
+/** Makes the transport for one server: its base URL and the bearer token to send. */
+export type TransportFactory = (base: string, token: string) => Transport;
+
 /** Requests through Deno's fetch. */
-export function fetchTransport(base: string): Transport {
+export function fetchTransport(base: string, token: string): Transport {
+  const auth = { authorization: `Bearer ${token}` };
   return async (method, path, body, signal) => {
     const res = await fetch(`${base}${path}`, {
       method,
-      headers: body === undefined ? undefined : { "content-type": "application/json" },
+      headers: body === undefined ? auth : { ...auth, "content-type": "application/json" },
       body,
       signal,
     });
@@ -105,7 +109,7 @@ function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
 }
 
 /** Requests over pooled raw HTTP/1.1 keep-alive connections to `base` (http://host:port). */
-export function rawTransport(base: string): Transport {
+export function rawTransport(base: string, token: string): Transport {
   const { hostname, port } = new URL(base);
   const idle: Connection[] = [];
   return async (method, path, body, signal) => {
@@ -113,6 +117,7 @@ export function rawTransport(base: string): Transport {
     const conn = idle.pop() ?? new Connection(await Deno.connect({ hostname, port: Number(port) }));
     const bytes = body === undefined ? new Uint8Array() : encoder.encode(body);
     const head = `${method} ${path} HTTP/1.1\r\nhost: ${hostname}:${port}\r\n` +
+      `authorization: Bearer ${token}\r\n` +
       (body === undefined ? "" : "content-type: application/json\r\n") +
       `content-length: ${bytes.length}\r\n\r\n`;
     const onAbort = () => conn.close();

@@ -34,10 +34,13 @@ export class UexecServer {
   #unregister: () => void = () => {};
   #stopped: Promise<StopReport> | null = null;
   readonly url: string;
+  /** The agent token its requests carry. */
+  readonly token: string;
 
-  private constructor(child: Deno.ChildProcess, url: string, tail: string[]) {
+  private constructor(child: Deno.ChildProcess, url: string, token: string, tail: string[]) {
     this.#child = child;
     this.url = url;
+    this.token = token;
     this.#tail = tail;
   }
 
@@ -96,9 +99,14 @@ export class UexecServer {
       await within(drained, 1000);
       throw new Error(`${why}; output tail:\n${tail.join("\n")}`);
     }
-    const server = new UexecServer(child, outcome, tail);
+    const server = new UexecServer(child, outcome, env.UEXEC_AGENT_TOKEN ?? "", tail);
     server.#unregister = register(() => server.stop().then(() => {}));
-    log(`server pid ${child.pid} listening on ${outcome} (${JSON.stringify(env)})`);
+    const shown = Object.entries(env).filter(([k]) => !k.endsWith("_TOKEN"));
+    log(
+      `server pid ${child.pid} listening on ${outcome} (${
+        JSON.stringify(Object.fromEntries(shown))
+      })`,
+    );
     return server;
   }
 

@@ -6,7 +6,7 @@
  */
 
 import { UexecClient } from "./client.ts";
-import type { Transport } from "./http1.ts";
+import type { TransportFactory } from "./http1.ts";
 import type { PeerFigures } from "./peer.ts";
 import type { Row } from "./report.ts";
 import { UexecServer } from "./server.ts";
@@ -74,7 +74,7 @@ export interface Context {
   /** Servers this workload started (their output tails go into error reports). */
   servers: UexecServer[];
   /** The HTTP transport clients use (raw HTTP/1.1 by default, fetch with --fetch). */
-  transport: (base: string) => Transport;
+  transport: TransportFactory;
 }
 
 /** What every workload returns. */
@@ -101,6 +101,10 @@ export function peerColumns(ctx: Context, pick: (p: PeerFigures) => number) {
   return { baseline: peerBaseline(ctx, pick), peer: peerFigure(ctx, pick) };
 }
 
+function benchToken(): string {
+  return `bench_${crypto.randomUUID().replaceAll("-", "")}`;
+}
+
 /**
  * Starts a fresh server for one workload: unsandboxed by default (UEXEC_PROFILE=full-access;
  * requests opt into a sandbox with `profile`), room for 1,100 sessions, the bench's workspace.
@@ -111,6 +115,9 @@ export async function startServer(ctx: Context): Promise<UexecServer> {
     UEXEC_PROFILE: "full-access",
     UEXEC_MAX_SESSIONS: "1100",
     UEXEC_WORKSPACE: ctx.workspace,
+    UEXEC_STATE_DIR: await Deno.makeTempDir({ prefix: "uexec-bench-state-" }),
+    UEXEC_OPERATOR_TOKEN: benchToken(),
+    UEXEC_AGENT_TOKEN: benchToken(),
   });
   ctx.servers.push(server);
   return server;
@@ -118,5 +125,5 @@ export async function startServer(ctx: Context): Promise<UexecServer> {
 
 /** A client for `server` on the workload's transport and abort signal. */
 export function connect(ctx: Context, server: UexecServer): UexecClient {
-  return new UexecClient(server.url, ctx.signal, ctx.transport);
+  return new UexecClient(server.url, server.token, ctx.signal, ctx.transport);
 }

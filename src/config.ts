@@ -1,19 +1,33 @@
 /**
  * Server configuration from flags and environment, validated up front: a bad value stops the
- * server with a message naming it. It must never start on a non-loopback address without a
- * token.
+ * server with a message naming it. Authentication is always on: the tokens come from the
+ * environment or the state directory, never from a flag (flags show in `ps`).
  *
  * @module
  */
 
 import { type ApprovalPolicy, parseApprovalPolicy } from "./approvals/policy.ts";
 import { loadProfiles, type Profile } from "./sandbox/profiles.ts";
+import { stateDirFrom } from "./service/state_dir.ts";
 
 /** The server's settings. */
 export interface Config {
   host: string;
   port: number;
-  token?: string;
+  /** `UEXEC_LISTEN=unix:PATH`: serve on this unix socket (0600) instead of TCP. */
+  unixSocket?: string;
+  /** Where tokens and agents are kept (`UEXEC_STATE_DIR`, ...). */
+  stateDir: string;
+  /** `UEXEC_OPERATOR_TOKEN`: the operator's token instead of `operator.token`. */
+  operatorToken?: string;
+  /** `UEXEC_AGENT_TOKEN` (alias `UEXEC_TOKEN`): the default agent's token. */
+  agentToken?: string;
+  /** `UEXEC_ALLOWED_HOSTS` (comma-separated). */
+  allowedHosts: string[];
+  /** `UEXEC_ALLOWED_ORIGINS` (comma-separated). */
+  allowedOrigins: string[];
+  /** `UEXEC_ALLOWED_ROOTS` (colon-separated, resolved): workdirs may lie there too. */
+  allowedRoots: string[];
   workspace: string;
   shell: string;
   maxSessions: number;
@@ -34,12 +48,6 @@ export class ConfigError extends Error {
     super(message);
     this.name = "ConfigError";
   }
-}
-
-/** True for loopback hosts (127.0.0.0/8, ::1, localhost). */
-export function isLoopback(host: string): boolean {
-  return host === "localhost" || host === "::1" || host === "[::1]" ||
-    /^127(\.\d{1,3}){3}$/.test(host);
 }
 
 function flag(args: string[], name: string): string | undefined {
@@ -65,6 +73,19 @@ function integer(name: string, raw: string, min: number, max: number): number {
 
 const KNOWN_FLAGS = ["host", "port"];
 
+function list(raw: string | undefined, separator: string): string[] {
+  return (raw ?? "").split(separator).map((s) => s.trim()).filter(Boolean);
+}
+
+/** A token from the environment: at least 16 printable characters without spaces. */
+function secret(name: string, raw: string | undefined): string | undefined {
+  if (raw === undefined || raw === "") return undefined;
+  if (!/^[\x21-\x7e]{16,4096}$/.test(raw)) {
+    throw new ConfigError(`${name} must be 16 to 4096 printable characters without spaces`);
+  }
+  return raw;
+}
+
 /** Read the configuration from `args` and `env`. */
 export function loadConfig(
   args: string[],
@@ -79,9 +100,11 @@ export function loadConfig(
   }
   const host = flag(args, "host") ?? env.UEXEC_HOST ?? "127.0.0.1";
   const port = integer("port", flag(args, "port") ?? env.UEXEC_PORT ?? "8787", 0, 65535);
-  const token = env.UEXEC_TOKEN || undefined;
-  if (!isLoopback(host) && !token) {
-    throw new ConfigError(`refusing to listen on non-loopback host ${host} without UEXEC_TOKEN`);
+  const listen = env.UEXEC_LISTEN;
+  if (listen !== undefined && listen !== "" && !/^unix:\/./.test(listen)) {
+    throw new ConfigError(
+      `UEXEC_LISTEN must be unix:/absolute/path, got ${JSON.stringify(listen)}`,
+    );
   }
   const workspace = env.UEXEC_WORKSPACE ?? cwd;
   try {
@@ -106,10 +129,28 @@ export function loadConfig(
       throw new ConfigError(`${setting}: profile ${name} not found in ${profilesDir}`);
     }
   }
+  const operatorToken = secret("UEXEC_OPERATOR_TOKEN", env.UEXEC_OPERATOR_TOKEN);
+  const agentToken = secret("UEXEC_AGENT_TOKEN", env.UEXEC_AGENT_TOKEN || env.UEXEC_TOKEN);
+  if (operatorToken !== undefined && operatorToken === agentToken) {
+    throw new ConfigError("UEXEC_OPERATOR_TOKEN and UEXEC_AGENT_TOKEN must differ");
+  }
   return {
     host,
     port,
-    token,
+    ...(listen ? { unixSocket: listen.slice("unix:".length) } : {}),
+    stateDir: stateDirFrom(env, env.HOME || "/root"),
+    operatorToken,
+    agentToken,
+    allowedHosts: list(env.UEXEC_ALLOWED_HOSTS, ","),
+    allowedOrigins: list(env.UEXEC_ALLOWED_ORIGINS, ","),
+    allowedRoots: list(env.UEXEC_ALLOWED_ROOTS, ":").map((root) => {
+      try {
+        if (!root.startsWith("/") || !Deno.statSync(root).isDirectory) throw new Error();
+        return Deno.realPathSync(root);
+      } catch {
+        throw new ConfigError(`UEXEC_ALLOWED_ROOTS: ${root} is not an existing absolute directory`);
+      }
+    }),
     workspace: Deno.realPathSync(workspace),
     shell: env.SHELL || "/bin/bash",
     maxSessions: integer("UEXEC_MAX_SESSIONS", env.UEXEC_MAX_SESSIONS ?? "64", 1, 100_000),

@@ -16,12 +16,14 @@ import { connectSse, type SseClient, type SseEvent } from "./helpers/sse.ts";
 
 /** A uid of the default session range (2000000001-2000065535). */
 const SESSION_UID = /^20000\d{5}$/;
+/** A file holding what `id -u` printed in a session. */
+const SESSION_UID_FILE = /^20000\d{5}\n$/;
 
 /** `output` with a leading session uid line replaced by "UID". */
 function uidLine(output: string): string {
   return output.replace(/^20000\d{5}\r\n/, "UID\r\n");
 }
-const RETRY_REASON = "command failed; retry without sandbox?";
+const RETRY_REASON = "command failed in the sandbox; retry it with the access shown?";
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 // deno-lint-ignore no-explicit-any
@@ -37,13 +39,18 @@ interface Harness {
   nextApproval(pending: Promise<unknown>): Promise<Body>;
   /** Every event since the last call, up to a marker command run now (marker excluded). */
   eventsUntilMarker(): Promise<SseEvent[]>;
-  decide(id: string, decision: string): Promise<{ status: number; body: Body }>;
+  /** Decide as the operator. */
+  decide(
+    id: string,
+    decision: string,
+    extra?: Record<string, unknown>,
+  ): Promise<{ status: number; body: Body }>;
   stop(): Promise<void>;
 }
 
 async function harness(env: Record<string, string>): Promise<Harness> {
   const server = await startServer(env);
-  const events = await connectSse(`${server.url}/v1/events`);
+  const events = await connectSse(`${server.url}/v1/events`, server.operator.auth);
   let asked = 0;
   let seen = 0;
   const exec = (cmd: string, extra: Record<string, unknown> = {}) =>
@@ -82,7 +89,8 @@ async function harness(env: Record<string, string>): Promise<Harness> {
       asked = requests(all).length;
       return fresh;
     },
-    decide: (id, decision) => server.post(`/v1/approvals/${id}`, { decision }),
+    decide: (id, decision, extra = {}) =>
+      server.operator.post(`/v1/approvals/${id}`, { decision, ...extra }),
     async stop() {
       await events.close();
       await server.stop();
@@ -94,19 +102,63 @@ function kinds(events: SseEvent[]): string[] {
   return events.map((e) => e.event);
 }
 
-/** An approval record as pending, for `command` in the server's workspace. */
-function pendingRecord(h: Harness, approval: Body, command: string, reason: string) {
+/**
+ * An approval record as pending, for `command` from the default agent in the server's
+ * workspace (as `h.exec` sends it: login false, with a tty, no env), with `extra` fields.
+ */
+function pendingRecord(
+  h: Harness,
+  approval: Body,
+  command: string,
+  reason: string,
+  extra: Record<string, unknown> = {},
+) {
   assert.match(approval.id, UUID);
   assert.ok(!Number.isNaN(Date.parse(approval.created_at)), approval.created_at);
   return {
     id: approval.id,
+    agent: "default",
     command,
+    shell: "/bin/bash",
+    login: false,
     workdir: h.server.workspace,
+    tty: true,
     profile: "workspace-write",
+    env: {},
+    escalation: {},
+    runs: "sandboxed under workspace-write",
     reason,
     justification: null,
+    denial: null,
+    can_choose_unsandboxed: false,
     created_at: approval.created_at,
     status: "pending",
+    ...extra,
+  };
+}
+
+/** The fields of a retry question after a denied write to `target` in `dir`. */
+function writeRetry(dir: string, target: string) {
+  return {
+    escalation: { write: [dir] },
+    runs: `sandboxed under workspace-write, plus write access to ${dir}`,
+    denial: {
+      kind: "fs-write",
+      path: target,
+      evidence: `/bin/bash: line 1: ${target}: Permission denied`,
+    },
+    can_choose_unsandboxed: true,
+  };
+}
+
+/** A settled record as the decision returns it. */
+function settled(approval: Body, decided: Body, status: string, granted?: Body) {
+  assert.ok(!Number.isNaN(Date.parse(decided.decided_at)), decided.decided_at);
+  return {
+    ...approval,
+    status,
+    decided_at: decided.decided_at,
+    ...(granted === undefined ? {} : { granted }),
   };
 }
 
@@ -122,11 +174,14 @@ Deno.test("on-failure: denied, asked, then retried, refused or remembered", asyn
   const h = await harness({ UEXEC_APPROVAL_POLICY: "on-failure" });
   let decidedId = "";
   try {
-    await t.step("approved: the retry runs unsandboxed and says so", async () => {
+    await t.step("approved: the retry runs with write access to that directory only", async () => {
       const cmd = `id -u > ${out}/approved && echo wrote`;
       const pending = h.exec(cmd);
       const approval = await h.nextApproval(pending);
-      assert.deepEqual(approval, pendingRecord(h, approval, cmd, RETRY_REASON));
+      assert.deepEqual(
+        approval,
+        pendingRecord(h, approval, cmd, RETRY_REASON, writeRetry(out, `${out}/approved`)),
+      );
       assert.deepEqual((await h.server.get("/v1/approvals")).body, { approvals: [approval] });
       const bad = await h.decide(approval.id, "maybe");
       assert.equal(bad.status, 400);
@@ -134,14 +189,21 @@ Deno.test("on-failure: denied, asked, then retried, refused or remembered", asyn
       assert.deepEqual((await h.server.get("/v1/approvals")).body, { approvals: [approval] });
       const decided = await h.decide(approval.id, "approved");
       assert.equal(decided.status, 200);
-      assert.deepEqual(decided.body, { ...approval, status: "approved" });
+      assert.deepEqual(
+        decided.body,
+        settled(approval, decided.body, "approved", { write: [out] }),
+      );
       decidedId = approval.id;
       const r = await pending;
       assert.equal(r.status, 200);
       assert.equal(r.body.output, "wrote\r\n");
       assert.equal(r.body.exit_code, 0);
-      assert.deepEqual(r.body.sandbox, { profile: "full-access", denied: false, retried: true });
-      assert.equal(await Deno.readTextFile(`${out}/approved`), "0\n");
+      assert.deepEqual(r.body.sandbox, {
+        profile: "workspace-write",
+        denied: false,
+        retried: true,
+      });
+      assert.match(await Deno.readTextFile(`${out}/approved`), SESSION_UID_FILE);
       assert.deepEqual((await h.server.get("/v1/approvals")).body, { approvals: [] });
       const events = await h.eventsUntilMarker();
       assert.deepEqual(kinds(events), [
@@ -153,8 +215,21 @@ Deno.test("on-failure: denied, asked, then retried, refused or remembered", asyn
         "end",
       ]);
       assert.equal(events[1].data.exit_code, 1);
-      assert.deepEqual(events[3].data.approval, { ...approval, status: "approved" });
+      assert.deepEqual(events[3].data.approval, decided.body);
       assert.equal(events[5].data.exit_code, 0);
+    });
+
+    await t.step("the approver may pick an unsandboxed retry instead", async () => {
+      const cmd = `id -u > ${out}/root && echo wrote`;
+      const pending = h.exec(cmd);
+      const approval = await h.nextApproval(pending);
+      const decided = await h.decide(approval.id, "approved", { unsandboxed: true });
+      assert.deepEqual(decided.body.granted, { unsandboxed: true });
+      const r = await pending;
+      assert.equal(r.body.output, "wrote\r\n");
+      assert.deepEqual(r.body.sandbox, { profile: "full-access", denied: false, retried: true });
+      assert.equal(await Deno.readTextFile(`${out}/root`), "0\n");
+      await h.eventsUntilMarker();
     });
 
     await t.step("deciding twice is 409; an unknown id is 404", async () => {
@@ -179,10 +254,8 @@ Deno.test("on-failure: denied, asked, then retried, refused or remembered", asyn
       const pending = h.exec(cmd);
       const approval = await h.nextApproval(pending);
       assert.equal(approval.reason, RETRY_REASON);
-      assert.deepEqual((await h.decide(approval.id, "denied")).body, {
-        ...approval,
-        status: "denied",
-      });
+      const decided = await h.decide(approval.id, "denied");
+      assert.deepEqual(decided.body, settled(approval, decided.body, "denied"));
       const r = await pending;
       const message = `/bin/bash: line 1: ${target}: Permission denied`;
       assert.equal(r.body.output, `${message}\r\n`);
@@ -210,36 +283,36 @@ Deno.test("on-failure: denied, asked, then retried, refused or remembered", asyn
       const approval = await h.nextApproval(pending);
       await h.decide(approval.id, "approved_for_session");
       const first = await pending;
-      assert.deepEqual(first.body.sandbox, {
-        profile: "full-access",
-        denied: false,
-        retried: true,
-      });
-      assert.equal(await Deno.readTextFile(target), "0\n");
+      const retried = { profile: "workspace-write", denied: false, retried: true };
+      assert.deepEqual(first.body.sandbox, retried);
+      assert.match(await Deno.readTextFile(target), SESSION_UID_FILE);
       await h.eventsUntilMarker();
       await Deno.remove(target);
 
       const second = await h.exec(cmd);
       assert.equal(second.body.exit_code, 0);
-      assert.deepEqual(second.body.sandbox, {
-        profile: "full-access",
-        denied: false,
-        retried: true,
-      });
-      assert.equal(await Deno.readTextFile(target), "0\n");
+      assert.deepEqual(second.body.sandbox, retried);
+      assert.match(await Deno.readTextFile(target), SESSION_UID_FILE);
       const events = await h.eventsUntilMarker();
       assert.deepEqual(kinds(events), ["begin", "end", "begin", "end"]);
       assert.equal(events[1].data.exit_code, 1);
       assert.equal(events[3].data.exit_code, 0);
       await Deno.remove(target);
 
-      // The memory is per (command, workdir, tty, permissions): without a tty it asks again.
+      // The memory is per agent and everything that decides what runs: without a tty it asks
+      // again, and so does a changed environment.
       const other = h.exec(cmd, { tty: false });
       const asked = await h.nextApproval(other);
       assert.equal(asked.command, cmd);
       await h.decide(asked.id, "denied");
       const refused = await other;
       assert.equal(refused.body.sandbox.denied, true);
+      await assert.rejects(Deno.stat(target), Deno.errors.NotFound);
+      const withEnv = h.exec(cmd, { env: { BASH_ENV: `${out}/planted` } });
+      const askedAgain = await h.nextApproval(withEnv);
+      assert.deepEqual(askedAgain.env, { BASH_ENV: `${out}/planted` });
+      await h.decide(askedAgain.id, "denied");
+      assert.equal((await withEnv).body.sandbox.denied, true);
       await assert.rejects(Deno.stat(target), Deno.errors.NotFound);
       await h.eventsUntilMarker();
     });
@@ -315,7 +388,10 @@ Deno.test("on-request: require_escalated asks with the justification", async (t)
       const pending = h.exec("id -u", { sandbox_permissions: "require_escalated", justification });
       const approval = await h.nextApproval(pending);
       assert.deepEqual(approval, {
-        ...pendingRecord(h, approval, "id -u", justification),
+        ...pendingRecord(h, approval, "id -u", justification, {
+          escalation: { unsandboxed: true },
+          runs: "without any sandbox, with the server's own privileges",
+        }),
         justification,
       });
       await h.decide(approval.id, "approved");
@@ -444,7 +520,7 @@ Deno.test("untrusted: known-safe commands run, others ask", async (t) => {
       assert.match(String((await Deno.stat(`${ws}/made.txt`)).uid), SESSION_UID);
     });
 
-    await t.step("after a denial it asks again before running unsandboxed", async () => {
+    await t.step("after a denial it asks again before running with more access", async () => {
       const target = `${out}/untrusted`;
       const cmd = `id -u > ${target}`;
       const pending = h.exec(cmd);
@@ -453,10 +529,15 @@ Deno.test("untrusted: known-safe commands run, others ask", async (t) => {
       await h.decide(first.id, "approved");
       const second = await h.nextApproval(pending);
       assert.equal(second.reason, RETRY_REASON);
+      assert.deepEqual(second.escalation, { write: [out] });
       await h.decide(second.id, "approved");
       const r = await pending;
-      assert.deepEqual(r.body.sandbox, { profile: "full-access", denied: false, retried: true });
-      assert.equal(await Deno.readTextFile(target), "0\n");
+      assert.deepEqual(r.body.sandbox, {
+        profile: "workspace-write",
+        denied: false,
+        retried: true,
+      });
+      assert.match(await Deno.readTextFile(target), SESSION_UID_FILE);
       const events = await h.eventsUntilMarker();
       assert.deepEqual(kinds(events).filter((k) => k.startsWith("approval")), [
         "approval_requested",

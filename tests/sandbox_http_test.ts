@@ -165,8 +165,16 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
     await t.step("healthz reports an enforcing sandbox", async () => {
       const r = await server.get("/healthz");
       assert.equal(r.status, 200);
-      const { landlock_abi, ...rest } = r.body.sandbox;
+      const { landlock_abi, denies, ...rest } = r.body.sandbox;
       assert.ok(Number.isInteger(landlock_abi) && landlock_abi >= 6, `ABI ${landlock_abi}`);
+      assert.deepEqual(Object.keys(denies).sort(), [
+        "control",
+        "full-access",
+        "ports",
+        "read-only",
+        "workspace-write",
+        "workspace-write-net",
+      ]);
       assert.deepEqual(rest, {
         seccomp: true,
         drops_uid: true,
@@ -436,12 +444,13 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
           "exit code 159: killed by SIGSYS (refused system call)",
         ),
       );
-      // Control: without the network filter the same call goes through.
-      const c = await run(server, `python3 ${FIXTURES}int80.py`, {
+      // Every enforcing profile has the filter; control: without it the same call goes through.
+      const net = await run(server, `python3 ${FIXTURES}int80.py`, {
         profile: "workspace-write-net",
       });
-      assert.equal(c.output, "int80 getpid ok: True\r\n");
-      assert.deepEqual(c.sandbox, { profile: "workspace-write-net", denied: false });
+      assert.equal(net.exit_code, 159);
+      const c = await new Deno.Command("python3", { args: [`${FIXTURES}int80.py`] }).output();
+      assert.equal(new TextDecoder().decode(c.stdout), "int80 getpid ok: True\n");
     });
 
     await t.step("failures that are not the sandbox's are not reported as denials", async () => {
@@ -493,7 +502,7 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
     });
 
     await t.step("timeout_ms kills the session and says so", async () => {
-      const events = await connectSse(`${server.url}/v1/events`);
+      const events = await connectSse(`${server.url}/v1/events`, server.auth);
       try {
         const direct = await run(server, "sleep 30", { timeout_ms: 300, yield_time_ms: 20000 });
         assert.equal(direct.exit_code, 129);
@@ -632,7 +641,9 @@ Deno.test("fail closed: a sandbox that cannot be applied runs nothing", async (t
 });
 
 Deno.test("domains follow the workspace: read-only first, late .git and .uexec, outside workdirs", async (t) => {
-  const server = await startServer();
+  const allowed = await Deno.makeTempDir({ prefix: "uexec-allowed-" });
+  await Deno.chmod(allowed, 0o755);
+  const server = await startServer({ UEXEC_ALLOWED_ROOTS: allowed });
   const ws = await Deno.realPath(server.workspace);
   try {
     await t.step(
@@ -670,9 +681,9 @@ Deno.test("domains follow the workspace: read-only first, late .git and .uexec, 
     );
 
     await t.step(
-      "a workdir outside the workspace is never changed; unreachable ones say why",
+      "a workdir in an allowed root outside the workspace is never changed; unreachable ones say why",
       async () => {
-        const outside = await Deno.makeTempDir({ prefix: "uexec-outside-" });
+        const outside = await Deno.makeTempDir({ prefix: "uexec-outside-", dir: allowed });
         try {
           const r = await server.post("/v1/exec_command", {
             cmd: "true",
@@ -698,5 +709,6 @@ Deno.test("domains follow the workspace: read-only first, late .git and .uexec, 
     );
   } finally {
     await server.stop();
+    await Deno.remove(allowed, { recursive: true });
   }
 });

@@ -4,8 +4,9 @@
  *
  * - `never`: never ask. Commands run sandboxed; a detected denial goes back to the agent;
  *   `require_escalated` is rejected (403 `rejected`).
- * - `on-failure`: run sandboxed without asking; after a detected denial ask
- *   "command failed; retry without sandbox?".
+ * - `on-failure`: run sandboxed without asking; after a detected denial ask to retry with the
+ *   narrowest widening the denial names (a path to write, a port), or unsandboxed when it names
+ *   neither; the approver may pick unsandboxed instead.
  * - `on-request` (default): the agent decides. `use_default` runs sandboxed without asking and a
  *   denial goes back to the agent; `require_escalated` asks before running unsandboxed.
  * - `untrusted`: only known-safe read-only commands ({@link isKnownSafeCommand}) run without
@@ -39,7 +40,7 @@ export const DEFAULT_APPROVAL_POLICY: ApprovalPolicy = "on-request";
 export type SandboxPermissions = "use_default" | "require_escalated";
 
 /** The question asked after a sandbox denial. */
-export const RETRY_REASON = "command failed; retry without sandbox?";
+export const RETRY_REASON = "command failed in the sandbox; retry it with the access shown?";
 
 /** Parses `UEXEC_APPROVAL_POLICY`; unset or empty gives the default, anything unknown throws. */
 export function parseApprovalPolicy(value: string | undefined): ApprovalPolicy {

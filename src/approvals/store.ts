@@ -4,9 +4,11 @@
  *
  * `request()` creates a pending record and returns a promise that settles once: when someone
  * calls `decide()`, or when its own timer fires (one `setTimeout` per approval, no polling), which
- * counts as denied. `approved_for_session` is remembered for the store's lifetime per
- * (command, workdir, tty, sandbox_permissions); a later request with the same key settles at
- * once as approved, without a record or an event.
+ * counts as denied. A record binds everything that decides what runs (command, shell, login,
+ * workdir, tty, profile, the added environment and the escalation) and shows it with hidden
+ * characters escaped. `approved_for_session` is remembered for the store's lifetime per agent
+ * and all of those fields, with what was granted; a later identical request from the same
+ * agent settles at once with that grant, without a record or an event.
  *
  * This module holds no HTTP and never runs commands. It must never settle an approval twice,
  * never leave a timer behind a settled approval, and never let a failing event listener break a
@@ -16,7 +18,10 @@
  */
 
 import { z } from "zod";
-import type { SandboxPermissions } from "./policy.ts";
+import type { Denial } from "../sandbox/denial.ts";
+import { canonical, describe, type Widening } from "../sandbox/widening.ts";
+import { InvalidRequestError } from "../sessions/errors.ts";
+import { visible } from "./visible.ts";
 
 /** Every decision a user can post. */
 export const APPROVAL_DECISIONS = ["approved", "approved_for_session", "denied"] as const;
@@ -30,29 +35,53 @@ export const approvalDecisionSchema = z.enum(APPROVAL_DECISIONS);
 /** Where an approval stands; `timed_out` counts as denied. */
 export type ApprovalStatus = "pending" | ApprovalDecision | "timed_out";
 
-/** An approval as the API shows it. */
+/** An approval as the API shows it: every text with its hidden characters escaped. */
 export interface ApprovalRecord {
   id: string;
-  session_id?: string;
+  /** The agent that asked. */
+  agent: string;
   command: string;
+  shell: string;
+  login: boolean;
   workdir: string;
+  tty: boolean;
+  /** The profile the command was asked under. */
   profile: string;
+  /** The whole environment the request adds to the base environment. */
+  env: Record<string, string>;
+  /** What approving adds beyond the profile (`{}`: nothing, run it as asked). */
+  escalation: Widening;
+  /** One sentence: how the command runs once approved. */
+  runs: string;
   reason: string;
   justification: string | null;
+  /** The sandbox denial that led to this question (on-failure retries). */
+  denial: Denial | null;
+  /** True when the approver may pick an unsandboxed run instead of `escalation`. */
+  can_choose_unsandboxed: boolean;
   created_at: string;
   status: ApprovalStatus;
+  /** Set once decided: when, and what was granted. */
+  decided_at?: string;
+  granted?: Widening;
 }
 
-/** What a caller asks approval for. `tty` and `sandboxPermissions` complete the session key. */
+/** What a caller asks approval for: everything that decides what runs. */
 export interface ApprovalRequest {
-  sessionId?: string;
+  agent: string;
   command: string;
+  shell: string;
+  login: boolean;
   workdir: string;
+  tty: boolean;
   profile: string;
+  env: Record<string, string>;
+  escalation: Widening;
   reason: string;
   justification?: string;
-  tty: boolean;
-  sandboxPermissions: SandboxPermissions;
+  denial?: Denial;
+  /** Offer an unsandboxed run as an alternative to `escalation`. */
+  allowUnsandboxed?: boolean;
 }
 
 /** How a request settled. */
@@ -65,14 +94,22 @@ export interface Decision {
   timedOut: boolean;
   /** True when settled from an earlier `approved_for_session`, without asking. */
   remembered: boolean;
+  /** What was granted (when approved): the request's escalation, or no sandbox. */
+  granted: Widening;
   /** A sentence for the agent. */
   message: string;
 }
 
+/** The options of a decision beyond its verdict. */
+export interface DecideOptions {
+  /** Grant an unsandboxed run instead of the proposed widening (only where offered). */
+  unsandboxed?: boolean;
+}
+
 /** Events for `GET /v1/events`; `approval` is a snapshot of the record. */
 export type ApprovalEvent =
-  | { type: "approval_requested"; approval: ApprovalRecord }
-  | { type: "approval_decided"; approval: ApprovalRecord };
+  | { type: "approval_requested"; agent: string; approval: ApprovalRecord }
+  | { type: "approval_decided"; agent: string; approval: ApprovalRecord };
 
 /** `decide()` on an id the store does not know. */
 export class ApprovalNotFoundError extends Error {
@@ -106,24 +143,48 @@ export interface ApprovalStoreOptions {
 interface Pending {
   record: ApprovalRecord;
   key: string;
+  escalation: Widening;
   timer: ReturnType<typeof setTimeout>;
   settle: (decision: Decision) => void;
 }
 
+/** The `approved_for_session` key: the agent and everything that decides what runs. */
 function sessionKey(request: ApprovalRequest): string {
   return JSON.stringify([
+    request.agent,
     request.command,
+    request.shell,
+    request.login,
     request.workdir,
     request.tty,
-    request.sandboxPermissions,
+    request.profile,
+    Object.entries(request.env).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)),
+    canonical(request.escalation),
   ]);
+}
+
+function visibleDenial(denial: Denial): Denial {
+  return {
+    ...denial,
+    ...(denial.path === undefined ? {} : { path: visible(denial.path) }),
+    evidence: visible(denial.evidence),
+  };
+}
+
+function visibleEnv(env: Record<string, string>): Record<string, string> {
+  return Object.fromEntries(Object.entries(env).map(([k, v]) => [visible(k), visible(v)]));
+}
+
+function visibleWidening(w: Widening): Widening {
+  return w.write ? { ...w, write: w.write.map(visible) } : w;
 }
 
 /** Holds pending approvals for one server. */
 export class ApprovalStore {
   readonly #pending = new Map<string, Pending>();
   readonly #settled = new Map<string, ApprovalRecord>();
-  readonly #approvedForSession = new Set<string>();
+  /** `approved_for_session` answers: key -> what was granted. */
+  readonly #approvedForSession = new Map<string, Widening>();
   readonly #onEvent: (event: ApprovalEvent) => void;
   readonly #now: () => Date;
   readonly #newId: () => string;
@@ -142,24 +203,35 @@ export class ApprovalStore {
       throw new RangeError(`approval timeout must be a positive number of ms, got ${timeoutMs}`);
     }
     const key = sessionKey(request);
-    if (this.#approvedForSession.has(key)) {
+    const escalation = canonical(request.escalation);
+    const remembered = this.#approvedForSession.get(key);
+    if (remembered) {
       return Promise.resolve({
         approved: true,
         decision: "approved_for_session",
         approvalId: null,
         timedOut: false,
         remembered: true,
-        message: "approved earlier for this session (same command, workdir, tty and permissions)",
+        granted: remembered,
+        message: "approved earlier for this session (the same request from the same agent)",
       });
     }
     const record: ApprovalRecord = {
       id: this.#newId(),
-      ...(request.sessionId === undefined ? {} : { session_id: request.sessionId }),
-      command: request.command,
-      workdir: request.workdir,
+      agent: request.agent,
+      command: visible(request.command),
+      shell: visible(request.shell),
+      login: request.login,
+      workdir: visible(request.workdir),
+      tty: request.tty,
       profile: request.profile,
-      reason: request.reason,
-      justification: request.justification ?? null,
+      env: visibleEnv(request.env),
+      escalation: visibleWidening(escalation),
+      runs: visible(describe(request.profile, escalation)),
+      reason: visible(request.reason),
+      justification: request.justification === undefined ? null : visible(request.justification),
+      denial: request.denial ? visibleDenial(request.denial) : null,
+      can_choose_unsandboxed: !escalation.unsandboxed && request.allowUnsandboxed === true,
       created_at: this.#now().toISOString(),
       status: "pending",
     };
@@ -171,27 +243,41 @@ export class ApprovalStore {
           approvalId: record.id,
           timedOut: true,
           remembered: false,
+          granted: {},
           message:
             `approval ${record.id} timed out after ${timeoutMs} ms without a decision; treated as denied`,
         });
       }, timeoutMs);
-      this.#pending.set(record.id, { record, key, timer, settle: resolve });
-      this.#emit({ type: "approval_requested", approval: { ...record } });
+      this.#pending.set(record.id, { record, key, escalation, timer, settle: resolve });
+      this.#emit({ type: "approval_requested", agent: record.agent, approval: { ...record } });
     });
   }
 
-  /** Pending approvals, oldest first (copies). */
-  list(): ApprovalRecord[] {
-    return [...this.#pending.values()].map((p) => ({ ...p.record }));
+  /** Pending approvals, oldest first (copies): all, or those `agent` asked for. */
+  list(agent?: string): ApprovalRecord[] {
+    return [...this.#pending.values()]
+      .filter((p) => agent === undefined || p.record.agent === agent)
+      .map((p) => ({ ...p.record }));
   }
 
   /** Decides a pending approval and returns its settled record. */
-  decide(id: string, decision: ApprovalDecision): ApprovalRecord {
-    if (!this.#pending.has(id)) {
+  decide(id: string, decision: ApprovalDecision, options: DecideOptions = {}): ApprovalRecord {
+    const pending = this.#pending.get(id);
+    if (!pending) {
       const settled = this.#settled.get(id);
       if (settled) throw new ApprovalAlreadyDecidedError({ ...settled });
       throw new ApprovalNotFoundError(id);
     }
+    if (options.unsandboxed && !pending.record.can_choose_unsandboxed) {
+      throw new InvalidRequestError(
+        `unsandboxed: approval ${id} does not offer an unsandboxed run; it grants ${pending.record.runs}`,
+      );
+    }
+    const granted: Widening = decision === "denied"
+      ? {}
+      : options.unsandboxed
+      ? { unsandboxed: true }
+      : pending.escalation;
     const messages: Record<ApprovalDecision, string> = {
       approved: `approved by the user (approval ${id})`,
       approved_for_session: `approved by the user for this session (approval ${id})`,
@@ -203,36 +289,54 @@ export class ApprovalStore {
       approvalId: id,
       timedOut: false,
       remembered: false,
+      granted,
       message: messages[decision],
     });
   }
 
+  /** Settles every pending approval `agent` asked for as denied (its credential was revoked). */
+  cancelAgent(agent: string): void {
+    for (const [id, p] of [...this.#pending]) {
+      if (p.record.agent === agent) this.#cancel(id, `the agent ${agent} was revoked`);
+    }
+  }
+
   /** Settles every pending approval as denied (server shutdown) and clears their timers. */
   close(): void {
-    for (const id of [...this.#pending.keys()]) {
-      this.#settle(id, "denied", {
-        approved: false,
-        decision: "denied",
-        approvalId: id,
-        timedOut: false,
-        remembered: false,
-        message: `approval ${id} was cancelled because the server is shutting down`,
-      });
-    }
+    for (const id of [...this.#pending.keys()]) this.#cancel(id, "the server is shutting down");
+  }
+
+  #cancel(id: string, why: string): void {
+    this.#settle(id, "denied", {
+      approved: false,
+      decision: "denied",
+      approvalId: id,
+      timedOut: false,
+      remembered: false,
+      granted: {},
+      message: `approval ${id} was cancelled because ${why}`,
+    });
   }
 
   #settle(id: string, status: ApprovalStatus, decision: Decision): ApprovalRecord {
     const pending = this.#pending.get(id)!;
     clearTimeout(pending.timer);
     this.#pending.delete(id);
-    const record = { ...pending.record, status };
+    const record: ApprovalRecord = {
+      ...pending.record,
+      status,
+      decided_at: this.#now().toISOString(),
+      ...(decision.approved ? { granted: visibleWidening(decision.granted) } : {}),
+    };
     this.#settled.set(id, record);
     if (this.#settled.size > this.#historyLimit) {
       this.#settled.delete(this.#settled.keys().next().value!);
     }
-    if (status === "approved_for_session") this.#approvedForSession.add(pending.key);
+    if (status === "approved_for_session") {
+      this.#approvedForSession.set(pending.key, decision.granted);
+    }
     pending.settle(decision);
-    this.#emit({ type: "approval_decided", approval: { ...record } });
+    this.#emit({ type: "approval_decided", agent: record.agent, approval: { ...record } });
     return { ...record };
   }
 

@@ -7,21 +7,32 @@
  */
 
 /** Why a session ended. */
-export type EndReason = "exit" | "kill" | "prune" | "timeout" | "shutdown";
+export type EndReason = "exit" | "kill" | "prune" | "timeout" | "shutdown" | "revoke";
 
-/** A lifecycle event. */
+/**
+ * A lifecycle event. `agent` names whose session or approval it concerns (`operator` for the
+ * operator's own): an agent is shown only its own events.
+ */
 export type LifecycleEvent =
-  | { type: "begin"; session_id: number; command: string; workdir: string; tty: boolean }
-  | { type: "interaction"; session_id: number; chars: string }
+  | {
+    type: "begin";
+    agent: string;
+    session_id: number;
+    command: string;
+    workdir: string;
+    tty: boolean;
+  }
+  | { type: "interaction"; agent: string; session_id: number; chars: string }
   | {
     type: "end";
+    agent: string;
     session_id: number;
     exit_code: number;
     duration_seconds: number;
     reason: EndReason;
   }
-  | { type: "approval_requested"; approval: unknown }
-  | { type: "approval_decided"; approval: unknown };
+  | { type: "approval_requested"; agent: string; approval: unknown }
+  | { type: "approval_decided"; agent: string; approval: unknown };
 
 /** A subscriber callback. */
 export type Listener = (event: LifecycleEvent) => void;

@@ -1,22 +1,32 @@
 /**
- * Bearer-token authentication for the /v1 routes. Tokens are compared in constant time (over
- * SHA-256 digests, so their lengths leak nothing either). It must never log or echo a token.
+ * Authentication of HTTP requests: the bearer token from `Authorization`, turned into a
+ * principal by the application core, and the defense-in-depth refusal of requests whose TCP
+ * peer is a sandboxed process (even one holding a valid token). It must never log or echo a
+ * token.
  *
  * @module
  */
 
-import { createHash, timingSafeEqual } from "node:crypto";
-
-function digest(s: string): Uint8Array {
-  return createHash("sha256").update(s).digest();
+/** No or a wrong token (401 `unauthorized`). */
+export class UnauthorizedError extends Error {
+  readonly status = 401;
+  readonly code = "unauthorized";
+  constructor() {
+    super("missing or wrong bearer token");
+  }
 }
 
-/** A checker for `Authorization` header values against `token`. */
-export function bearerChecker(token: string): (header: string | undefined) => boolean {
-  const expected = digest(token);
-  return (header) => {
-    const match = /^Bearer (.+)$/.exec(header ?? "");
-    const given = digest(match ? match[1] : "");
-    return timingSafeEqual(given, expected) && match !== null;
-  };
+/** A request from inside the sandbox (403 `forbidden_peer`). */
+export class SandboxedPeerError extends Error {
+  readonly status = 403;
+  readonly code = "forbidden_peer";
+  constructor() {
+    super("requests from sandboxed commands are refused");
+  }
+}
+
+/** The token of an `Authorization: Bearer <token>` header, or undefined. */
+export function bearerToken(header: string | undefined | null): string | undefined {
+  const match = /^Bearer ([\x21-\x7e]+)$/.exec(header ?? "");
+  return match ? match[1] : undefined;
 }

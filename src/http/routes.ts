@@ -1,7 +1,9 @@
 /**
- * The HTTP API: routes, validation, authentication and error mapping, on Hono. Every failure
- * becomes a JSON error with a stable code; an unexpected one is logged with a request id and
- * answered 500 while the server keeps running. Routes only translate; sessions do the work.
+ * The HTTP API: routes, body validation, authentication and error mapping, on Hono. Every
+ * failure becomes a JSON error with a stable code; an unexpected one is logged with a request
+ * id and answered 500 while the server keeps running. Routes only translate: every route but
+ * `/healthz` authenticates the caller first and hands the principal to the application core,
+ * which decides what it may do. A route must never act without a principal.
  *
  * @module
  */
@@ -9,43 +11,35 @@
 import { Hono } from "hono";
 import type { Context } from "hono";
 import type { z } from "zod";
-import type { EventBus } from "../events/bus.ts";
-import { SIGNALS } from "../pty/signals.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
-import type { SessionManager } from "../sessions/manager.ts";
-import type { Supervisor } from "../sandbox/supervisor.ts";
-import type { ApprovalStore } from "../approvals/store.ts";
-import { bearerChecker } from "./auth.ts";
-import { readJson } from "./body.ts";
-import { resultText, wantsText } from "./format.ts";
+import type { Principal } from "../service/principal.ts";
 import {
+  AgentBody,
   DecisionBody,
   describeIssues,
   ExecBody,
-  execYield,
   ResizeBody,
   SessionIdParam,
   SignalBody,
   WriteBody,
-  writeYield,
-} from "./schemas.ts";
+} from "../service/schemas.ts";
+import type { Service } from "../service/service.ts";
+import { toolDefinitions } from "../service/tools.ts";
+import { bearerToken, SandboxedPeerError, UnauthorizedError } from "./auth.ts";
+import { readJson } from "./body.ts";
+import { resultText, wantsText } from "./format.ts";
 import { sseResponse } from "./sse.ts";
-import { toolDefinitions } from "./tools.ts";
 
 /** What the routes need from the rest of the server. */
 export interface AppDeps {
-  manager: SessionManager;
-  supervisor: Supervisor;
-  approvals: ApprovalStore;
-  bus: EventBus;
-  /** Bearer token required on /v1 routes, if any. */
-  token?: string;
-  /** Base directory for relative workdirs. */
-  workspace: string;
-  /** Default shell. */
-  shell: string;
+  service: Service;
   /** The body of `GET /healthz` (beyond `ok`). */
   health(): Record<string, unknown>;
+  /**
+   * True when the request's TCP peer is a sandboxed process; `info` is what `Deno.serve` gave
+   * the handler (absent on unix sockets and in-process calls).
+   */
+  fromSandbox?(info: Deno.ServeHandlerInfo | undefined): boolean;
 }
 
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -86,38 +80,10 @@ function sessionId(c: Context): number {
   return parsed.data;
 }
 
-/** The shell as an executable path: absolute, or found on the server's PATH. */
-function findShell(shell: string): string {
-  const candidates = shell.includes("/")
-    ? [shell]
-    : (Deno.env.get("PATH") ?? "/usr/bin:/bin").split(":").map((dir) => `${dir}/${shell}`);
-  for (const path of candidates) {
-    try {
-      const info = Deno.statSync(path);
-      if (info.isFile && ((info.mode ?? 0) & 0o111) !== 0) return path;
-    } catch {
-      // Not there; try the next one.
-    }
-  }
-  throw new InvalidRequestError(`shell: cannot start ${shell}: ENOENT`);
-}
-
-function resolveWorkdir(workspace: string, workdir?: string): string {
-  const path = !workdir ? workspace : workdir.startsWith("/") ? workdir : `${workspace}/${workdir}`;
-  let info: Deno.FileInfo;
-  try {
-    info = Deno.statSync(path);
-  } catch {
-    throw new InvalidRequestError(`workdir: ${path} does not exist`);
-  }
-  if (!info.isDirectory) throw new InvalidRequestError(`workdir: ${path} is not a directory`);
-  return Deno.realPathSync(path);
-}
-
 /** Build the Hono app. */
-export function createApp(deps: AppDeps): Hono {
-  const app = new Hono();
-  const { manager, bus } = deps;
+export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo | undefined }> {
+  const app = new Hono<{ Bindings: Deno.ServeHandlerInfo | undefined }>();
+  const { service } = deps;
 
   app.onError((err, c) => {
     const known = asFailure(err);
@@ -142,90 +108,47 @@ export function createApp(deps: AppDeps): Hono {
 
   app.get("/healthz", (c) => c.json({ ok: true, ...deps.health() }));
 
-  if (deps.token) {
-    const check = bearerChecker(deps.token);
-    app.use("/v1/*", async (c, next) => {
-      if (!check(c.req.header("authorization"))) {
-        return c.json(
-          errorBody({
-            status: 401,
-            code: "unauthorized",
-            message: "missing or wrong bearer token",
-          }),
-          401,
-        );
-      }
-      await next();
-    });
-  }
+  /** The caller, authenticated; every route but /healthz starts here. */
+  const who = (c: Context): Principal => {
+    const token = bearerToken(c.req.header("authorization"));
+    const principal = token === undefined ? undefined : service.authenticate(token);
+    if (!principal) throw new UnauthorizedError();
+    if (deps.fromSandbox?.(c.env)) throw new SandboxedPeerError();
+    return principal;
+  };
   const reply = (c: Context, result: Parameters<typeof resultText>[0]) =>
     wantsText(c.req.header("accept")) ? c.text(resultText(result)) : c.json(result);
 
   app.post("/v1/exec_command", async (c) => {
-    const body = await parseBody(c, ExecBody);
-    const result = await deps.supervisor.exec({
-      request: {
-        cmd: body.cmd,
-        workdir: resolveWorkdir(deps.workspace, body.workdir),
-        shell: findShell(body.shell ?? deps.shell),
-        login: body.login,
-        tty: body.tty,
-        size: { cols: body.cols, rows: body.rows },
-        env: body.env,
-        yieldMs: execYield(body.yield_time_ms),
-        maxOutputTokens: body.max_output_tokens,
-        until: body.until,
-        timeoutMs: body.timeout_ms,
-      },
-      profile: body.profile,
-      sandboxPermissions: body.sandbox_permissions,
-      justification: body.justification,
-    });
-    return reply(c, result);
+    const principal = who(c);
+    return reply(c, await service.exec(principal, await parseBody(c, ExecBody)));
   });
 
   app.post("/v1/write_stdin", async (c) => {
-    const body = await parseBody(c, WriteBody);
-    return reply(
-      c,
-      await manager.write({
-        sessionId: body.session_id,
-        chars: body.chars,
-        yieldMs: writeYield(body.chars, body.yield_time_ms),
-        maxOutputTokens: body.max_output_tokens,
-        until: body.until,
-      }),
-    );
+    const principal = who(c);
+    return reply(c, await service.write(principal, await parseBody(c, WriteBody)));
   });
 
-  app.get("/v1/sessions", (c) => c.json({ sessions: manager.list() }));
-  app.get("/v1/sessions/:id", (c) => c.json(manager.get(sessionId(c)).info()));
-  app.delete("/v1/sessions/:id", async (c) => c.json(await manager.kill(sessionId(c))));
+  app.get("/v1/sessions", (c) => c.json({ sessions: service.sessions(who(c)) }));
+  app.get("/v1/sessions/:id", (c) => c.json(service.session(who(c), sessionId(c)).info()));
+  app.delete("/v1/sessions/:id", async (c) => c.json(await service.kill(who(c), sessionId(c))));
 
   app.post("/v1/sessions/:id/resize", async (c) => {
+    const principal = who(c);
     const id = sessionId(c);
-    const body = await parseBody(c, ResizeBody);
-    manager.resize(id, body);
+    service.resize(principal, id, await parseBody(c, ResizeBody));
     return c.json({ ok: true });
   });
 
   app.post("/v1/sessions/:id/signal", async (c) => {
+    const principal = who(c);
     const id = sessionId(c);
-    const body = await parseBody(c, SignalBody);
-    const sig = SIGNALS[body.signal];
-    if (sig === undefined) {
-      throw new InvalidRequestError(
-        `signal: unknown signal ${JSON.stringify(body.signal)}; use one of ${
-          Object.keys(SIGNALS).join(", ")
-        }`,
-      );
-    }
-    manager.signal(id, sig);
+    service.signal(principal, id, (await parseBody(c, SignalBody)).signal);
     return c.json({ ok: true });
   });
 
   app.get("/v1/sessions/:id/stream", (c) => {
-    const session = manager.get(sessionId(c));
+    const session = service.session(who(c), sessionId(c));
     const base64 = c.req.query("encoding") === "base64";
     return sseResponse((send, close) => {
       const decoder = new TextDecoder();
@@ -246,20 +169,35 @@ export function createApp(deps: AppDeps): Hono {
     });
   });
 
-  app.get("/v1/events", () =>
-    sseResponse((send) =>
-      bus.subscribe((event) => {
+  app.get("/v1/events", (c) => {
+    const principal = who(c);
+    return sseResponse((send) =>
+      service.subscribe(principal, (event) => {
         const { type, ...data } = event;
         send(type, data);
       })
-    ));
+    );
+  });
 
-  app.get("/v1/tools", (c) => c.json({ tools: toolDefinitions() }));
+  app.get("/v1/tools", (c) => {
+    who(c);
+    return c.json({ tools: toolDefinitions() });
+  });
 
-  app.get("/v1/approvals", (c) => c.json({ approvals: deps.approvals.list() }));
+  app.get("/v1/approvals", (c) => c.json({ approvals: service.approvals(who(c)) }));
   app.post("/v1/approvals/:id", async (c) => {
-    const body = await parseBody(c, DecisionBody);
-    return c.json(deps.approvals.decide(c.req.param("id"), body.decision));
+    const principal = who(c);
+    return c.json(service.decide(principal, c.req.param("id"), await parseBody(c, DecisionBody)));
+  });
+
+  app.get("/v1/agents", (c) => c.json({ agents: service.agents(who(c)) }));
+  app.post("/v1/agents", async (c) => {
+    const principal = who(c);
+    return c.json(service.createAgent(principal, await parseBody(c, AgentBody)), 201);
+  });
+  app.delete("/v1/agents/:name", async (c) => {
+    const principal = who(c);
+    return c.json(await service.revokeAgent(principal, c.req.param("name")));
   });
 
   return app;

@@ -16,10 +16,11 @@ import type { ResolvedPolicy } from "./policy.ts";
 import { sandboxStep, SandboxUnavailableError } from "./errors.ts";
 import { createRuleset, landlockAbi, planRuleset, restrictThread } from "./landlock.ts";
 import { enterNamespaces } from "./namespaces.ts";
-import { installNetworkFilter, seccompSupported } from "./seccomp.ts";
+import { installFilter, seccompSupported } from "./seccomp.ts";
 import { enterSpawnerIdentity, sandboxIdentity, sandboxIds } from "./identity.ts";
 import { DASH, limitWrapper, PRLIMIT } from "./limits.ts";
 import { existingPaths } from "./fsinfo.ts";
+import { boundUnixSockets, socketReachable, socketsToHide } from "./unix_sockets.ts";
 import { closeFd, threadEuid } from "./syscalls.ts";
 
 export { SandboxUnavailableError } from "./errors.ts";
@@ -48,7 +49,7 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): v
       `Landlock ABI ${abi} found, ${MIN_LANDLOCK_ABI}+ needed (signal and abstract socket scoping, Linux 6.12+)`,
     );
   }
-  if (policy.network === "none" && !seccompSupported()) {
+  if (!seccompSupported()) {
     throw new SandboxUnavailableError(`seccomp filtering is not available on ${Deno.build.arch}`);
   }
   const root = threadEuid() === 0;
@@ -61,6 +62,13 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): v
   const readOnlyMounts = root
     ? sandboxStep("read-only subpaths", () => existingPaths(policy.readOnlySubpaths))
     : [];
+  const hidden = sandboxStep("unix sockets", () => socketsToHide(policy, boundUnixSockets()));
+  if (!root && hidden.length > 0) {
+    throw new SandboxUnavailableError(
+      `unix sockets outside the writable roots (${hidden[0].path} and ${hidden.length - 1} ` +
+        "more) can only be hidden by a root server; list them in the profile's unix_sockets",
+    );
+  }
   sandboxStep(
     "namespaces",
     () =>
@@ -69,6 +77,10 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): v
         readOnlyPaths: readOnlyMounts,
         hideProcesses: root,
         privateTerminals: root,
+        hiddenSockets: {
+          paths: hidden.map((s) => s.path),
+          reachable: (path) => socketReachable(policy, path),
+        },
       }),
   );
   const rulesetFd = sandboxStep("Landlock ruleset", () => {
@@ -82,7 +94,7 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): v
     throw e;
   }
   sandboxStep("Landlock restrict", () => restrictThread(rulesetFd));
-  if (policy.network === "none") sandboxStep("seccomp", installNetworkFilter);
+  sandboxStep("seccomp", () => installFilter(policy.network));
 }
 
 /** What this machine can enforce, as reported by `/healthz`. */

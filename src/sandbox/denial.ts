@@ -31,6 +31,8 @@ export type CanAccess = (path: string, access: Access) => boolean;
 export interface Denial {
   kind: DenialKind;
   path?: string;
+  /** For network denials: the TCP port the command tried to reach, when the message names it. */
+  port?: number;
   evidence: string;
 }
 
@@ -299,9 +301,12 @@ function lineDenial(
 ): Denial | undefined {
   const network = networkEvidence(line);
   if (network) {
-    return networkForbids(policy, network)
-      ? { kind: "network", evidence: evidenceOf(line) }
-      : undefined;
+    if (!networkForbids(policy, network)) return undefined;
+    return {
+      kind: "network",
+      ...(network.port === undefined ? {} : { port: network.port }),
+      evidence: evidenceOf(line),
+    };
   }
   if (SIGNAL_REFUSED.test(line)) return { kind: "signal", evidence: evidenceOf(line) };
   const errno = FS_ERRNO.exec(line);

@@ -6,6 +6,7 @@
  * its private directory is 0700 and owned by that uid, and the workspace is granted once to
  * the group all session uids share.
  *
+ * A domain is keyed by profile, approved widening, agent and workdir: agents never share one.
  * Sessions of one domain share a Landlock domain; their own uids keep them from signalling,
  * tracing or reading each other. This module must never hand out an enforcing choice whose
  * preparation failed (it throws `SandboxUnavailableError` instead), nor one private directory
@@ -32,6 +33,8 @@ import { withLimits } from "./limits.ts";
 import type { ResolvedPolicy } from "./policy.ts";
 import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
 import { UidPool } from "./uids.ts";
+import { canonical, widen, type Widening } from "./widening.ts";
+import { SocketListing, socketsToHide } from "./unix_sockets.ts";
 
 /** The profile that means "no sandbox". */
 export const FULL_ACCESS = "full-access";
@@ -58,10 +61,12 @@ export interface SandboxChoice {
   session(): Promise<SessionDir>;
 }
 
-/** What else, besides profile and workdir, sets a session's domain apart. */
-export interface DomainKey {
-  /** Sessions of different agents never share a domain. */
+/** Who a sandbox is for and what it adds to its profile. */
+export interface ChooseOptions {
+  /** The agent whose session it is: agents never share a domain. */
   agent?: string;
+  /** An approved widening of the profile. */
+  widening?: Widening;
 }
 
 /** Settings of the domain registry. */
@@ -72,6 +77,10 @@ export interface DomainOptions {
   serverPid: number;
   /** The server's workspace: prepared as a whole for workdirs inside it. */
   workspace: string;
+  /** Paths no sandboxed command may read, under any profile (the server's state directory). */
+  hidden?: string[];
+  /** Where the bound unix sockets come from (default: `/proc/net/unix`, at most 1 s old). */
+  sockets?: SocketListing;
 }
 
 interface Domain {
@@ -100,6 +109,7 @@ interface Uids {
 /** Resolves profiles into domains and owns their private directories and session uids. */
 export class SandboxDomains {
   #opts: DomainOptions;
+  #sockets: SocketListing;
   #uids?: Uids | null;
   #domains = new Map<string, Promise<Domain>>();
   #prepared = false;
@@ -107,6 +117,7 @@ export class SandboxDomains {
 
   constructor(opts: DomainOptions) {
     this.#opts = opts;
+    this.#sockets = opts.sockets ?? new SocketListing();
   }
 
   /** Names of the loaded profiles. */
@@ -125,12 +136,19 @@ export class SandboxDomains {
     return profile;
   }
 
-  /** The sandbox for a session of profile `name` in `workdir` (and the rest of `key`). */
-  async choose(name: string, workdir: string, key: DomainKey = {}): Promise<SandboxChoice> {
-    const profile = this.profile(name);
+  /**
+   * The sandbox for a session of profile `name` in `workdir`, for `agent`, widened by an
+   * approved `widening` (reported under the name of the profile it widens, or of the wider
+   * profile it names).
+   */
+  async choose(name: string, workdir: string, opts: ChooseOptions = {}): Promise<SandboxChoice> {
+    const widening = canonical(opts.widening ?? {});
+    const base = this.profile(name);
+    const profile = widen(base, widening, (n) => this.profile(n), FULL_ACCESS);
+    name = widening.unsandboxed ? FULL_ACCESS : widening.profile ?? name;
     if (!profile.enforce) return this.#unenforced(name, profile, workdir);
     const uids = this.#sessionUids();
-    const id = JSON.stringify([name, workdir, key.agent ?? null]);
+    const id = JSON.stringify([name, widening, opts.agent ?? null, workdir]);
     let pending = this.#domains.get(id);
     if (!pending) {
       pending = this.#create(profile, workdir, uids);
@@ -139,10 +157,13 @@ export class SandboxDomains {
     }
     const domain = await pending;
     const protectedNow = existingPaths(domain.policy.readOnlySubpaths);
+    // A socket bound (or bound again) since the worker hid the others needs a fresh worker.
+    const hiddenNow = socketsToHide(domain.policy, this.#sockets.current())
+      .map((s) => `${s.inode} ${s.path}`);
     return {
       profile: name,
       policy: domain.policy,
-      domain: JSON.stringify([id, protectedNow]),
+      domain: JSON.stringify([id, protectedNow, hiddenNow]),
       restriction: { policy: domain.policy, uid: uids?.ids.spawner, gid: uids?.ids.gid },
       wrap: (argv) => withLimits(argv, domain.policy.limits),
       session: () => this.#session(domain, uids),
@@ -223,7 +244,7 @@ export class SandboxDomains {
   async #create(profile: Profile, workdir: string, uids: Uids | null): Promise<Domain> {
     if (uids) this.#makeReachable(workdir, uids.ids, profile);
     const root = await createDomainDir(uids?.ids.gid ?? null);
-    const policy = resolveProfile(profile, this.#context(workdir, root, false));
+    const policy = this.#resolve(profile, workdir, root);
     return { root, policy };
   }
 
@@ -247,5 +268,14 @@ export class SandboxDomains {
 
   #context(workdir: string, tmp: string, childIsRoot: boolean) {
     return { workdir, tmp, home: this.#opts.home, serverPid: this.#opts.serverPid, childIsRoot };
+  }
+
+  /** `profile` resolved for a domain, with the server's hidden paths denied too. */
+  #resolve(profile: Profile, workdir: string, tmp: string): ResolvedPolicy {
+    const policy = resolveProfile(profile, this.#context(workdir, tmp, false));
+    return {
+      ...policy,
+      denyRead: [...new Set([...policy.denyRead, ...(this.#opts.hidden ?? [])])],
+    };
   }
 }

@@ -1,7 +1,8 @@
 /**
  * Per-thread namespaces for the spawning worker: a private network namespace with only `lo`
  * (the `loopback` network mode) and a private mount namespace in which read-only subpaths are
- * read-only bind mounts.
+ * read-only bind mounts and unix sockets the policy must not reach are covered by `/dev/null`
+ * (so `connect` to them fails with ECONNREFUSED; see `unix_sockets.ts` for which and why).
  *
  * `unshare(CLONE_NEWNET | CLONE_NEWNS)` is allowed in a multithreaded process and only moves
  * the calling thread, so the server's other threads keep the host's network and mounts. Both
@@ -11,7 +12,7 @@
  * @module
  */
 
-import { AT_FDCWD, cString } from "../ffi/libc.ts";
+import { AT_FDCWD, cString, E, errno, O, OsError, rawSyscall } from "../ffi/libc.ts";
 import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
 
 const CLONE_NEWNS = 0x00020000;
@@ -30,6 +31,16 @@ const SOCK_CLOEXEC = 0o2000000;
 const SIOCGIFFLAGS = 0x8913;
 const SIOCSIFFLAGS = 0x8914;
 const IFF_UP = 1;
+const ELOOP = 40;
+const AT_EMPTY_PATH = 0x1000;
+const OPEN_TREE_CLONE = 1;
+const OPEN_TREE_CLOEXEC = O.CLOEXEC;
+const MOVE_MOUNT_F_EMPTY_PATH = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH = 0x40;
+const S_IFMT = 0o170000;
+const S_IFSOCK = 0o140000;
+const STAT_SIZE = 144;
+const ST_MODE_OFFSET = 24;
 
 /** What {@link enterNamespaces} sets up on the calling thread. */
 export interface NamespacePlan {
@@ -48,6 +59,14 @@ export interface NamespacePlan {
    * Each terminal is mode 0600, owned by the uid that opened it: the session's own.
    */
   privateTerminals: boolean;
+  /** Unix sockets to cover, when they still are sockets and `reachable` refuses their real path. */
+  hiddenSockets: SocketHiding;
+}
+
+/** The unix socket paths to cover, and which resolved paths must stay reachable. */
+export interface SocketHiding {
+  paths: string[];
+  reachable(realPath: string): boolean;
 }
 
 function bringLoopbackUp(): void {
@@ -80,9 +99,62 @@ function bindReadOnly(path: string): void {
   );
 }
 
+/** The target of `/proc/self/fd/<fd>`: the path an open descriptor resolved to. */
+function fdPath(fd: number): string {
+  const buf = new Uint8Array(4096);
+  const n = rawSyscall(SYS.readlink, cString(`/proc/self/fd/${fd}`), buf, buf.length);
+  if (n < 0) throw new OsError(`readlink(/proc/self/fd/${fd})`, errno());
+  return new TextDecoder().decode(buf.subarray(0, n));
+}
+
+/**
+ * Covers the socket at `path` with a clone of `/dev/null`, mounted on the very inode checked
+ * (through its descriptor, so a path swapped meanwhile changes nothing). Paths that are gone,
+ * no longer sockets, or resolve into a reachable place are left alone.
+ */
+function hideSocket(path: string, reachable: (realPath: string) => boolean): void {
+  const fd = rawSyscall(SYS.openat, AT_FDCWD, cString(path), O.PATH | O.CLOEXEC, 0);
+  if (fd < 0) {
+    // Gone, or a path `connect` cannot resolve either; anything else is a real failure.
+    const code = errno();
+    if (code === E.ENOENT || code === E.ENOTDIR || code === ELOOP) return;
+    throw new OsError(`open(${path})`, code);
+  }
+  try {
+    const stat = new Uint8Array(STAT_SIZE);
+    checkedSyscall(`stat(${path})`, SYS.newfstatat, fd, cString(""), stat, AT_EMPTY_PATH);
+    const mode = new DataView(stat.buffer).getUint32(ST_MODE_OFFSET, true);
+    if ((mode & S_IFMT) !== S_IFSOCK || reachable(fdPath(fd))) return;
+    const tree = checkedSyscall(
+      "open_tree(/dev/null)",
+      SYS.open_tree,
+      AT_FDCWD,
+      cString("/dev/null"),
+      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC,
+    );
+    try {
+      checkedSyscall(
+        `move_mount(/dev/null over ${path})`,
+        SYS.move_mount,
+        tree,
+        cString(""),
+        fd,
+        cString(""),
+        MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+      );
+    } finally {
+      closeFd(tree);
+    }
+  } finally {
+    closeFd(fd);
+  }
+}
+
 /** Unshares the requested namespaces on the calling thread and sets them up. Needs root. */
 export function enterNamespaces(plan: NamespacePlan): void {
-  const mounts = plan.readOnlyPaths.length > 0 || plan.hideProcesses || plan.privateTerminals;
+  const { paths: sockets, reachable } = plan.hiddenSockets;
+  const mounts = plan.readOnlyPaths.length > 0 || plan.hideProcesses || plan.privateTerminals ||
+    sockets.length > 0;
   const flags = (plan.privateNetwork ? CLONE_NEWNET : 0) | (mounts ? CLONE_NEWNS : 0);
   if (flags === 0) return;
   checkedSyscall("unshare", SYS.unshare, flags);
@@ -98,6 +170,7 @@ export function enterNamespaces(plan: NamespacePlan): void {
     null,
   );
   for (const path of plan.readOnlyPaths) bindReadOnly(path);
+  for (const path of sockets) hideSocket(path, reachable);
   if (plan.privateTerminals) {
     checkedSyscall(
       "mount(devpts, /dev/pts, newinstance)",

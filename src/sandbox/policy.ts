@@ -41,6 +41,11 @@ export interface ResolvedPolicy {
   network: NetworkMode;
   /** When set and the network is not `none`: the only TCP ports the child may connect to. */
   tcpPorts?: number[];
+  /**
+   * Pathname unix sockets (or directories of them) outside the writable roots that the child
+   * may still connect to, e.g. `/run/docker.sock`; every other one is hidden.
+   */
+  unixSockets?: string[];
   /** Resource limits. */
   limits: ResourceLimits;
 }

@@ -37,6 +37,8 @@ export interface Profile {
   denyRead: (string | ConditionalPath)[];
   network: NetworkMode;
   tcpPorts?: number[];
+  /** Pathname unix sockets (or directories of them) that stay reachable; templates. */
+  unixSockets?: string[];
   limits: ResourceLimits;
 }
 
@@ -116,6 +118,7 @@ const profileFileSchema = z.strictObject({
   ),
   network: z.enum(["none", "loopback", "all"]),
   tcp_ports: z.array(z.number().int().min(1).max(65535)).min(1).optional(),
+  unix_sockets: z.array(pathTemplate).min(1).optional(),
   limits: z.strictObject({
     max_processes: z.number().int().positive().optional(),
     max_file_size_bytes: z.number().int().positive().optional(),
@@ -180,6 +183,7 @@ export function parseProfile(file: string, text: string): Profile {
     denyRead: p.deny_read,
     network: p.network,
     ...(p.tcp_ports ? { tcpPorts: p.tcp_ports } : {}),
+    ...(p.unix_sockets ? { unixSockets: p.unix_sockets } : {}),
     limits: withoutUndefined({
       maxProcesses: p.limits.max_processes,
       maxFileSizeBytes: p.limits.max_file_size_bytes,
@@ -281,6 +285,7 @@ export function resolveProfile(profile: Profile, ctx: ResolveContext): ResolvedP
     denyRead: unique(denyRead),
     network: profile.network,
     ...(profile.tcpPorts ? { tcpPorts: [...profile.tcpPorts] } : {}),
+    ...(profile.unixSockets ? { unixSockets: unique(profile.unixSockets.map(expand)) } : {}),
     limits: { ...profile.limits },
   };
 }

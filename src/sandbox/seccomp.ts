@@ -1,38 +1,146 @@
 /**
- * The seccomp-BPF filter for the `none` network mode, built in TypeScript and installed on the
- * calling thread only (no TSYNC), so only that thread and the children it spawns are filtered.
+ * The seccomp-BPF filter every enforcing profile installs, built in TypeScript and installed on
+ * the calling thread only (no TSYNC), so only that thread and the children it spawns are
+ * filtered. One program, parameterised by the network mode:
  *
- * It refuses, with EPERM: `socket` for AF_INET, AF_INET6 and AF_PACKET; io_uring (whose
- * IORING_OP_SOCKET would bypass the socket check); every x32 system call. A foreign
- * architecture is killed. This module must never install a filter on an architecture whose
- * system call numbers it does not know, and never use SECCOMP_FILTER_FLAG_TSYNC.
+ * - `socket` and `socketpair` only for an allowed address family: AF_UNIX always, AF_INET and
+ *   AF_INET6 only when the network is not `none` (so no AF_NETLINK, AF_PACKET, AF_VSOCK, ...);
+ * - no new namespaces: `clone` and `unshare` with any `CLONE_NEW*` flag, `setns`; `clone3`
+ *   (whose flags live in a struct seccomp cannot read) fails with ENOSYS, so libc falls back to
+ *   `clone`, whose flags are checked;
+ * - `personality` only for the harmless personas (Linux, 32-bit, uname26, query);
+ * - the usual container deny list ({@link DENIED_SYSCALLS}): keyrings, bpf, userfaultfd,
+ *   perf_event_open, io_uring (whose IORING_OP_SOCKET would bypass the socket check), modules,
+ *   kexec, mounts, swap, reboot, clocks, raw I/O ports, quotas, syslog and obsolete calls;
+ * - every x32 system call; a foreign architecture is killed.
+ *
+ * Denials return EPERM, so programs fail cleanly. `ptrace`, `setresuid`, `setgroups`, `capset`
+ * and `prctl` stay allowed: the spawning thread still switches credentials after the filter is
+ * in place, and debuggers within one uid are legitimate.
+ *
+ * This module must never install a filter on an architecture whose system call numbers it does
+ * not know, and never use SECCOMP_FILTER_FLAG_TSYNC.
  *
  * @module
  */
 
 import { E, readSmallFile } from "../ffi/libc.ts";
+import type { NetworkMode } from "./policy.ts";
 import { checkedSyscall, SYS } from "./syscalls.ts";
 
 const BPF_LD_W_ABS = 0x20;
 const BPF_JEQ_K = 0x15;
 const BPF_JGE_K = 0x35;
+const BPF_JSET_K = 0x45;
 const BPF_RET_K = 0x06;
 
 const RET_KILL_PROCESS = 0x80000000;
 const RET_ERRNO = 0x00050000;
 const RET_ALLOW = 0x7fff0000;
+const ENOSYS = 38;
 
 const AUDIT_ARCH_X86_64 = 0xc000003e;
 const X32_SYSCALL_BIT = 0x40000000;
-const AF_INET = 2;
-const AF_INET6 = 10;
-const AF_PACKET = 17;
 
 const OFFSET_NR = 0;
 const OFFSET_ARCH = 4;
+/** Low 32 bits of args[0] (little-endian). */
 const OFFSET_ARG0 = 16;
 
 const SECCOMP_SET_MODE_FILTER = 1;
+
+/** Address families by name, with their numbers. */
+const AF = { AF_UNIX: 1, AF_INET: 2, AF_INET6: 10 } as const;
+
+/** Every `CLONE_NEW*` flag `clone` accepts (CLONE_NEWTIME shares its bit with the exit signal). */
+const CLONE_NEW_FLAGS = 0x00020000 | // NEWNS
+  0x02000000 | // NEWCGROUP
+  0x04000000 | // NEWUTS
+  0x08000000 | // NEWIPC
+  0x10000000 | // NEWUSER
+  0x20000000 | // NEWPID
+  0x40000000; // NEWNET
+/** `unshare` also takes CLONE_NEWTIME. */
+const UNSHARE_NEW_FLAGS = CLONE_NEW_FLAGS | 0x00000080;
+
+/** Personas `personality` may set: PER_LINUX, PER_LINUX32, UNAME26 (and both), and the query. */
+const SAFE_PERSONAS = [0x0, 0x8, 0x20000, 0x20008, 0xffffffff];
+
+/**
+ * x86_64 system calls refused with EPERM whatever their arguments: Docker's default deny list
+ * and systemd's @obsolete, @module, @mount, @reboot, @swap, @clock, @raw-io groups, plus
+ * keyrings, bpf, userfaultfd, perf_event_open, io_uring and namespace entry.
+ */
+export const DENIED_SYSCALLS: Readonly<Record<string, number>> = {
+  uselib: 134,
+  ustat: 136,
+  sysfs: 139,
+  vhangup: 153,
+  pivot_root: 155,
+  _sysctl: 156,
+  adjtimex: 159,
+  chroot: 161,
+  acct: 163,
+  settimeofday: 164,
+  mount: 165,
+  umount2: 166,
+  swapon: 167,
+  swapoff: 168,
+  reboot: 169,
+  sethostname: 170,
+  setdomainname: 171,
+  iopl: 172,
+  ioperm: 173,
+  create_module: 174,
+  init_module: 175,
+  delete_module: 176,
+  get_kernel_syms: 177,
+  query_module: 178,
+  quotactl: 179,
+  nfsservctl: 180,
+  getpmsg: 181,
+  putpmsg: 182,
+  afs_syscall: 183,
+  tuxcall: 184,
+  security: 185,
+  syslog: 103,
+  lookup_dcookie: 212,
+  clock_settime: 227,
+  vserver: 236,
+  kexec_load: 246,
+  add_key: 248,
+  request_key: 249,
+  keyctl: 250,
+  perf_event_open: 298,
+  open_by_handle_at: 304,
+  clock_adjtime: 305,
+  setns: 308,
+  finit_module: 313,
+  kexec_file_load: 320,
+  bpf: 321,
+  userfaultfd: 323,
+  io_uring_setup: SYS.io_uring_setup,
+  io_uring_enter: SYS.io_uring_enter,
+  io_uring_register: SYS.io_uring_register,
+  open_tree: 428,
+  move_mount: 429,
+  fsopen: 430,
+  fsconfig: 431,
+  fsmount: 432,
+  fspick: 433,
+  quotactl_fd: 443,
+  mount_setattr: SYS.mount_setattr,
+};
+
+/** System calls whose arguments the filter inspects. */
+const NR = {
+  socket: SYS.socket,
+  socketpair: 53,
+  clone: 56,
+  unshare: SYS.unshare,
+  personality: 135,
+};
+const CLONE3 = 435;
 
 /** One `struct sock_filter` instruction. */
 export interface BpfInstruction {
@@ -42,33 +150,118 @@ export interface BpfInstruction {
   k: number;
 }
 
-const load = (offset: number): BpfInstruction => ({ code: BPF_LD_W_ABS, jt: 0, jf: 0, k: offset });
-const ret = (k: number): BpfInstruction => ({ code: BPF_RET_K, jt: 0, jf: 0, k });
-const jeq = (k: number, jt: number, jf: number): BpfInstruction => ({ code: BPF_JEQ_K, jt, jf, k });
-const jge = (k: number, jt: number, jf: number): BpfInstruction => ({ code: BPF_JGE_K, jt, jf, k });
+/** The address families `socket` and `socketpair` accept in network mode `network`. */
+export function allowedFamilies(network: NetworkMode): (keyof typeof AF)[] {
+  return network === "none" ? ["AF_UNIX"] : ["AF_UNIX", "AF_INET", "AF_INET6"];
+}
 
-/** The filter program (x86_64 only). */
-export function denyNetworkProgram(): BpfInstruction[] {
-  const denyErrno = RET_ERRNO | E.EPERM;
-  const ioUring = [SYS.io_uring_setup, SYS.io_uring_enter, SYS.io_uring_register];
-  const families = [AF_INET, AF_INET6, AF_PACKET];
-  // Layout after the arch check: [nr checks..., ALLOW, DENY, socket family checks..., ALLOW].
-  const nrChecks = 2 + ioUring.length;
-  const program: BpfInstruction[] = [
-    load(OFFSET_ARCH),
-    jeq(AUDIT_ARCH_X86_64, 1, 0),
-    ret(RET_KILL_PROCESS),
-    load(OFFSET_NR),
-  ];
-  // Jump offsets are relative to the next instruction; ALLOW sits right after the nr checks.
-  program.push(jge(X32_SYSCALL_BIT, nrChecks, 0));
-  ioUring.forEach((nr, i) => program.push(jeq(nr, nrChecks - 1 - i, 0)));
-  program.push(jeq(SYS.socket, 2, 0));
-  program.push(ret(RET_ALLOW), ret(denyErrno));
-  program.push(load(OFFSET_ARG0));
-  families.forEach((af, i) => program.push(jeq(af, families.length - i, 0)));
-  program.push(ret(RET_ALLOW), ret(denyErrno));
+/** An instruction whose jumps name labels; {@link assemble} turns them into offsets. */
+type Step =
+  | { label: string }
+  | { code: number; k: number; jt?: string; jf?: string };
+
+const load = (offset: number): Step => ({ code: BPF_LD_W_ABS, k: offset });
+const ret = (k: number): Step => ({ code: BPF_RET_K, k });
+const jeq = (k: number, jt?: string, jf?: string): Step => ({ code: BPF_JEQ_K, k, jt, jf });
+const jge = (k: number, jt?: string, jf?: string): Step => ({ code: BPF_JGE_K, k, jt, jf });
+const jset = (k: number, jt?: string, jf?: string): Step => ({ code: BPF_JSET_K, k, jt, jf });
+
+/** Resolves label jumps (forward only; an absent target means the next instruction). */
+function assemble(steps: Step[]): BpfInstruction[] {
+  const at = new Map<string, number>();
+  let index = 0;
+  for (const step of steps) {
+    if ("label" in step) at.set(step.label, index);
+    else index++;
+  }
+  const program: BpfInstruction[] = [];
+  const offset = (label: string | undefined): number => {
+    if (label === undefined) return 0;
+    const target = at.get(label);
+    if (target === undefined) throw new Error(`BPF label ${label} is not defined`);
+    const jump = target - program.length - 1;
+    if (jump < 0 || jump > 255) throw new Error(`BPF jump to ${label} out of range: ${jump}`);
+    return jump;
+  };
+  for (const step of steps) {
+    if ("label" in step) continue;
+    program.push({ code: step.code, jt: offset(step.jt), jf: offset(step.jf), k: step.k });
+  }
   return program;
+}
+
+/** The filter program for network mode `network` (x86_64 only). */
+export function filterProgram(network: NetworkMode): BpfInstruction[] {
+  const deny = RET_ERRNO | E.EPERM;
+  return assemble([
+    load(OFFSET_ARCH),
+    jeq(AUDIT_ARCH_X86_64, "native"),
+    ret(RET_KILL_PROCESS),
+    { label: "native" },
+    load(OFFSET_NR),
+    jge(X32_SYSCALL_BIT, "deny"),
+    jeq(NR.socket, "family"),
+    jeq(NR.socketpair, "family"),
+    jeq(NR.clone, "clone"),
+    jeq(NR.unshare, "unshare"),
+    jeq(NR.personality, "personality"),
+    jeq(CLONE3, "enosys"),
+    ...Object.values(DENIED_SYSCALLS).map((nr) => jeq(nr, "deny")),
+    ret(RET_ALLOW),
+    { label: "family" },
+    load(OFFSET_ARG0),
+    ...allowedFamilies(network).map((name) => jeq(AF[name], "allow")),
+    ret(deny),
+    { label: "clone" },
+    load(OFFSET_ARG0),
+    jset(CLONE_NEW_FLAGS, "deny", "allow"),
+    { label: "unshare" },
+    load(OFFSET_ARG0),
+    jset(UNSHARE_NEW_FLAGS, "deny", "allow"),
+    { label: "personality" },
+    load(OFFSET_ARG0),
+    ...SAFE_PERSONAS.map((persona) => jeq(persona, "allow")),
+    ret(deny),
+    { label: "allow" },
+    ret(RET_ALLOW),
+    { label: "deny" },
+    ret(deny),
+    { label: "enosys" },
+    ret(RET_ERRNO | ENOSYS),
+  ]);
+}
+
+/** What the filter refuses in one network mode, for `/healthz`. */
+export interface SeccompDenials {
+  /** Refused with EPERM whatever the arguments, sorted by name. */
+  syscalls: string[];
+  /** Refused only for some arguments: the call and the rule. */
+  conditional: Record<string, string>;
+  /** Refused with ENOSYS so that libc falls back to a call the filter can inspect. */
+  enosys: string[];
+  /** The only families `socket` and `socketpair` accept. */
+  socket_families_allowed: string[];
+  /** How other ABIs are treated. */
+  architectures: string;
+}
+
+/** What {@link filterProgram} refuses for `network`, derived from the same tables. */
+export function seccompDenials(network: NetworkMode): SeccompDenials {
+  const families = allowedFamilies(network);
+  const personas = SAFE_PERSONAS.map((p) => `0x${p.toString(16)}`).join(", ");
+  return {
+    syscalls: Object.keys(DENIED_SYSCALLS).sort(),
+    conditional: {
+      socket: `families other than ${families.join(", ")}`,
+      socketpair: `families other than ${families.join(", ")}`,
+      clone: "with any CLONE_NEW* flag",
+      unshare: "with any CLONE_NEW* flag",
+      personality: `personas other than ${personas}`,
+    },
+    enosys: ["clone3"],
+    socket_families_allowed: families,
+    architectures: "x86_64 only: x32 system calls are refused, other architectures are killed",
+  };
 }
 
 /** Encodes instructions as an array of `struct sock_filter` (8 bytes each). */
@@ -91,14 +284,15 @@ export function seccompSupported(): boolean {
 }
 
 /**
- * Installs the filter on the calling thread. NO_NEW_PRIVS must already be set on it (or the
- * thread must hold CAP_SYS_ADMIN). Throws on a foreign architecture or any kernel error.
+ * Installs the filter for `network` on the calling thread. NO_NEW_PRIVS must already be set on
+ * it (or the thread must hold CAP_SYS_ADMIN). Throws on a foreign architecture or any kernel
+ * error.
  */
-export function installNetworkFilter(): void {
+export function installFilter(network: NetworkMode): void {
   if (Deno.build.arch !== "x86_64") {
     throw new Error(`the seccomp filter only knows x86_64 system calls, not ${Deno.build.arch}`);
   }
-  const filter = encodeProgram(denyNetworkProgram());
+  const filter = encodeProgram(filterProgram(network));
   const fprog = new Uint8Array(16);
   const view = new DataView(fprog.buffer);
   view.setUint16(0, filter.length / 8, true);

@@ -37,6 +37,8 @@ export const SYS = {
   io_uring_setup: 425,
   io_uring_enter: 426,
   io_uring_register: 427,
+  open_tree: 428,
+  move_mount: 429,
   mount_setattr: 442,
   landlock_create_ruleset: 444,
   landlock_add_rule: 445,

@@ -27,6 +27,10 @@ import { Session, type SessionInfo } from "./session.ts";
 
 /** A validated `exec_command` request. */
 export interface ExecRequest {
+  /** Who starts it: its sessions, limit and pruning are its own. */
+  owner: string;
+  /** The owner's live-session limit. */
+  maxSessions: number;
   cmd: string;
   workdir: string;
   shell: string;
@@ -45,6 +49,8 @@ export interface ExecRequest {
 
 /** A validated `write_stdin` request. */
 export interface WriteRequest {
+  /** The caller's owner name; another owner's session is unknown to it. */
+  owner?: string;
   sessionId: number;
   chars: string;
   yieldMs: number;
@@ -89,7 +95,6 @@ export interface ManagerOptions {
   pool: SpawnerPool;
   bus: EventBus;
   baseEnv: Record<string, string>;
-  maxSessions: number;
   truncator: Truncator;
   /** How long a killed child gets between SIGTERM and SIGKILL. */
   killGraceMs?: number;
@@ -133,29 +138,35 @@ export function pickPruneVictim(sessions: Session[]): Session | undefined {
 export class SessionManager {
   #opts: ManagerOptions;
   #sessions = new Map<number, Session>();
-  #reserved = new Set<number>();
+  /** Ids being started, with their owners. */
+  #reserved = new Map<number, string>();
   #encoder = new TextEncoder();
 
   constructor(opts: ManagerOptions) {
     this.#opts = opts;
   }
 
-  /** Sessions in the store, oldest first. */
-  list(): SessionInfo[] {
-    return [...this.#sessions.values()].map((s) => s.info());
+  /** Sessions in the store, oldest first: all, or `owner`'s only. */
+  list(owner?: string): SessionInfo[] {
+    return this.#owned(owner).map((s) => s.info());
   }
 
-  /** The session with `id`, or `UnknownSessionError`. */
-  get(id: number): Session {
+  /**
+   * The session with `id`, or `UnknownSessionError`; with `owner`, another owner's session is
+   * unknown exactly as a missing one is.
+   */
+  get(id: number, owner?: string): Session {
     const session = this.#sessions.get(id);
-    if (!session) throw new UnknownSessionError(id);
+    if (!session || (owner !== undefined && session.owner !== owner)) {
+      throw new UnknownSessionError(id);
+    }
     return session;
   }
 
   /** Run `exec_command`. */
   async exec(req: ExecRequest): Promise<CallResult> {
     const started = performance.now();
-    const id = await this.#reserve();
+    const id = await this.#reserve(req.owner, req.maxSessions);
     let session: Session;
     try {
       session = await this.#start(id, req);
@@ -165,6 +176,7 @@ export class SessionManager {
     this.#sessions.set(id, session);
     this.#opts.bus.publish({
       type: "begin",
+      agent: req.owner,
       session_id: id,
       command: req.cmd,
       workdir: req.workdir,
@@ -177,10 +189,15 @@ export class SessionManager {
   /** Run `write_stdin`. */
   async write(req: WriteRequest): Promise<CallResult> {
     const started = performance.now();
-    const session = this.get(req.sessionId);
+    const session = this.get(req.sessionId, req.owner);
     session.touch();
     if (req.chars.length > 0) {
-      this.#opts.bus.publish({ type: "interaction", session_id: session.id, chars: req.chars });
+      this.#opts.bus.publish({
+        type: "interaction",
+        agent: session.owner,
+        session_id: session.id,
+        chars: req.chars,
+      });
       this.#send(session, req.chars);
     }
     const collected = await collect(session, { yieldMs: req.yieldMs, until: req.until });
@@ -188,24 +205,32 @@ export class SessionManager {
   }
 
   /** Kill a session's whole process tree and return what output was left. */
-  async kill(id: number): Promise<KillResult> {
-    const session = this.get(id);
+  async kill(id: number, owner?: string): Promise<KillResult> {
+    const session = this.get(id, owner);
     await this.#terminate([session], "kill");
     this.#sessions.delete(id);
     return { exit_code: session.exit!.code, output: session.take().text };
   }
 
+  /** Kill every session of `owner` (its credential was revoked); returns how many. */
+  async killOwner(owner: string): Promise<number> {
+    const sessions = this.#owned(owner);
+    for (const s of sessions) this.#sessions.delete(s.id);
+    await this.#terminate(sessions, "revoke");
+    return sessions.length;
+  }
+
   /** Resize a session's terminal. */
-  resize(id: number, size: WindowSize): void {
-    const session = this.get(id);
+  resize(id: number, size: WindowSize, owner?: string): void {
+    const session = this.get(id, owner);
     if (!session.tty) throw new InvalidRequestError("session is not a tty; it cannot be resized");
     session.touch();
     session.child.resize(size);
   }
 
   /** Send a signal to a session's process group. */
-  signal(id: number, sig: number): void {
-    const session = this.get(id);
+  signal(id: number, sig: number, owner?: string): void {
+    const session = this.get(id, owner);
     session.touch();
     session.child.signal(sig);
   }
@@ -221,13 +246,23 @@ export class SessionManager {
     return this.#sessions.size;
   }
 
-  async #reserve(): Promise<number> {
-    const live = this.#sessions.size + this.#reserved.size;
-    if (live >= this.#opts.maxSessions) {
-      const victim = pickPruneVictim([...this.#sessions.values()]);
+  /** Sessions of `owner` (all when undefined), oldest first. */
+  #owned(owner?: string): Session[] {
+    const all = [...this.#sessions.values()];
+    return owner === undefined ? all : all.filter((s) => s.owner === owner);
+  }
+
+  /** An id for a new session of `owner`, pruning one of its own sessions at its limit. */
+  async #reserve(owner: string, maxSessions: number): Promise<number> {
+    const owned = this.#owned(owner);
+    let starting = 0;
+    for (const o of this.#reserved.values()) if (o === owner) starting++;
+    if (owned.length + starting >= maxSessions) {
+      const victim = pickPruneVictim(owned);
       if (!victim) {
         throw new SessionLimitError(
-          `session limit of ${this.#opts.maxSessions} reached and every session is in recent use; ` +
+          `session limit of ${maxSessions} for agent ${owner} reached ` +
+            `(${owned.length} live, ${starting} starting) and every one is in recent use; ` +
             "end one with DELETE /v1/sessions/{id}",
         );
       }
@@ -238,7 +273,7 @@ export class SessionManager {
     do id = MIN_ID + Math.floor(Math.random() * (MAX_ID - MIN_ID + 1)); while (
       this.#sessions.has(id) || this.#reserved.has(id)
     );
-    this.#reserved.add(id);
+    this.#reserved.set(id, owner);
     return id;
   }
 
@@ -274,6 +309,7 @@ export class SessionManager {
     const session = new Session(
       {
         id,
+        owner: req.owner,
         command: req.cmd,
         workdir: req.workdir,
         tty: req.tty,
@@ -286,6 +322,7 @@ export class SessionManager {
         lease.release();
         this.#opts.bus.publish({
           type: "end",
+          agent: s.owner,
           session_id: s.id,
           exit_code: status.code,
           duration_seconds: (performance.now() - s.startedMs) / 1000,

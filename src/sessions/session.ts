@@ -19,6 +19,8 @@ import type { ResolvedPolicy } from "../sandbox/policy.ts";
 /** Public description of a live session. */
 export interface SessionInfo {
   session_id: number;
+  /** The agent that started it (`operator` for the operator's own). */
+  agent: string;
   command: string;
   workdir: string;
   tty: boolean;
@@ -31,6 +33,8 @@ export interface SessionInfo {
 /** What a session was started with. */
 export interface SessionMeta {
   id: number;
+  /** Who started it: an agent's name, or `operator`. */
+  owner: string;
   command: string;
   workdir: string;
   tty: boolean;
@@ -62,6 +66,7 @@ function join(...parts: Uint8Array[]): Uint8Array {
 /** A live (or just ended) session. */
 export class Session implements ChildSink {
   readonly id: number;
+  readonly owner: string;
   readonly command: string;
   readonly workdir: string;
   readonly tty: boolean;
@@ -83,6 +88,7 @@ export class Session implements ChildSink {
 
   constructor(meta: SessionMeta, onClose: (session: Session, status: ExitStatus) => void) {
     this.id = meta.id;
+    this.owner = meta.owner;
     this.command = meta.command;
     this.workdir = meta.workdir;
     this.tty = meta.tty;
@@ -162,6 +168,7 @@ export class Session implements ChildSink {
   info(): SessionInfo {
     return {
       session_id: this.id,
+      agent: this.owner,
       command: this.command,
       workdir: this.workdir,
       tty: this.tty,

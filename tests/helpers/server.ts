@@ -8,20 +8,34 @@
 
 import { TextLineStream } from "./lines.ts";
 
-/** A running test server. */
-export interface TestServer {
-  url: string;
-  pid: number;
-  /** The server's workspace: a fresh temp dir unless the test gave UEXEC_WORKSPACE. */
-  workspace: string;
+/** JSON calls with one credential. */
+export interface Client {
   /** POST JSON; returns status and parsed body. */
   post(path: string, body: unknown, headers?: Record<string, string>): Promise<Reply>;
   get(path: string, headers?: Record<string, string>): Promise<Reply>;
   del(path: string, headers?: Record<string, string>): Promise<Reply>;
-  /** Raw request, body consumed as text. */
+  /** The `Authorization` header this client sends. */
+  auth: Record<string, string>;
+}
+
+/** A running test server; its own calls use the default agent's token. */
+export interface TestServer extends Client {
+  url: string;
+  pid: number;
+  /** The server's workspace: a fresh temp dir unless the test gave UEXEC_WORKSPACE. */
+  workspace: string;
+  /** The server's state directory (tokens, agents). */
+  stateDir: string;
+  operatorToken: string;
+  agentToken: string;
+  /** Calls with the operator's token. */
+  operator: Client;
+  /** Calls with any token. */
+  as(token: string): Client;
+  /** Raw request (with the agent's token unless `init` sets authorization), body as text. */
   raw(path: string, init: RequestInit): Promise<{ status: number; text: string; headers: Headers }>;
-  /** SIGTERM the server and wait for it; returns its exit status and stderr. */
-  stop(): Promise<{ code: number; stderr: string }>;
+  /** SIGTERM the server and wait for it; returns its exit status, stderr and stdout. */
+  stop(): Promise<{ code: number; stderr: string; stdout: string }>;
 }
 
 /** A JSON reply. */
@@ -47,9 +61,15 @@ function inherited(): Record<string, string> {
   return env;
 }
 
+/** A fresh random token, as a test would configure one. */
+export function randomToken(): string {
+  return `test_${crypto.randomUUID().replaceAll("-", "")}`;
+}
+
 /**
  * Start a server with `env` added to a clean environment and extra `args`; with `maxFiles`, its
- * descriptor limit is lowered to that (through util-linux prlimit).
+ * descriptor limit is lowered to that (through util-linux prlimit). Unless `env` says otherwise,
+ * it gets a fresh state directory and random operator and agent tokens.
  */
 export async function startServer(
   env: Record<string, string> = {},
@@ -57,6 +77,9 @@ export async function startServer(
   maxFiles?: number,
 ): Promise<TestServer> {
   const workspace = env.UEXEC_WORKSPACE ?? await Deno.makeTempDir({ prefix: "uexec-ws-" });
+  const stateDir = env.UEXEC_STATE_DIR ?? await Deno.makeTempDir({ prefix: "uexec-state-" });
+  const operatorToken = env.UEXEC_OPERATOR_TOKEN ?? randomToken();
+  const agentToken = env.UEXEC_AGENT_TOKEN ?? env.UEXEC_TOKEN ?? randomToken();
   const limit = maxFiles ? ["prlimit", `--nofile=${maxFiles}:${maxFiles}`, "--"] : [];
   const [program, ...prefix] = [...limit, Deno.execPath()];
   const child = new Deno.Command(program, {
@@ -82,6 +105,9 @@ export async function startServer(
       SHELL: "/bin/bash",
       NO_COLOR: "1",
       UEXEC_WORKSPACE: workspace,
+      UEXEC_STATE_DIR: stateDir,
+      UEXEC_OPERATOR_TOKEN: operatorToken,
+      UEXEC_AGENT_TOKEN: agentToken,
       ...env,
     },
     stdout: "piped",
@@ -90,12 +116,18 @@ export async function startServer(
   const stderrText = new Response(child.stderr).text();
   const lines = child.stdout.pipeThrough(new TextDecoderStream()).pipeThrough(new TextLineStream());
   const reader = lines.getReader();
+  const cleanUp = async () => {
+    if (!env.UEXEC_WORKSPACE) await Deno.remove(workspace, { recursive: true });
+    if (!env.UEXEC_STATE_DIR) await Deno.remove(stateDir, { recursive: true });
+  };
   let url = "";
+  const stdout: string[] = [];
   for (;;) {
     const { value, done } = await reader.read();
+    if (!done) stdout.push(value);
     if (done) {
       const status = await child.status;
-      if (!env.UEXEC_WORKSPACE) await Deno.remove(workspace, { recursive: true });
+      await cleanUp();
       throw new Error(`server exited ${status.code} before listening: ${await stderrText}`);
     }
     const m = /^uexec listening on (http:\/\/\S+)$/.exec(value);
@@ -105,9 +137,12 @@ export async function startServer(
     }
   }
   const drained = (async () => {
-    while (!(await reader.read()).done) { /* keep stdout flowing */ }
+    for (let line = await reader.read(); !line.done; line = await reader.read()) {
+      stdout.push(line.value);
+    }
   })();
   const call = async (
+    auth: Record<string, string>,
     method: string,
     path: string,
     body?: unknown,
@@ -115,7 +150,7 @@ export async function startServer(
   ) => {
     const res = await fetch(url + path, {
       method,
-      headers: { "content-type": "application/json", ...headers },
+      headers: { "content-type": "application/json", ...auth, ...headers },
       body: body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body),
     });
     const text = await res.text();
@@ -125,15 +160,29 @@ export async function startServer(
     } catch { /* not JSON: keep the text */ }
     return { status: res.status, body: parsed };
   };
+  const as = (token: string): Client => {
+    const auth = { authorization: `Bearer ${token}` };
+    return {
+      auth,
+      post: (path, body, headers) => call(auth, "POST", path, body, headers),
+      get: (path, headers) => call(auth, "GET", path, undefined, headers),
+      del: (path, headers) => call(auth, "DELETE", path, undefined, headers),
+    };
+  };
   return {
     url,
     pid: child.pid,
     workspace,
-    post: (path, body, headers) => call("POST", path, body, headers),
-    get: (path, headers) => call("GET", path, undefined, headers),
-    del: (path, headers) => call("DELETE", path, undefined, headers),
+    stateDir,
+    operatorToken,
+    agentToken,
+    ...as(agentToken),
+    operator: as(operatorToken),
+    as,
     async raw(path, init) {
-      const res = await fetch(url + path, init);
+      const headers = new Headers(init.headers);
+      if (!headers.has("authorization")) headers.set("authorization", `Bearer ${agentToken}`);
+      const res = await fetch(url + path, { ...init, headers });
       return { status: res.status, text: await res.text(), headers: res.headers };
     },
     async stop() {
@@ -142,8 +191,8 @@ export async function startServer(
       } catch { /* already gone */ }
       const status = await child.status;
       await drained;
-      if (!env.UEXEC_WORKSPACE) await Deno.remove(workspace, { recursive: true });
-      return { code: status.code, stderr: await stderrText };
+      await cleanUp();
+      return { code: status.code, stderr: await stderrText, stdout: stdout.join("\n") };
     },
   };
 }

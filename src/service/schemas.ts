@@ -1,7 +1,8 @@
 /**
- * Request bodies of the HTTP API as zod schemas, and the clamping rules that turn them into
- * session-layer requests. Unknown fields, wrong types and out-of-range numbers are rejected
- * with a message naming the field; nothing here touches processes.
+ * The operations' inputs as zod schemas (the HTTP bodies, and what every other front door
+ * validates with), and the clamping rules that turn them into session-layer requests. Unknown
+ * fields, wrong types and out-of-range numbers are rejected with a message naming the field;
+ * nothing here touches processes.
  *
  * @module
  */
@@ -67,8 +68,23 @@ export const ExecBody = z.strictObject({
     .describe("Sandbox profile, e.g. read-only or workspace-write. Defaults to the server's."),
   sandbox_permissions: z.enum(["use_default", "require_escalated"]).default("use_default")
     .describe(
-      "use_default runs sandboxed; require_escalated asks for approval to run unsandboxed.",
+      "use_default runs sandboxed; require_escalated asks for approval to run unsandboxed " +
+        "(or, with escalate, with only the access escalate names).",
     ),
+  escalate: z.strictObject({
+    profile: z.string().min(1).max(128).optional().describe("A wider sandbox profile."),
+    write: z.array(z.string().min(1).max(4096).refine(noNul, "must not contain NUL")).min(1)
+      .max(64).optional()
+      .describe("Extra writable directories, absolute or relative to the workdir."),
+    tcp_ports: z.array(z.number().int().min(1).max(65535)).min(1).max(64).optional()
+      .describe("Extra TCP ports to connect to."),
+  }).refine(
+    (e) => e.profile !== undefined || e.write !== undefined || e.tcp_ports !== undefined,
+    "name at least one of profile, write, tcp_ports",
+  ).optional().describe(
+    "Ask for approval to run still sandboxed, with only this added: a wider profile, " +
+      "writable directories, or TCP ports.",
+  ),
   justification: z.string().max(4096).optional()
     .describe("The question shown to the approver with require_escalated."),
   timeout_ms: z.number().int().min(1).max(86_400_000).optional()
@@ -76,7 +92,18 @@ export const ExecBody = z.strictObject({
 });
 
 /** `POST /v1/approvals/{id}`. */
-export const DecisionBody = z.strictObject({ decision: approvalDecisionSchema });
+export const DecisionBody = z.strictObject({
+  decision: approvalDecisionSchema,
+  unsandboxed: z.boolean().default(false)
+    .describe("Grant an unsandboxed run instead of the proposed widening, where offered."),
+});
+
+/** `POST /v1/agents`. */
+export const AgentBody = z.strictObject({
+  name: z.string().min(1).max(64),
+  max_profile: z.string().min(1).max(128).optional(),
+  max_sessions: z.number().int().min(1).max(100_000).optional(),
+});
 
 /** `POST /v1/write_stdin`. */
 export const WriteBody = z.strictObject({

@@ -1,0 +1,65 @@
+/**
+ * Defense in depth against a sandboxed command that reaches the API (under a network profile it
+ * shares the host's network namespace): a request whose TCP peer socket belongs to a sandbox
+ * uid is refused even with a valid token, so a token that leaks into the workspace still cannot
+ * be used from inside the sandbox.
+ *
+ * A peer on an address of this host must be found (a real client holds its socket until the
+ * answer); one that cannot be found is treated as sandboxed. Peers on other hosts are not
+ * sandboxed commands of this server. Over a unix socket there is no TCP peer to look up (the
+ * socket file is 0600 and the state directory unreadable, which keeps sandboxed commands out).
+ * It must never let a lookup failure pass a local request.
+ *
+ * @module
+ */
+
+import { type Endpoint, TcpPeers } from "./peer.ts";
+
+const WILDCARD = new Set(["0.0.0.0", "::", "[::]"]);
+
+function bare(host: string): string {
+  const unbracketed = host.replace(/^\[(.*)\]$/, "$1").toLowerCase();
+  return unbracketed.startsWith("::ffff:") && unbracketed.includes(".")
+    ? unbracketed.slice("::ffff:".length)
+    : unbracketed;
+}
+
+/** The addresses of this host's interfaces (loopback included). */
+function localAddresses(): Set<string> {
+  const found = new Set(["127.0.0.1", "::1"]);
+  for (const iface of Deno.networkInterfaces()) found.add(bare(iface.address));
+  return found;
+}
+
+/**
+ * A check for requests served at `server`: true when the request's peer is sandboxed (a uid for
+ * which `isSandboxUid` holds, or a local peer that cannot be found).
+ */
+export function sandboxedPeerCheck(
+  server: Deno.NetAddr,
+  isSandboxUid: (uid: number) => boolean,
+): (info: Deno.ServeHandlerInfo | undefined) => boolean {
+  const peers = new TcpPeers();
+  const local = localAddresses();
+  const wildcard = WILDCARD.has(server.hostname);
+  return (info) => {
+    const remote = info?.remoteAddr;
+    if (remote?.transport !== "tcp") return false;
+    const client: Endpoint = { hostname: remote.hostname, port: remote.port };
+    const host = bare(client.hostname);
+    if (!local.has(host) && !host.startsWith("127.")) return false;
+    // On a wildcard address a local client's connection ends at the address it came from.
+    const at: Endpoint = {
+      hostname: wildcard ? client.hostname : server.hostname,
+      port: server.port,
+    };
+    let uid: number | undefined;
+    try {
+      uid = peers.uid(at, client);
+    } catch (err) {
+      console.error("uexec: peer lookup failed; refusing the request:", (err as Error).message);
+      return true;
+    }
+    return uid === undefined || isSandboxUid(uid);
+  };
+}

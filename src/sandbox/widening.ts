@@ -1,0 +1,125 @@
+/**
+ * Narrow escalation: what an approved command may do beyond its profile. A widening names a
+ * wider profile, extra writable roots, extra TCP ports, or (the widest) no sandbox at all; it is
+ * applied to a profile to give the profile the command then runs under, still sandboxed unless
+ * `unsandboxed` is set.
+ *
+ * Pure: it must never touch the file system or decide whether a widening is allowed (the
+ * supervisor asks the approver; the caller validates paths and profile names).
+ *
+ * @module
+ */
+
+import { isWithin, type Profile } from "./profiles.ts";
+
+/** What an escalation adds; `{}` adds nothing. */
+export interface Widening {
+  /** Run under this (wider) profile instead. */
+  profile?: string;
+  /** Extra writable roots (absolute, existing directories). */
+  write?: string[];
+  /** Extra TCP ports the command may connect to, on any host. */
+  tcp_ports?: number[];
+  /** No sandbox at all. */
+  unsandboxed?: boolean;
+}
+
+/** True when the widening adds nothing. */
+export function isEmpty(w: Widening): boolean {
+  return !w.unsandboxed && w.profile === undefined && !w.write?.length && !w.tcp_ports?.length;
+}
+
+function union<T>(a: T[] | undefined, b: T[] | undefined): T[] | undefined {
+  if (!a?.length && !b?.length) return undefined;
+  return [...new Set([...(a ?? []), ...(b ?? [])])];
+}
+
+/** A canonical form: sorted, deduplicated, empty parts left out (for keys and display). */
+export function canonical(w: Widening): Widening {
+  if (w.unsandboxed) return { unsandboxed: true };
+  const write = union(w.write, undefined)?.sort();
+  const ports = union(w.tcp_ports, undefined)?.sort((a, b) => a - b);
+  return {
+    ...(w.profile === undefined ? {} : { profile: w.profile }),
+    ...(write ? { write } : {}),
+    ...(ports ? { tcp_ports: ports } : {}),
+  };
+}
+
+/** Both widenings at once. */
+export function combine(a: Widening, b: Widening): Widening {
+  if (a.unsandboxed || b.unsandboxed) return { unsandboxed: true };
+  return canonical({
+    profile: b.profile ?? a.profile,
+    write: union(a.write, b.write),
+    tcp_ports: union(a.tcp_ports, b.tcp_ports),
+  });
+}
+
+/**
+ * The profile `base` widened by `w`. `lookup` resolves profile names (the wider profile, and
+ * `unsandboxedProfile` for no sandbox).
+ */
+export function widen(
+  base: Profile,
+  w: Widening,
+  lookup: (name: string) => Profile,
+  unsandboxedProfile: string,
+): Profile {
+  if (w.unsandboxed) return lookup(unsandboxedProfile);
+  const profile = w.profile === undefined ? base : lookup(w.profile);
+  if (!profile.enforce) return profile;
+  const writableRoots = union(profile.writableRoots, w.write) ?? [];
+  if (!w.tcp_ports?.length) return { ...profile, writableRoots };
+  const open = profile.network === "all" && profile.tcpPorts === undefined;
+  return {
+    ...profile,
+    writableRoots,
+    network: "all",
+    ...(open ? {} : { tcpPorts: union(profile.tcpPorts, w.tcp_ports) }),
+  };
+}
+
+/** One sentence saying how a command runs under `profile` widened by `w`. */
+export function describe(profile: string, w: Widening): string {
+  if (w.unsandboxed) return "without any sandbox, with the server's own privileges";
+  const parts = [`sandboxed under ${w.profile ?? profile}`];
+  if (w.profile !== undefined) parts[0] += ` instead of ${profile}`;
+  if (w.write?.length) parts.push(`plus write access to ${w.write.join(", ")}`);
+  if (w.tcp_ports?.length) {
+    parts.push(
+      `plus TCP connections to port${w.tcp_ports.length > 1 ? "s" : ""} ` +
+        `${w.tcp_ports.join(", ")} on any host`,
+    );
+  }
+  return parts.join(", ");
+}
+
+const NETWORK_RANK = { none: 0, loopback: 1, all: 2 } as const;
+
+function rootsWithin(roots: string[], caps: string[]): boolean {
+  return roots.every((root) =>
+    caps.some((cap) =>
+      root === cap || (cap.startsWith("/") && root.startsWith("/") && isWithin(root, cap))
+    )
+  );
+}
+
+/**
+ * True when `profile` grants nothing that `cap` does not: no more to read, write or reach, and
+ * everything `cap` hides hidden too. An unenforced cap admits everything; an unenforced profile
+ * fits only such a cap.
+ */
+export function fitsWithin(profile: Profile, cap: Profile): boolean {
+  if (!cap.enforce) return true;
+  if (!profile.enforce) return false;
+  if (NETWORK_RANK[profile.network] > NETWORK_RANK[cap.network]) return false;
+  if (profile.network !== "none" && cap.tcpPorts !== undefined) {
+    if (!profile.tcpPorts?.every((port) => cap.tcpPorts!.includes(port))) return false;
+  }
+  const denied = new Set(profile.denyRead.map((d) => JSON.stringify(d)));
+  return rootsWithin(profile.readableRoots, cap.readableRoots) &&
+    rootsWithin(profile.writableRoots, cap.writableRoots) &&
+    cap.denyRead.every((d) => denied.has(JSON.stringify(d))) &&
+    cap.readOnlySubpaths.every((sub) => profile.readOnlySubpaths.includes(sub));
+}

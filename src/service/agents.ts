@@ -1,0 +1,219 @@
+/**
+ * The credential registry: the operator's token and the agents' (name, token digest, limits),
+ * persisted in the state directory so agents survive a restart. It turns a presented bearer
+ * token into a {@link Principal}; revoking an agent makes its token fail at once.
+ *
+ * Agents' tokens are stored only as digests; the operator's and the default agent's tokens are
+ * also written to `operator.token` and `agent.token` (0600) when the server generated them, so
+ * the human can read them. It must never log a token or hand one out twice.
+ *
+ * @module
+ */
+
+import { type Agent, OPERATOR, OPERATOR_OWNER, type Principal } from "./principal.ts";
+import type { StateDir } from "./state_dir.ts";
+import { matchToken, newToken, tokenDigest } from "./tokens.ts";
+
+/** The agent created at first start. */
+export const DEFAULT_AGENT = "default";
+
+const REGISTRY_FILE = "agents.json";
+const OPERATOR_FILE = "operator.token";
+const AGENT_FILE = "agent.token";
+const NAME = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
+
+/** An agent as the operator sees it (never its token). */
+export interface AgentInfo {
+  name: string;
+  max_profile: string | null;
+  max_sessions: number | null;
+  created_at: string;
+}
+
+interface Stored extends AgentInfo {
+  token_sha256: string;
+}
+
+/** What a new agent is created with. */
+export interface NewAgent {
+  name: string;
+  maxProfile?: string;
+  maxSessions?: number;
+}
+
+/** An agent name already taken (409 `agent_exists`). */
+export class AgentExistsError extends Error {
+  readonly status = 409;
+  readonly code = "agent_exists";
+}
+
+/** No agent by that name (404 `unknown_agent`). */
+export class UnknownAgentError extends Error {
+  readonly status = 404;
+  readonly code = "unknown_agent";
+}
+
+/** An agent name that is not allowed (400 `invalid_request`). */
+export class AgentNameError extends Error {
+  readonly status = 400;
+  readonly code = "invalid_request";
+}
+
+/** Where the tokens of this start came from, for the start-up line. */
+export interface TokenSources {
+  operator: string;
+  agent: string;
+}
+
+/** Settings of the registry. */
+export interface RegistryOptions {
+  state: StateDir;
+  /** `UEXEC_OPERATOR_TOKEN`: used instead of `operator.token`. */
+  operatorToken?: string;
+  /** `UEXEC_AGENT_TOKEN` (or its alias `UEXEC_TOKEN`): the default agent's token. */
+  agentToken?: string;
+  now?: () => Date;
+}
+
+/** Operator and agent credentials. */
+export class AgentRegistry {
+  readonly #state: StateDir;
+  readonly #now: () => Date;
+  readonly #agents = new Map<string, Stored>();
+  #operatorDigest: string;
+  /** Digest -> principal, rebuilt on every change. */
+  #byDigest: [string, Principal][] = [];
+  /** Where the operator's and default agent's tokens are, for the start-up line. */
+  readonly sources: TokenSources;
+
+  constructor(opts: RegistryOptions) {
+    this.#state = opts.state;
+    this.#now = opts.now ?? (() => new Date());
+    const operator = opts.operatorToken ?? this.#tokenFile(OPERATOR_FILE);
+    this.#operatorDigest = tokenDigest(operator);
+    const saved = this.#state.read(REGISTRY_FILE);
+    if (saved === undefined) {
+      const token = opts.agentToken ?? this.#tokenFile(AGENT_FILE);
+      this.#agents.set(DEFAULT_AGENT, this.#record({ name: DEFAULT_AGENT }, token));
+    } else {
+      for (const agent of parseRegistry(saved, this.#state.file(REGISTRY_FILE))) {
+        this.#agents.set(agent.name, agent);
+      }
+      if (opts.agentToken !== undefined) {
+        const current = this.#agents.get(DEFAULT_AGENT);
+        this.#agents.set(DEFAULT_AGENT, {
+          ...(current ?? this.#record({ name: DEFAULT_AGENT }, opts.agentToken)),
+          token_sha256: tokenDigest(opts.agentToken),
+        });
+      }
+    }
+    this.sources = {
+      operator: opts.operatorToken ? "UEXEC_OPERATOR_TOKEN" : this.#state.file(OPERATOR_FILE),
+      agent: opts.agentToken
+        ? "UEXEC_AGENT_TOKEN"
+        : this.#agents.has(DEFAULT_AGENT)
+        ? this.#state.file(AGENT_FILE)
+        : "(the default agent was revoked)",
+    };
+    this.#save();
+  }
+
+  /** The principal a bearer token stands for, or undefined. */
+  authenticate(token: string): Principal | undefined {
+    return matchToken(token, this.#byDigest);
+  }
+
+  /** Every agent, by name. */
+  list(): AgentInfo[] {
+    return [...this.#agents.values()].map(info).sort((a, b) => a.name.localeCompare(b.name));
+  }
+
+  /** Create an agent; its token is returned here once and stored only as a digest. */
+  create(spec: NewAgent): { agent: AgentInfo; token: string } {
+    if (!NAME.test(spec.name) || spec.name === OPERATOR_OWNER) {
+      throw new AgentNameError(
+        `name: must match ${NAME} and not be "${OPERATOR_OWNER}", got ${JSON.stringify(spec.name)}`,
+      );
+    }
+    if (this.#agents.has(spec.name)) {
+      throw new AgentExistsError(`an agent named ${JSON.stringify(spec.name)} exists already`);
+    }
+    const token = newToken();
+    const record = this.#record(spec, token);
+    this.#agents.set(spec.name, record);
+    this.#save();
+    return { agent: info(record), token };
+  }
+
+  /** Revoke an agent: its token stops working now. */
+  revoke(name: string): AgentInfo {
+    const record = this.#agents.get(name);
+    if (!record) throw new UnknownAgentError(`no agent named ${JSON.stringify(name)}`);
+    this.#agents.delete(name);
+    if (name === DEFAULT_AGENT) this.#state.remove(AGENT_FILE);
+    this.#save();
+    return info(record);
+  }
+
+  #record(spec: NewAgent, token: string): Stored {
+    return {
+      name: spec.name,
+      max_profile: spec.maxProfile ?? null,
+      max_sessions: spec.maxSessions ?? null,
+      created_at: this.#now().toISOString(),
+      token_sha256: tokenDigest(token),
+    };
+  }
+
+  /** The token in `name`, generated and written (0600) when the file does not exist. */
+  #tokenFile(name: string): string {
+    const existing = this.#state.read(name)?.trim();
+    if (existing) return existing;
+    const token = newToken();
+    this.#state.write(name, `${token}\n`);
+    return token;
+  }
+
+  #save(): void {
+    const agents = [...this.#agents.values()];
+    this.#state.write(REGISTRY_FILE, `${JSON.stringify({ agents }, null, 2)}\n`);
+    this.#byDigest = [
+      [this.#operatorDigest, OPERATOR],
+      ...agents.map((a): [string, Principal] => [a.token_sha256, principalOf(a)]),
+    ];
+  }
+}
+
+function info(record: Stored): AgentInfo {
+  const { token_sha256: _, ...rest } = record;
+  return rest;
+}
+
+function principalOf(record: Stored): Agent {
+  return Object.freeze({
+    role: "agent",
+    name: record.name,
+    ...(record.max_profile === null ? {} : { maxProfile: record.max_profile }),
+    ...(record.max_sessions === null ? {} : { maxSessions: record.max_sessions }),
+  });
+}
+
+function parseRegistry(text: string, file: string): Stored[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    throw new Error(`${file}: not valid JSON: ${(err as Error).message}`);
+  }
+  const agents = (parsed as { agents?: unknown })?.agents;
+  if (!Array.isArray(agents)) throw new Error(`${file}: expected {"agents": [...]}`);
+  return agents.map((a, i) => {
+    const ok = a && typeof a.name === "string" && NAME.test(a.name) &&
+      typeof a.token_sha256 === "string" && /^[0-9a-f]{64}$/.test(a.token_sha256) &&
+      (a.max_profile === null || typeof a.max_profile === "string") &&
+      (a.max_sessions === null || Number.isInteger(a.max_sessions)) &&
+      typeof a.created_at === "string";
+    if (!ok) throw new Error(`${file}: agents[${i}] is malformed`);
+    return a as Stored;
+  });
+}

@@ -1,0 +1,336 @@
+/**
+ * The application core: every operation of the service, each taking the principal that asks
+ * for it. Authorization lives here and only here, so no front door (HTTP today; MCP, the
+ * dashboard and WebSockets later) can skip a check: agents reach only their own sessions and
+ * approvals (another agent's session is unknown, exactly as a missing one), and deciding
+ * approvals and managing agents are the operator's alone.
+ *
+ * It also owns what a request may ask for: the agent's profile cap, a workdir inside the
+ * workspace or an operator-listed root, an escalated run's shell from the server's
+ * configuration. It must never run anything for an unauthenticated caller, and never tell one
+ * agent anything about another's sessions.
+ *
+ * @module
+ */
+
+import type { ApprovalRecord, ApprovalStore } from "../approvals/store.ts";
+import type { LifecycleEvent } from "../events/bus.ts";
+import type { EventBus } from "../events/bus.ts";
+import { SIGNALS } from "../pty/signals.ts";
+import { FULL_ACCESS, type SandboxDomains } from "../sandbox/domains.ts";
+import { isWithin } from "../sandbox/profiles.ts";
+import { canonical, fitsWithin, type Widening } from "../sandbox/widening.ts";
+import { InvalidRequestError } from "../sessions/errors.ts";
+import type { CallResult, KillResult, SessionManager } from "../sessions/manager.ts";
+import type { Session, SessionInfo } from "../sessions/session.ts";
+import type { AgentInfo, AgentRegistry } from "./agents.ts";
+import { ForbiddenError, ownerOf, type Principal, requireOperator } from "./principal.ts";
+import {
+  type AgentBody,
+  type DecisionBody,
+  type ExecBody,
+  execYield,
+  type ResizeBody,
+  type WriteBody,
+  writeYield,
+} from "./schemas.ts";
+import type { Supervisor } from "./supervisor.ts";
+import type { z } from "zod";
+
+/** A workdir outside the workspace and the allowed roots (403 `forbidden_workdir`). */
+export class ForbiddenWorkdirError extends Error {
+  readonly status = 403;
+  readonly code = "forbidden_workdir";
+}
+
+/** What the core is built from. */
+export interface ServiceDeps {
+  manager: SessionManager;
+  supervisor: Supervisor;
+  approvals: ApprovalStore;
+  domains: SandboxDomains;
+  bus: EventBus;
+  agents: AgentRegistry;
+  /** Base directory for relative workdirs; workdirs must resolve inside it or `allowedRoots`. */
+  workspace: string;
+  /** More roots workdirs may be in (`UEXEC_ALLOWED_ROOTS`), resolved. */
+  allowedRoots: string[];
+  /** Directories no escalation may make writable (the state directory). */
+  protectedPaths: string[];
+  /** The server's shell: the default, and the only one an escalated run may use. */
+  shell: string;
+  /** Live-session limit of an agent that has none of its own. */
+  maxSessions: number;
+}
+
+/** The service's operations. */
+export class Service {
+  #deps: ServiceDeps;
+
+  constructor(deps: ServiceDeps) {
+    this.#deps = deps;
+  }
+
+  /** The principal a bearer token stands for, or undefined. */
+  authenticate(token: string): Principal | undefined {
+    return this.#deps.agents.authenticate(token);
+  }
+
+  /** `exec_command`. */
+  exec(principal: Principal, body: z.output<typeof ExecBody>): Promise<CallResult> {
+    const { supervisor } = this.#deps;
+    const escalation = this.#escalation(principal, body);
+    const escalating = Object.keys(escalation).length > 0;
+    const profile = this.#profile(principal, body.profile);
+    const workdir = this.#workdir(body.workdir, escalating);
+    const shell = findShell(body.shell ?? this.#deps.shell);
+    if (escalating && shell !== findShell(this.#deps.shell)) {
+      throw new InvalidRequestError(
+        `shell: an escalated command runs with the server's shell ${this.#deps.shell}; ` +
+          `leave shell out or pass that one (got ${body.shell})`,
+      );
+    }
+    return supervisor.exec({
+      request: {
+        owner: ownerOf(principal),
+        maxSessions: (principal.role === "agent" ? principal.maxSessions : undefined) ??
+          this.#deps.maxSessions,
+        cmd: body.cmd,
+        workdir,
+        shell,
+        login: body.login,
+        tty: body.tty,
+        size: { cols: body.cols, rows: body.rows },
+        env: body.env,
+        yieldMs: execYield(body.yield_time_ms),
+        maxOutputTokens: body.max_output_tokens,
+        until: body.until,
+        timeoutMs: body.timeout_ms,
+      },
+      profile,
+      escalation,
+      justification: body.justification,
+    });
+  }
+
+  /** `write_stdin`. */
+  write(principal: Principal, body: z.output<typeof WriteBody>): Promise<CallResult> {
+    return this.#deps.manager.write({
+      owner: scope(principal),
+      sessionId: body.session_id,
+      chars: body.chars,
+      yieldMs: writeYield(body.chars, body.yield_time_ms),
+      maxOutputTokens: body.max_output_tokens,
+      until: body.until,
+    });
+  }
+
+  /** The sessions the principal may see. */
+  sessions(principal: Principal): SessionInfo[] {
+    return this.#deps.manager.list(scope(principal));
+  }
+
+  /** One session the principal may see. */
+  session(principal: Principal, id: number): Session {
+    return this.#deps.manager.get(id, scope(principal));
+  }
+
+  /** Kill one of the principal's sessions. */
+  kill(principal: Principal, id: number): Promise<KillResult> {
+    return this.#deps.manager.kill(id, scope(principal));
+  }
+
+  /** Resize one of the principal's sessions. */
+  resize(principal: Principal, id: number, size: z.output<typeof ResizeBody>): void {
+    this.#deps.manager.resize(id, size, scope(principal));
+  }
+
+  /** Signal one of the principal's sessions by signal name. */
+  signal(principal: Principal, id: number, name: string): void {
+    const session = this.session(principal, id);
+    const sig = Object.hasOwn(SIGNALS, name) ? SIGNALS[name as keyof typeof SIGNALS] : undefined;
+    if (sig === undefined) {
+      throw new InvalidRequestError(
+        `signal: unknown signal ${JSON.stringify(name)}; use one of ${
+          Object.keys(SIGNALS).join(", ")
+        }`,
+      );
+    }
+    this.#deps.manager.signal(session.id, sig, scope(principal));
+  }
+
+  /** Lifecycle events the principal may see, from now on; returns the unsubscribe function. */
+  subscribe(principal: Principal, listener: (event: LifecycleEvent) => void): () => void {
+    const owner = scope(principal);
+    return this.#deps.bus.subscribe(
+      owner === undefined ? listener : (event) => {
+        if (event.agent === owner) listener(event);
+      },
+    );
+  }
+
+  /** Pending approvals: all for the operator, an agent's own (read-only) for an agent. */
+  approvals(principal: Principal): ApprovalRecord[] {
+    return this.#deps.approvals.list(scope(principal));
+  }
+
+  /** Decide an approval (operator only). */
+  decide(
+    principal: Principal,
+    id: string,
+    body: z.output<typeof DecisionBody>,
+  ): ApprovalRecord {
+    requireOperator(principal, "deciding an approval");
+    return this.#deps.approvals.decide(id, body.decision, { unsandboxed: body.unsandboxed });
+  }
+
+  /** Every agent (operator only). */
+  agents(principal: Principal): AgentInfo[] {
+    requireOperator(principal, "managing agents");
+    return this.#deps.agents.list();
+  }
+
+  /** Mint an agent and its token (operator only); the token is shown this once. */
+  createAgent(
+    principal: Principal,
+    body: z.output<typeof AgentBody>,
+  ): { name: string; token: string; max_profile: string | null; max_sessions: number | null } {
+    requireOperator(principal, "managing agents");
+    if (body.max_profile !== undefined) this.#deps.domains.profile(body.max_profile);
+    const { agent, token } = this.#deps.agents.create({
+      name: body.name,
+      maxProfile: body.max_profile,
+      maxSessions: body.max_sessions,
+    });
+    return {
+      name: agent.name,
+      token,
+      max_profile: agent.max_profile,
+      max_sessions: agent.max_sessions,
+    };
+  }
+
+  /**
+   * Revoke an agent (operator only): its token stops working now, its pending approvals are
+   * denied and its sessions killed.
+   */
+  async revokeAgent(
+    principal: Principal,
+    name: string,
+  ): Promise<AgentInfo & { sessions_killed: number }> {
+    requireOperator(principal, "managing agents");
+    const agent = this.#deps.agents.revoke(name);
+    this.#deps.approvals.cancelAgent(name);
+    const killed = await this.#deps.manager.killOwner(name);
+    return { ...agent, sessions_killed: killed };
+  }
+
+  /** The profile the request runs under, within the agent's cap. */
+  #profile(principal: Principal, requested?: string): string {
+    const { domains, supervisor } = this.#deps;
+    const cap = principal.role === "agent" ? principal.maxProfile : undefined;
+    if (cap === undefined) return supervisor.profileFor(requested);
+    const capProfile = domains.profile(cap);
+    if (requested === undefined) {
+      const fallback = supervisor.profileFor(undefined);
+      return fitsWithin(domains.profile(fallback), capProfile) ? fallback : cap;
+    }
+    this.#withinCap(principal, requested, "profile");
+    return supervisor.profileFor(requested);
+  }
+
+  #withinCap(principal: Principal, name: string, field: string): void {
+    if (principal.role !== "agent" || principal.maxProfile === undefined) return;
+    const { domains } = this.#deps;
+    if (!fitsWithin(domains.profile(name), domains.profile(principal.maxProfile))) {
+      throw new ForbiddenError(
+        `${field}: agent ${principal.name} may not ask for ${name}; ` +
+          `its widest profile is ${principal.maxProfile}`,
+      );
+    }
+  }
+
+  /** What the request asks for beyond its profile, checked against the agent's cap. */
+  #escalation(principal: Principal, body: z.output<typeof ExecBody>): Widening {
+    const { escalate } = body;
+    if (!escalate) {
+      if (body.sandbox_permissions !== "require_escalated") return {};
+      this.#withinCap(principal, FULL_ACCESS, "sandbox_permissions");
+      return { unsandboxed: true };
+    }
+    if (escalate.profile !== undefined) {
+      this.#deps.domains.profile(escalate.profile);
+      this.#withinCap(principal, escalate.profile, "escalate.profile");
+      if (escalate.profile === FULL_ACCESS) return { unsandboxed: true };
+    }
+    const base = body.workdir ? this.#workdirPath(body.workdir) : this.#deps.workspace;
+    const write = escalate.write?.map((path, i) => this.#writableRoot(base, path, i));
+    return canonical({ profile: escalate.profile, write, tcp_ports: escalate.tcp_ports });
+  }
+
+  /** An extra writable root: an existing directory, never one holding the server's state. */
+  #writableRoot(base: string, path: string, index: number): string {
+    const field = `escalate.write.${index}`;
+    const real = existingDir(path.startsWith("/") ? path : `${base}/${path}`, field);
+    for (const hidden of this.#deps.protectedPaths) {
+      if (isWithin(real, hidden) || isWithin(hidden, real)) {
+        throw new ForbiddenError(
+          `${field}: ${real} holds the server's state; it cannot be granted`,
+        );
+      }
+    }
+    return real;
+  }
+
+  #workdirPath(workdir: string): string {
+    return workdir.startsWith("/") ? workdir : `${this.#deps.workspace}/${workdir}`;
+  }
+
+  /**
+   * The workdir, resolved after symlinks; it must lie inside the workspace or an allowed root
+   * unless the request is an escalation (the approver is shown the workdir).
+   */
+  #workdir(workdir: string | undefined, escalating: boolean): string {
+    const real = existingDir(this.#workdirPath(workdir ?? ""), "workdir");
+    const roots = [this.#deps.workspace, ...this.#deps.allowedRoots];
+    if (escalating || roots.some((root) => isWithin(real, root))) return real;
+    throw new ForbiddenWorkdirError(
+      `workdir: ${real} is outside the workspace ${this.#deps.workspace}` +
+        (this.#deps.allowedRoots.length ? ` and UEXEC_ALLOWED_ROOTS` : "") +
+        `; add it to UEXEC_ALLOWED_ROOTS, or ask for an escalation`,
+    );
+  }
+}
+
+/** The owner an operation is scoped to: none for the operator, who sees everything. */
+function scope(principal: Principal): string | undefined {
+  return principal.role === "operator" ? undefined : principal.name;
+}
+
+/** `path` resolved after symlinks; it must be an existing directory. */
+function existingDir(path: string, field: string): string {
+  let info: Deno.FileInfo;
+  try {
+    info = Deno.statSync(path);
+  } catch {
+    throw new InvalidRequestError(`${field}: ${path} does not exist`);
+  }
+  if (!info.isDirectory) throw new InvalidRequestError(`${field}: ${path} is not a directory`);
+  return Deno.realPathSync(path);
+}
+
+/** The shell as an executable path: absolute, or found on the server's PATH. */
+function findShell(shell: string): string {
+  const candidates = shell.includes("/")
+    ? [shell]
+    : (Deno.env.get("PATH") ?? "/usr/bin:/bin").split(":").map((dir) => `${dir}/${shell}`);
+  for (const path of candidates) {
+    try {
+      const info = Deno.statSync(path);
+      if (info.isFile && ((info.mode ?? 0) & 0o111) !== 0) return path;
+    } catch {
+      // Not there; try the next one.
+    }
+  }
+  throw new InvalidRequestError(`shell: cannot start ${shell}: ENOENT`);
+}

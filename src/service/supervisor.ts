@@ -1,0 +1,180 @@
+/**
+ * The supervisor: runs each `exec_command` under the right sandbox, asks for approval where
+ * the approval policy says so, notices sandbox denials and, when allowed and approved, reruns
+ * the command with the narrowest widening the denial names (or unsandboxed where it names
+ * nothing narrower, or where the approver picks it).
+ *
+ * An approval binds everything that decides what runs, and what runs is exactly the request
+ * the approver was shown: the request is frozen before it is shown. It must never run a command
+ * beyond its profile without an approval (or an explicit server-side full-access default), and
+ * never let the agent change the policy or the profiles.
+ *
+ * @module
+ */
+
+import { type ApprovalPolicy, planExecution, RETRY_REASON } from "../approvals/policy.ts";
+import type { ApprovalStore, Decision } from "../approvals/store.ts";
+import type { Denial } from "../sandbox/denial.ts";
+import { FULL_ACCESS, type SandboxChoice, type SandboxDomains } from "../sandbox/domains.ts";
+import { combine, isEmpty, type Widening } from "../sandbox/widening.ts";
+import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
+import type { CallResult, ExecRequest, SessionManager } from "../sessions/manager.ts";
+
+/** An `exec_command` as the supervisor receives it: the request minus its sandbox. */
+export interface SupervisedExec {
+  request: Omit<ExecRequest, "sandbox">;
+  /** The profile asked for; the server default when absent. */
+  profile?: string;
+  /** What the agent asks for beyond the profile; `{}` for a plain sandboxed run. */
+  escalation: Widening;
+  justification?: string;
+}
+
+/** Settings of the supervisor. */
+export interface SupervisorOptions {
+  manager: SessionManager;
+  domains: SandboxDomains;
+  approvals: ApprovalStore;
+  policy: ApprovalPolicy;
+  defaultProfile: string;
+  approvalTimeoutMs: number;
+}
+
+/** Runs commands under the approval policy. */
+export class Supervisor {
+  #opts: SupervisorOptions;
+
+  constructor(opts: SupervisorOptions) {
+    this.#opts = opts;
+  }
+
+  /** The approval policy in force. */
+  get policy(): ApprovalPolicy {
+    return this.#opts.policy;
+  }
+
+  /** The profile a request runs under: the one asked for, or the server default. */
+  profileFor(requested?: string): string {
+    const name = requested ?? this.#opts.defaultProfile;
+    this.#opts.domains.profile(name);
+    if (name === FULL_ACCESS && this.#opts.defaultProfile !== FULL_ACCESS) {
+      throw new InvalidRequestError(
+        "profile: full-access is reachable only through an approved escalation " +
+          '(sandbox_permissions: "require_escalated")',
+      );
+    }
+    return name;
+  }
+
+  /** Run one `exec_command`. */
+  async exec(input: SupervisedExec): Promise<CallResult> {
+    const frozen = freeze(input);
+    const profile = this.profileFor(frozen.profile);
+    const escalating = !isEmpty(frozen.escalation);
+    const plan = planExecution({
+      policy: this.#opts.policy,
+      sandboxPermissions: escalating ? "require_escalated" : "use_default",
+      command: frozen.request.cmd,
+      justification: frozen.justification,
+    });
+    if (plan.action === "reject") throw new RejectedError(plan.message);
+    let granted: Widening = {};
+    if (plan.action === "ask") {
+      const decision = await this.#ask(frozen, profile, {
+        escalation: escalating ? frozen.escalation : {},
+        reason: plan.reason,
+      });
+      if (!decision.approved) throw new RejectedError(decision.message);
+      granted = decision.granted;
+    }
+    const sandbox = await this.#choose(frozen, profile, granted);
+    const first = await this.#opts.manager.exec({ ...frozen.request, sandbox });
+    if (!sandbox.policy.enforce || first.exit_code === undefined) return first;
+    const next = planExecution({
+      policy: this.#opts.policy,
+      sandboxPermissions: escalating ? "require_escalated" : "use_default",
+      command: frozen.request.cmd,
+      denialDetected: first.sandbox.denied,
+    });
+    if (next.action !== "ask") return first;
+    const denial = first.sandbox.denial;
+    const proposal = combine(granted, widening(denial, frozen.request.workdir));
+    const decision = await this.#ask(frozen, profile, {
+      escalation: proposal,
+      reason: RETRY_REASON,
+      denial,
+      allowUnsandboxed: true,
+    });
+    if (!decision.approved) {
+      return { ...first, sandbox: { ...first.sandbox, message: decision.message } };
+    }
+    const retried = await this.#opts.manager.exec({
+      ...frozen.request,
+      sandbox: await this.#choose(frozen, profile, decision.granted),
+    });
+    return { ...retried, sandbox: { ...retried.sandbox, retried: true } };
+  }
+
+  #choose(input: SupervisedExec, profile: string, granted: Widening): Promise<SandboxChoice> {
+    return this.#opts.domains.choose(profile, input.request.workdir, {
+      agent: input.request.owner,
+      widening: granted,
+    });
+  }
+
+  #ask(
+    input: SupervisedExec,
+    profile: string,
+    question: { escalation: Widening; reason: string; denial?: Denial; allowUnsandboxed?: boolean },
+  ): Promise<Decision> {
+    const { request } = input;
+    return this.#opts.approvals.request({
+      agent: request.owner,
+      command: request.cmd,
+      shell: request.shell,
+      login: request.login,
+      workdir: request.workdir,
+      tty: request.tty,
+      profile,
+      env: request.env,
+      justification: input.justification,
+      ...question,
+    }, this.#opts.approvalTimeoutMs);
+  }
+}
+
+/**
+ * The narrowest widening a denial names: write access to the directory a denied write aimed at
+ * (its nearest existing directory), or the TCP port a denied connection aimed at; no sandbox
+ * when it names neither.
+ */
+export function widening(denial: Denial | undefined, workdir: string): Widening {
+  if (denial?.kind === "network" && denial.port !== undefined) return { tcp_ports: [denial.port] };
+  if (denial?.kind === "fs-write" && denial.path !== undefined) {
+    const path = denial.path.startsWith("/") ? denial.path : `${workdir}/${denial.path}`;
+    const dir = existingDirectory(path);
+    if (dir !== undefined && dir !== "/") return { write: [dir] };
+  }
+  return { unsandboxed: true };
+}
+
+function existingDirectory(path: string): string | undefined {
+  for (let p = path; p !== ""; p = p.slice(0, p.lastIndexOf("/"))) {
+    try {
+      const real = Deno.realPathSync(p);
+      if (Deno.statSync(real).isDirectory) return real;
+    } catch {
+      // Not there: try its parent.
+    }
+  }
+  return undefined;
+}
+
+/** A deep copy that cannot change under the approver (the env and escalation lists too). */
+function freeze(input: SupervisedExec): SupervisedExec {
+  return Object.freeze({
+    ...input,
+    request: Object.freeze({ ...input.request, env: Object.freeze({ ...input.request.env }) }),
+    escalation: Object.freeze(structuredClone(input.escalation)),
+  });
+}
