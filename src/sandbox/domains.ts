@@ -236,7 +236,7 @@ export class SandboxDomains {
     const ids = sandboxIds();
     if (!ids) return this.#uids = null;
     const reaper = new Spawner();
-    const pool = new UidPool(ids.first, ids.last, (uid) => reaper.reap(uid));
+    const pool = new UidPool(ids.first, ids.last, (batch) => reaper.reap(batch));
     this.#uids = { ids, pool, reaper };
     return this.#uids;
   }

@@ -83,9 +83,9 @@ export class Spawner {
     return { pid: reply.pid, master: reply.master };
   }
 
-  /** Kill every process of `uid` (only on a worker that is never restricted, as root). */
-  async reap(uid: number): Promise<void> {
-    const reply = await this.#request({ type: "reap", uid });
+  /** Kill every process of each of `uids` (only on a worker that is never restricted, as root). */
+  async reap(uids: number[]): Promise<void> {
+    const reply = await this.#request({ type: "reap", uids });
     if (reply.type !== "reaped") throw failure(reply);
   }
 

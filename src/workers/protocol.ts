@@ -15,7 +15,7 @@ import type { ResolvedPolicy } from "../sandbox/policy.ts";
 export type WorkerRequest =
   | { id: number; type: "spawn"; spec: SpawnSpec }
   | { id: number; type: "restrict"; policy: ResolvedPolicy; uid?: number; gid?: number }
-  | { id: number; type: "reap"; uid: number };
+  | { id: number; type: "reap"; uids: number[] };
 
 /** A worker's reply. */
 export type WorkerReply =

@@ -53,7 +53,7 @@ function handle(req: WorkerRequest): WorkerReply {
     case "reap":
       if (restricted) throw new Error("a restricted worker cannot reap");
       try {
-        killAllOf(req.uid);
+        for (const uid of req.uids) killAllOf(uid);
       } catch (err) {
         broken = `reaper thread unusable: ${err}`;
         throw err;
