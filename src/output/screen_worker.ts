@@ -26,10 +26,14 @@ interface Emulator {
   /** Work in arrival order; a chunk is parsed before anything after it runs. */
   queue: Work[];
   busy: boolean;
+  scrollback: number;
   /** Bytes parsed since the last `fed` report. */
   unreported: number;
-  /** Where in the normal buffer's lines the last snapshot's viewport began. */
-  mark: Marker;
+  /**
+   * The last line above the viewport at the last snapshot (in the scrollback, where no erase
+   * reaches it); none when the viewport then began at the first line.
+   */
+  mark?: Marker;
 }
 
 /** Parsed bytes are reported when the queue runs dry, or after this many. */
@@ -66,15 +70,14 @@ function snapshot(emu: Emulator): ScreenSnapshot {
     lines.push(active.getLine(active.baseY + y)?.translateToString(true) ?? "");
   }
   const normal = term.buffer.normal;
-  const lost = emu.mark.isDisposed;
-  const from = lost ? 0 : emu.mark.line;
+  // Lines are gone when the marked line was trimmed off (or the scrollback cleared), or, with
+  // no mark, when the buffer filled up (lines may have been trimmed since: said conservatively).
+  const lost = emu.mark ? emu.mark.isDisposed : normal.length >= term.rows + emu.scrollback;
+  const from = emu.mark && !lost ? emu.mark.line + 1 : 0;
   const scrolled = logicalLines(normal, from, normal.baseY);
   if (active.type === "normal") {
-    const mark = term.registerMarker(-active.cursorY);
-    if (mark) {
-      emu.mark.dispose();
-      emu.mark = mark;
-    }
+    emu.mark?.dispose();
+    emu.mark = active.baseY > 0 ? term.registerMarker(-active.cursorY - 1) : undefined;
   }
   return {
     rows: term.rows,
@@ -127,8 +130,13 @@ self.onmessage = (e: MessageEvent<ScreenRequest>) => {
         scrollback: msg.scrollback,
         allowProposedApi: true,
       });
-      const mark = term.registerMarker(0)!;
-      emulators.set(msg.id, { term, queue: [], busy: false, unreported: 0, mark });
+      emulators.set(msg.id, {
+        term,
+        queue: [],
+        busy: false,
+        scrollback: msg.scrollback,
+        unreported: 0,
+      });
       return;
     }
     case "feed":
@@ -141,7 +149,7 @@ self.onmessage = (e: MessageEvent<ScreenRequest>) => {
     case "close": {
       const emu = emulators.get(msg.id);
       emulators.delete(msg.id);
-      emu?.mark.dispose();
+      emu?.mark?.dispose();
       emu?.term.dispose();
       return;
     }
