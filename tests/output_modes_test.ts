@@ -256,6 +256,42 @@ Deno.test("output_mode screen: the terminal as a person sees it", async (t) => {
     await server.del(`/v1/sessions/${id}`);
   });
 
+  await t.step("a flood faster than the emulator pauses the child, never drops a byte", async () => {
+    let r = await server.post("/v1/exec_command", {
+      ...SH,
+      cmd: "seq 1 1000000",
+      screen: true,
+      yield_time_ms: 250,
+      max_output_tokens: 100,
+    });
+    while (r.body.exit_code === undefined) {
+      r = await server.post("/v1/write_stdin", {
+        session_id: r.body.session_id,
+        output_mode: r.body.session_id ? "raw" : "screen",
+        yield_time_ms: 30_000,
+        max_output_tokens: 100,
+      });
+    }
+    assert.equal(r.body.exit_code, 0);
+    assert.ok(r.body.output.endsWith("999999\r\n1000000\r\n"), r.body.output.slice(-40));
+  });
+
+  await t.step("the last screen of a flood shows its last lines", async () => {
+    const r = await server.post("/v1/exec_command", {
+      ...SH,
+      cmd: "seq 1 1000000",
+      output_mode: "screen",
+      yield_time_ms: 30_000,
+      max_output_tokens: 10_000,
+    });
+    assert.equal(r.body.exit_code, 0);
+    const expected = [];
+    for (let i = 1000000 - 22; i <= 1000000; i++) expected.push(String(i));
+    assert.deepEqual(r.body.screen.lines, [...expected, ""]);
+    assert.ok(r.body.output.startsWith("…older lines scrolled past the scrollback…\n"));
+    assert.ok(r.body.output.endsWith("999976\n999977\n"), r.body.output.slice(-40));
+  });
+
   await server.stop();
 });
 

@@ -48,6 +48,10 @@ export type ScreenReply =
 
 /** Lines a screen keeps above its visible rows. */
 export const DEFAULT_SCROLLBACK = 1000;
+/** Bytes fed and not yet parsed above which `feed` asks the producer to pause. */
+export const HIGH_WATER = 4 * 1024 * 1024;
+/** Once a paused screen's backlog falls below this, `ondrain` tells the producer to go on. */
+export const LOW_WATER = 1024 * 1024;
 
 /** A screen that is no longer there (closed, or its worker failed). */
 export class ScreenGoneError extends Error {
@@ -58,8 +62,13 @@ export class ScreenGoneError extends Error {
 
 /** One session's screen. */
 export interface Screen {
-  /** Send output bytes (copied: the caller may reuse them). */
-  feed(bytes: Uint8Array): void;
+  /**
+   * Send output bytes (copied: the caller may reuse them). False when the backlog is over
+   * `HIGH_WATER`: the producer should pause until `ondrain` is called (the bytes were taken).
+   */
+  feed(bytes: Uint8Array): boolean;
+  /** Called when the backlog fell below `LOW_WATER` after a `feed` returned false. */
+  ondrain?: () => void;
   resize(size: WindowSize): void;
   /** What the terminal shows once every byte fed so far is parsed. */
   snapshot(): Promise<ScreenSnapshot>;
@@ -69,11 +78,19 @@ export interface Screen {
   close(): void;
 }
 
+/** Bytes a screen was fed that the worker has not parsed yet. */
+interface Backlog {
+  bytes: number;
+  /** True after a `feed` over `HIGH_WATER`, until the drain was reported. */
+  full: boolean;
+  screen?: Screen;
+}
+
 /** The screen worker and the screens in it. */
 export class ScreenHost {
   #worker?: Worker;
   #waiting = new Map<number, PromiseWithResolvers<ScreenSnapshot>>();
-  #backlogs = new Map<number, { bytes: number }>();
+  #backlogs = new Map<number, Backlog>();
   #nextId = 1;
   #nextReq = 1;
   #scrollback: number;
@@ -86,7 +103,7 @@ export class ScreenHost {
   open(size: WindowSize): Screen {
     const id = this.#nextId++;
     const worker = this.#start();
-    const backlog = { bytes: 0 };
+    const backlog: Backlog = { bytes: 0, full: false };
     this.#backlogs.set(id, backlog);
     worker.postMessage(
       { op: "open", id, cols: size.cols, rows: size.rows, scrollback: this.#scrollback },
@@ -95,11 +112,14 @@ export class ScreenHost {
     const send = (msg: ScreenRequest, transfer: Transferable[] = []) => {
       if (open && this.#worker === worker) worker.postMessage(msg, transfer);
     };
-    return {
+    const screen: Screen = {
       feed: (bytes) => {
+        if (!open || this.#worker !== worker) return true;
         const copy = bytes.slice();
         backlog.bytes += copy.length;
         send({ op: "feed", id, bytes: copy }, [copy.buffer]);
+        if (backlog.bytes > HIGH_WATER) backlog.full = true;
+        return !backlog.full;
       },
       resize: (size) => send({ op: "resize", id, cols: size.cols, rows: size.rows }),
       snapshot: () => {
@@ -119,6 +139,8 @@ export class ScreenHost {
         this.#backlogs.delete(id);
       },
     };
+    backlog.screen = screen;
+    return screen;
   }
 
   /** Stop the worker (server shutdown). */
@@ -134,7 +156,12 @@ export class ScreenHost {
       const reply = e.data;
       if (reply.kind === "fed") {
         const backlog = this.#backlogs.get(reply.id);
-        if (backlog) backlog.bytes -= reply.bytes;
+        if (!backlog) return;
+        backlog.bytes -= reply.bytes;
+        if (backlog.full && backlog.bytes < LOW_WATER) {
+          backlog.full = false;
+          backlog.screen?.ondrain?.();
+        }
         return;
       }
       const waiting = this.#waiting.get(reply.req);
@@ -155,7 +182,9 @@ export class ScreenHost {
   /** The worker is gone: so are its screens; pending snapshots fail. */
   #fail(): void {
     this.#worker = undefined;
+    const backlogs = [...this.#backlogs.values()];
     this.#backlogs.clear();
+    for (const b of backlogs) if (b.full) b.screen?.ondrain?.();
     const waiting = [...this.#waiting.values()];
     this.#waiting.clear();
     for (const w of waiting) w.reject(new ScreenGoneError());

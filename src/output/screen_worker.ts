@@ -12,6 +12,7 @@
  */
 
 import xterm from "@xterm/headless";
+import { rawSyscall } from "../ffi/libc.ts";
 import type { ScreenReply, ScreenRequest, ScreenSnapshot } from "./screen.ts";
 
 type Terminal = InstanceType<typeof xterm.Terminal>;
@@ -37,9 +38,21 @@ interface Emulator {
 }
 
 /** Parsed bytes are reported when the queue runs dry, or after this many. */
-const REPORT_BYTES = 1024 * 1024;
+const REPORT_BYTES = 256 * 1024;
 
 const emulators = new Map<number, Emulator>();
+
+/**
+ * The worker thread's nice value: under CPU contention the reactor, the HTTP server and the
+ * children come first, and a screen catches up afterwards (its bytes wait, in order).
+ */
+const SCREEN_NICE = 10;
+const SYSCALLS = Deno.build.arch === "x86_64"
+  ? { gettid: 186, setpriority: 141 }
+  : { gettid: 178, setpriority: 140 };
+const PRIO_PROCESS = 0;
+// Lowering one's own priority is always allowed; were it refused, screens would only be faster.
+rawSyscall(SYSCALLS.setpriority, PRIO_PROCESS, rawSyscall(SYSCALLS.gettid), SCREEN_NICE);
 
 function post(reply: ScreenReply): void {
   self.postMessage(reply);

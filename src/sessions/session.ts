@@ -104,6 +104,7 @@ export class Session implements ChildSink {
     this.profile = meta.profile;
     this.policy = meta.policy;
     this.#screen = meta.screen;
+    if (this.#screen) this.#screen.ondrain = () => this.#child?.resume();
     this.#onClose = onClose;
   }
 
@@ -189,7 +190,8 @@ export class Session implements ChildSink {
   /** ChildSink: output arrived. */
   output(bytes: Uint8Array): void {
     this.#pending.push(bytes);
-    this.#screen?.feed(bytes);
+    // A screen that falls behind pauses the child (as a slow terminal does) until it caught up.
+    if (this.#screen && !this.#screen.feed(bytes)) this.#child?.pause();
     for (const listener of this.#listeners) listener.output?.(bytes);
   }
 
