@@ -9,6 +9,7 @@
 import { ApprovalStore } from "./approvals/store.ts";
 import type { Config } from "./config.ts";
 import { EventBus } from "./events/bus.ts";
+import { serveLimited } from "./http/listener.ts";
 import { createApp } from "./http/routes.ts";
 import { Reactor } from "./io/reactor.ts";
 import { Truncator } from "./output/truncator.ts";
@@ -87,15 +88,13 @@ export async function startServer(config: Config): Promise<Server> {
     health: () => ({ version: VERSION, sessions: manager.size, sandbox }),
   });
   await pool.warmedUp();
-  const { promise: listening, resolve } = Promise.withResolvers<Deno.NetAddr>();
-  const http = Deno.serve({
-    hostname: config.host,
-    port: config.port,
-    onListen: resolve,
-  }, app.fetch);
-  const addr = await listening;
+  const http = serveLimited(
+    { hostname: config.host, port: config.port },
+    config.connections,
+    app.fetch,
+  );
   return {
-    addr,
+    addr: http.addr as Deno.NetAddr,
     async shutdown() {
       approvals.close();
       await manager.shutdown();
