@@ -115,13 +115,16 @@ class Connection {
     this.#idleTimeoutMs = limits.idleTimeoutMs;
     this.#allowed = limits.headerTimeoutMs;
     this.#arm(limits.headerTimeoutMs);
+    // Deno finds a unix client's address through a listener it does not have here: the
+    // handler gets the socket's path, as Deno.serve gives.
+    const unix = conn.remoteAddr.transport === "unix" ? conn.localAddr : undefined;
     this.server = serve(
       conn,
       this.#abort.signal,
       (req, info) => {
         this.#inFlight++;
         info.completed.then(this.#ended, this.#ended);
-        return handler(req, info);
+        return handler(req, unix ? { remoteAddr: unix, completed: info.completed } : info);
       },
       internalError,
       () => {},
