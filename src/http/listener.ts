@@ -5,8 +5,8 @@
  * request head within the header timeout of being accepted, and the next one within the idle
  * timeout of its last response; beyond the connection cap, and when the process is out of file
  * descriptors, a client is answered 503 and closed. Requests themselves pass untouched (the
- * handler gets Deno's own `info`, with the client's address), so nothing is added per request
- * but an in-flight count.
+ * handler gets Deno's own `info`, with the client's address); per request this adds only an
+ * in-flight count kept through Deno's completion promise, and timers are per connection.
  *
  * It must never crash or spin on an accept error, and never close a connection that has a
  * request in flight (a long poll or an event stream is not idle).
@@ -40,7 +40,7 @@ export interface HttpListener {
 
 type ServeOnConnection = (
   conn: Deno.Conn,
-  signal: AbortSignal,
+  signal: AbortSignal | undefined,
   handler: Deno.ServeHandler,
   onError: (error: unknown) => Response,
   onListen: () => void,
@@ -79,7 +79,11 @@ const NO_DESCRIPTORS = overloaded("the server is out of file descriptors; retry 
  * resets the connection, which can destroy the 503 before the client reads it).
  */
 const REFUSAL_LINGER_MS = 1000;
-/** After an accept error that a refusal could not clear, accepting waits this long. */
+/**
+ * After an accept error that a refusal could not clear, accepting waits until one of its
+ * connections closes (freeing a descriptor), or at most this long (descriptors freed elsewhere
+ * in the process announce nothing).
+ */
 const ACCEPT_BACKOFF_MS = 100;
 
 function outOfDescriptors(err: unknown): boolean {
@@ -96,8 +100,8 @@ function internalError(err: unknown): Response {
 /** One served connection and its one timer (re-armed only when it fires early). */
 class Connection {
   readonly server: Deno.HttpServer;
-  readonly #abort = new AbortController();
   readonly #idleTimeoutMs: number;
+  #gone = false;
   #inFlight = 0;
   /** When the current wait for a request head began, and how long it may last. */
   #since = performance.now();
@@ -120,7 +124,7 @@ class Connection {
     const unix = conn.remoteAddr.transport === "unix" ? conn.localAddr : undefined;
     this.server = serve(
       conn,
-      this.#abort.signal,
+      undefined,
       (req, info) => {
         this.#inFlight++;
         info.completed.then(this.#ended, this.#ended);
@@ -133,11 +137,12 @@ class Connection {
 
   /** The connection is gone: its timer must not outlive it. */
   closed(): void {
+    this.#gone = true;
     clearTimeout(this.#timer);
   }
 
   #ended = () => {
-    if (--this.#inFlight > 0) return;
+    if (--this.#inFlight > 0 || this.#gone) return;
     this.#since = performance.now();
     this.#allowed = this.#idleTimeoutMs;
     // A timer that fires by the new deadline re-arms itself; a later one (the header
@@ -157,7 +162,8 @@ class Connection {
     if (this.#inFlight > 0) return; // #ended re-arms.
     const left = this.#since + this.#allowed - performance.now();
     if (left > 0) this.#arm(left);
-    else this.#abort.abort();
+    // With nothing in flight, Deno's graceful close closes the connection at once.
+    else this.server.shutdown().catch(() => {/* already closed */});
   };
 }
 
@@ -173,6 +179,8 @@ class Listener implements HttpListener {
   #reserve?: Deno.FsFile;
   #closing = false;
   readonly #accepting: Promise<void>;
+  /** Wakes an accept loop that waits after an error, when a connection closes. */
+  #wake?: () => void;
 
   constructor(at: ListenAt, limits: ConnectionLimits, handler: Deno.ServeHandler) {
     this.#listener = at.transport === "unix"
@@ -194,7 +202,7 @@ class Listener implements HttpListener {
     this.#listener.close();
     await this.#accepting;
     this.#reserve?.close();
-    for (const conn of this.#refused) conn.close();
+    for (const conn of this.#refused) closeQuietly(conn);
     await Promise.all([...this.#live].map((c) => c.server.shutdown()));
   }
 
@@ -220,13 +228,15 @@ class Listener implements HttpListener {
       .finally(() => {
         c.closed();
         this.#live.delete(c);
+        this.#wake?.();
       });
   }
 
   /**
-   * Out of descriptors: give the reserve up for one accept, answer that client 503 at once and
-   * take the reserve back. Without a reserve (someone else took the freed descriptor), or on
-   * any other error, wait a little rather than retry an accept that fails at once.
+   * Out of descriptors: give the reserve up for one accept, answer that client 503 and take the
+   * reserve back. Without a reserve (someone else took the freed descriptor), or on
+   * any other error, wait for a connection to close (see ACCEPT_BACKOFF_MS) rather than retry
+   * an accept that fails at once.
    */
   async #acceptFailed(err: unknown): Promise<void> {
     if (outOfDescriptors(err) && this.#reserve) {
@@ -237,7 +247,12 @@ class Listener implements HttpListener {
       } catch { /* the client left, or the listener closed */ }
     } else {
       if (!outOfDescriptors(err)) console.error("uexec: accepting a connection failed:", err);
-      await new Promise((resolve) => setTimeout(resolve, ACCEPT_BACKOFF_MS));
+      const { promise, resolve } = Promise.withResolvers<void>();
+      const timer = setTimeout(resolve, ACCEPT_BACKOFF_MS);
+      this.#wake = resolve;
+      await promise;
+      clearTimeout(timer);
+      this.#wake = undefined;
     }
     this.#reserve ??= openReserve();
   }
@@ -250,7 +265,7 @@ class Listener implements HttpListener {
    */
   async #refuse(conn: Deno.Conn, answer: Uint8Array, linger: boolean): Promise<void> {
     this.#refused.add(conn);
-    const timer = setTimeout(() => conn.close(), REFUSAL_LINGER_MS);
+    const timer = setTimeout(() => closeQuietly(conn), REFUSAL_LINGER_MS);
     const buf = new Uint8Array(4096);
     try {
       let head = "";
@@ -267,10 +282,15 @@ class Listener implements HttpListener {
     } catch { /* the client left, or the time is up */ }
     clearTimeout(timer);
     this.#refused.delete(conn);
-    try {
-      conn.close();
-    } catch { /* closed by the timer */ }
+    closeQuietly(conn);
   }
+}
+
+/** Close `conn` unless it is closed already. */
+function closeQuietly(conn: Deno.Conn): void {
+  try {
+    conn.close();
+  } catch { /* closed */ }
 }
 
 function openReserve(): Deno.FsFile | undefined {
