@@ -34,6 +34,32 @@ Deno.test("until: constructs the linear engine refuses are named in a 400", asyn
         });
       });
     }
+    await t.step("a pattern too large for a bounded match is a 400", async () => {
+      const r = await server.post("/v1/exec_command", {
+        cmd: "true",
+        until: "(?:ab){1,8}".repeat(12),
+      });
+      assert.equal(r.status, 400);
+      assert.deepEqual(r.body, {
+        error: {
+          code: "invalid_request",
+          message: "until: too large to match in bounded time: length times largest repetition " +
+            "count is 1056, at most 1024",
+        },
+      });
+    });
+    await t.step("the latest output matches after more than a window of it", async () => {
+      const r = await server.post("/v1/exec_command", {
+        cmd: "head -c 300000 /dev/zero | tr '\\0' a; echo; echo DONE; read x",
+        until: "DONE\\r\\n",
+        yield_time_ms: 30000,
+        login: false,
+      });
+      assert.equal(r.status, 200);
+      assert.match(r.body.output, /a\r\nDONE\r\n$/);
+      assert.equal(typeof r.body.session_id, "number");
+      await server.del(`/v1/sessions/${r.body.session_id}`);
+    });
     await t.step("lookbehind, classes and small counts are accepted", async () => {
       const r = await server.post("/v1/exec_command", {
         cmd: "echo 'x=12;'",
