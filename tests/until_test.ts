@@ -44,7 +44,7 @@ Deno.test("until: constructs the linear engine refuses are named in a 400", asyn
         error: {
           code: "invalid_request",
           message: "until: too large to match in bounded time: length times largest repetition " +
-            "count is 1056, at most 1024",
+            "count is 1056, at most 512",
         },
       });
     });
