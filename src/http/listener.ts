@@ -20,7 +20,10 @@ export interface ConnectionLimits {
   headerTimeoutMs: number;
   /** A connection with nothing in flight must complete its next request head within this. */
   idleTimeoutMs: number;
-  /** Connections served at once; more are answered 503 and closed. */
+  /**
+   * Connections served at once; more are answered 503 and closed (and while as many refusals
+   * are under way, closed unanswered).
+   */
   maxConnections: number;
 }
 
@@ -216,8 +219,11 @@ class Listener implements HttpListener {
         await this.#acceptFailed(err);
         continue;
       }
-      if (this.#live.size >= this.#limits.maxConnections) this.#refuse(conn, TOO_MANY, true);
-      else this.#open(conn);
+      const max = this.#limits.maxConnections;
+      if (this.#live.size < max) this.#open(conn);
+      // Refusals hold descriptors too: beyond as many as the cap, a flood is closed unanswered.
+      else if (this.#refused.size < max) this.#refuse(conn, TOO_MANY, true);
+      else closeQuietly(conn);
     }
   }
 
