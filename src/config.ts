@@ -7,6 +7,7 @@
  */
 
 import { type ApprovalPolicy, parseApprovalPolicy } from "./approvals/policy.ts";
+import type { ConnectionLimits } from "./http/listener.ts";
 import { loadProfiles, type Profile } from "./sandbox/profiles.ts";
 import { stateDirFrom } from "./service/state_dir.ts";
 
@@ -38,6 +39,8 @@ export interface Config {
   defaultProfile: string;
   approvalPolicy: ApprovalPolicy;
   approvalTimeoutMs: number;
+  /** HTTP connection limits (UEXEC_HEADER_TIMEOUT_MS, UEXEC_IDLE_TIMEOUT_MS, UEXEC_MAX_CONNECTIONS). */
+  connections: ConnectionLimits;
 }
 
 const SHIPPED_PROFILES = new URL("../sandbox-profiles", import.meta.url).pathname;
@@ -164,5 +167,25 @@ export function loadConfig(
       1,
       86_400_000,
     ),
+    connections: {
+      headerTimeoutMs: integer(
+        "UEXEC_HEADER_TIMEOUT_MS",
+        env.UEXEC_HEADER_TIMEOUT_MS ?? "10000",
+        1,
+        3_600_000,
+      ),
+      idleTimeoutMs: integer(
+        "UEXEC_IDLE_TIMEOUT_MS",
+        env.UEXEC_IDLE_TIMEOUT_MS ?? "30000",
+        1,
+        3_600_000,
+      ),
+      maxConnections: integer(
+        "UEXEC_MAX_CONNECTIONS",
+        env.UEXEC_MAX_CONNECTIONS ?? "512",
+        1,
+        1_000_000,
+      ),
+    },
   };
 }

@@ -10,6 +10,7 @@ import { ApprovalStore } from "./approvals/store.ts";
 import type { Config } from "./config.ts";
 import { EventBus } from "./events/bus.ts";
 import { requestGuard, withCors } from "./http/guard.ts";
+import { type HttpListener, serveLimited } from "./http/listener.ts";
 import { sandboxedPeerCheck } from "./http/sandbox_peer.ts";
 import { createApp } from "./http/routes.ts";
 import { Reactor } from "./io/reactor.ts";
@@ -128,7 +129,8 @@ export async function startServer(config: Config): Promise<Server> {
     return Promise.resolve(app.fetch(req, info)).then((res) => withCors(req, res, config));
   };
   await pool.warmedUp();
-  const { http, addr } = await listen(config, handler);
+  const http = listen(config, handler);
+  const addr = http.addr;
   fromSandbox = peerCheck(addr);
   return {
     addr,
@@ -164,31 +166,26 @@ function peerCheck(
   return sandboxedPeerCheck(addr, (uid) => uid >= ids.spawner && uid <= ids.last);
 }
 
-/** Listen on TCP, or on a unix socket created 0600 (the umask is narrowed while it is made). */
-async function listen(
-  config: Config,
-  handler: Deno.ServeHandler,
-): Promise<{ http: Deno.HttpServer; addr: Deno.NetAddr | Deno.UnixAddr }> {
-  const { promise, resolve } = Promise.withResolvers<Deno.NetAddr | Deno.UnixAddr>();
+/**
+ * Listen on TCP, or on a unix socket created 0600 (the umask is narrowed while it is bound),
+ * behind the connection limits.
+ */
+function listen(config: Config, handler: Deno.ServeHandler): HttpListener {
   if (config.unixSocket === undefined) {
-    const http = Deno.serve(
-      { hostname: config.host, port: config.port, onListen: resolve },
-      handler,
-    );
-    return { http, addr: await promise };
+    return serveLimited({ hostname: config.host, port: config.port }, config.connections, handler);
   }
   try {
     Deno.removeSync(config.unixSocket);
   } catch { /* none left over */ }
   const umask = Deno.umask(0o177);
   try {
-    const http = Deno.serve(
-      { transport: "unix", path: config.unixSocket, onListen: resolve },
+    const http = serveLimited(
+      { transport: "unix", path: config.unixSocket },
+      config.connections,
       handler,
     );
-    const addr = await promise;
     Deno.chmodSync(config.unixSocket, 0o600);
-    return { http, addr };
+    return http;
   } finally {
     Deno.umask(umask);
   }

@@ -504,7 +504,12 @@ Deno.test("UEXEC_LISTEN=unix:PATH serves on a 0600 socket", async () => {
   const path = `${dir}/api.sock`;
   const token = randomToken();
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", new URL("../main.ts", import.meta.url).pathname],
+    args: [
+      "run",
+      "-A",
+      "--v8-flags=--enable-experimental-regexp-engine",
+      new URL("../main.ts", import.meta.url).pathname,
+    ],
     env: {
       UEXEC_LISTEN: `unix:${path}`,
       UEXEC_STATE_DIR: `${dir}/state`,

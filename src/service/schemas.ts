@@ -9,6 +9,7 @@
 
 import { z } from "zod";
 import { approvalDecisionSchema } from "../approvals/store.ts";
+import { compileUntil, UntilPatternError } from "../sessions/until.ts";
 
 /** Yield limits, as in Codex. */
 export const YIELD = {
@@ -23,15 +24,16 @@ export const YIELD = {
 const DEFAULT_MAX_OUTPUT_TOKENS = 10_000;
 const MAX_OUTPUT_TOKENS = 262_144;
 
-/** A JavaScript regex, compiled once here (an invalid one is a field error). */
+/**
+ * A JavaScript regex, compiled once here for the linear-time engine; an invalid one, or one
+ * using a construct that engine refuses, is a field error naming it.
+ */
 const untilPattern = z.string().min(1).max(4096).transform((value, ctx) => {
   try {
-    return new RegExp(value);
+    return compileUntil(value);
   } catch (err) {
-    ctx.addIssue({
-      code: "custom",
-      message: `invalid regular expression: ${(err as Error).message}`,
-    });
+    if (!(err instanceof UntilPatternError)) throw err;
+    ctx.addIssue({ code: "custom", message: err.message });
     return z.NEVER;
   }
 });

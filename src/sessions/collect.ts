@@ -7,15 +7,18 @@
  * @module
  */
 
-import { CharCarry } from "../output/carry.ts";
 import { Deadlines } from "./deadlines.ts";
 import type { Session, Taken } from "./session.ts";
+import { UntilMatcher } from "./until.ts";
 
 /** When to stop collecting. */
 export interface CollectOptions {
   /** Give up waiting this many milliseconds after the call began. */
   yieldMs: number;
-  /** Return as soon as the text collected in this call matches. */
+  /**
+   * Return as soon as the latest text collected in this call matches (a pattern from
+   * `compileUntil`, matched over a bounded window).
+   */
   until?: RegExp;
 }
 
@@ -23,32 +26,6 @@ export interface CollectOptions {
 export interface Collected extends Taken {
   /** True when the child closed during or before this call. */
   exited: boolean;
-}
-
-const MATCH_WINDOW = 1024 * 1024;
-const decoder = new TextDecoder();
-
-/** Text matched against `until`, kept to a bounded window. */
-class UntilMatcher {
-  #text = "";
-  /** A trailing incomplete UTF-8 sequence, decoded once the rest of it arrives. */
-  #carry = new CharCarry();
-  #matched = false;
-
-  constructor(readonly pattern: RegExp, pending: Uint8Array) {
-    this.feed(pending);
-  }
-
-  get matched(): boolean {
-    return this.#matched;
-  }
-
-  feed(bytes: Uint8Array): void {
-    if (this.#matched) return;
-    this.#text += decoder.decode(this.#carry.complete(bytes));
-    if (this.#text.length > 2 * MATCH_WINDOW) this.#text = this.#text.slice(-MATCH_WINDOW);
-    this.#matched = this.pattern.test(this.#text);
-  }
 }
 
 const deadlines = new Deadlines();
@@ -59,8 +36,8 @@ function taken(session: Session): Collected {
 
 /** Wait per `opts`, then take the session's pending output. */
 export function collect(session: Session, opts: CollectOptions): Promise<Collected> {
-  const matcher = opts.until ? new UntilMatcher(opts.until, session.peekBytes()) : undefined;
-  if (session.exit || matcher?.matched) return Promise.resolve(taken(session));
+  const matcher = opts.until ? new UntilMatcher(opts.until) : undefined;
+  if (session.exit || matcher?.feed(session.peekBytes())) return Promise.resolve(taken(session));
   const { promise, resolve } = Promise.withResolvers<Collected>();
   const finish = () => {
     deadline.cancel();
@@ -70,8 +47,7 @@ export function collect(session: Session, opts: CollectOptions): Promise<Collect
   const unlisten = session.listen({
     output: matcher
       ? (bytes) => {
-        matcher.feed(bytes);
-        if (matcher.matched) finish();
+        if (matcher.feed(bytes)) finish();
       }
       : undefined,
     ended: finish,

@@ -92,6 +92,7 @@ export async function startServer(
       "--allow-read",
       "--allow-write",
       "--allow-sys",
+      "--v8-flags=--enable-experimental-regexp-engine",
       `${root}main.ts`,
       "--port",
       "0",

@@ -1,0 +1,160 @@
+/**
+ * The `until` pattern: compiled for V8's linear-time RegExp engine (the `l` flag, enabled by
+ * `--enable-experimental-regexp-engine`) and matched against a window of a call's output sized
+ * so that one match costs a bounded amount of work. Output is written by the command, so a
+ * pattern that backtracks would let a repository's output stall the server; this module must
+ * never run a pattern on the backtracking engine, and never match over unbounded text.
+ *
+ * @module
+ */
+
+import { CharCarry } from "../output/carry.ts";
+
+/** A pattern that cannot be used; the message says why (the caller names the field). */
+export class UntilPatternError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "UntilPatternError";
+  }
+}
+
+/** Whether this process runs with V8's linear-time engine (the `l` RegExp flag). */
+export const LINEAR_ENGINE = (() => {
+  try {
+    new RegExp("", "l");
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+/** The V8 flag that enables the linear-time engine. */
+export const LINEAR_ENGINE_FLAG = "--enable-experimental-regexp-engine";
+
+/** The largest copy count V8's linear engine accepts for a counted repetition. */
+const MAX_REPLICATION = 16;
+/**
+ * Match work allowed per test, in characters matched times pattern size (see `states`). The
+ * linear engine spends about 75 ns per character plus up to about 30 ns per unit: the slowest
+ * pattern measured, a starred alternation, took 15 ms per test on a loaded 2-core machine.
+ */
+const WORK_PER_TEST = 1 << 19;
+/** The largest pattern size accepted: its window is then WORK_PER_TEST / MAX_STATES = 1,024. */
+const MAX_STATES = 512;
+/** The window for small patterns. */
+const MAX_WINDOW = 16 * 1024;
+
+/**
+ * An upper bound on the pattern's size in the linear engine (which copies a counted repetition
+ * once per allowed count): its length times its largest finite repetition count.
+ */
+function states(source: string): number {
+  let most = 1;
+  for (const m of source.matchAll(/\{(\d+)(?:,(\d*))?\}/g)) {
+    most = Math.max(most, Math.min(MAX_REPLICATION, Number(m[2] || m[1])));
+  }
+  return source.length * most;
+}
+
+/**
+ * The first construct in `source` that V8's linear engine refuses: a backreference, a
+ * lookahead, a case-insensitive group, a capture inside a lookbehind or a counted repetition
+ * beyond 16 copies. Scans the JavaScript (non-unicode) pattern syntax.
+ */
+export function refusedConstruct(source: string): string {
+  const captures = (source.match(/\((?!\?)|\(\?<[^=!]/g) ?? []).length;
+  const groups: string[] = [];
+  let counted: string | undefined;
+  for (let i = 0; i < source.length; i++) {
+    const c = source[i];
+    if (c === "\\") {
+      const ref = /^(?:[1-9]\d*|k<[^>]*>)/.exec(source.slice(i + 1))?.[0];
+      if (ref && (ref[0] === "k" || Number(ref) <= captures)) return `backreference \\${ref}`;
+      i++;
+    } else if (c === "[") {
+      for (i++; i < source.length && source[i] !== "]"; i++) if (source[i] === "\\") i++;
+    } else if (c === "(") {
+      const head = /^\((?:\?(?:[=!]|<[=!]|<|[a-zA-Z]*(?:-[a-zA-Z]*)?:))?/.exec(source.slice(i))![0];
+      if (head === "(?=" || head === "(?!") return `lookahead ${head}…)`;
+      if (/^\(\?[a-zA-Z]*i[a-zA-Z]*(?:-[a-zA-Z]*)?:$/.test(head)) {
+        return `case-insensitive group ${head}…)`;
+      }
+      const capture = head === "(" || head === "(?<";
+      if (capture && groups.includes("(?<=")) return "capture group inside a lookbehind (?<=…)";
+      groups.push(head);
+      i += head.length - 1;
+    } else if (c === ")") {
+      groups.pop();
+    } else if (c === "{" && counted === undefined) {
+      const m = /^\{(\d+)(?:,(\d*))?\}/.exec(source.slice(i));
+      if (m && Math.max(Number(m[1]), Number(m[2] || 0)) > MAX_REPLICATION) counted = m[0];
+    }
+  }
+  return counted
+    ? `counted repetition ${counted} (at most ${MAX_REPLICATION} copies, nested counts multiply)`
+    : `counted repetitions nested past ${MAX_REPLICATION} copies`;
+}
+
+/**
+ * Compile `source` for the linear engine. A syntax error, a construct the engine refuses or a
+ * pattern too large for a useful window is an `UntilPatternError` naming it; a process without
+ * the engine throws a plain Error.
+ */
+export function compileUntil(source: string): RegExp {
+  if (!LINEAR_ENGINE) throw new Error(`V8 runs without ${LINEAR_ENGINE_FLAG}`);
+  let regexp: RegExp;
+  try {
+    regexp = new RegExp(source, "l");
+  } catch {
+    try {
+      new RegExp(source);
+    } catch (err) {
+      throw new UntilPatternError(`invalid regular expression: ${(err as Error).message}`);
+    }
+    throw new UntilPatternError(
+      `cannot be matched in linear time: ${refusedConstruct(source)} is not supported`,
+    );
+  }
+  const size = states(source);
+  if (size > MAX_STATES) {
+    throw new UntilPatternError(
+      `too large to match in bounded time: length times largest repetition count is ${size}, ` +
+        `at most ${MAX_STATES}`,
+    );
+  }
+  return regexp;
+}
+
+/** How many of the latest characters of a call's output `source` is matched against. */
+function windowFor(source: string): number {
+  return Math.min(MAX_WINDOW, Math.floor(WORK_PER_TEST / Math.min(states(source), MAX_STATES)));
+}
+
+const decoder = new TextDecoder();
+
+/** A call's output, decoded and kept to the pattern's window, tested as it arrives. */
+export class UntilMatcher {
+  #text = "";
+  /** A trailing incomplete UTF-8 sequence, decoded once the rest of it arrives. */
+  #carry = new CharCarry();
+  #matched = false;
+  readonly #window: number;
+
+  /** `pattern` must come from `compileUntil` (a linear-engine pattern). */
+  constructor(readonly pattern: RegExp) {
+    if (!pattern.flags.includes("l")) throw new Error(`until pattern ${pattern} is not linear`);
+    this.#window = windowFor(pattern.source);
+  }
+
+  get matched(): boolean {
+    return this.#matched;
+  }
+
+  /** Add output and test the window; returns whether the pattern has matched. */
+  feed(bytes: Uint8Array): boolean {
+    if (this.#matched) return true;
+    this.#text += decoder.decode(this.#carry.complete(bytes));
+    if (this.#text.length > this.#window) this.#text = this.#text.slice(-this.#window);
+    return this.#matched = this.pattern.test(this.#text);
+  }
+}

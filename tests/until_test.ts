@@ -1,0 +1,118 @@
+/**
+ * `until` patterns run on V8's linear-time engine against a real server: patterns that engine
+ * refuses are 400s naming the construct, and a pattern that backtracks exponentially, fed
+ * hostile output, stalls neither the server nor other sessions.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { startServer } from "./helpers/server.ts";
+
+Deno.test("until: constructs the linear engine refuses are named in a 400", async (t) => {
+  const server = await startServer();
+  try {
+    const refused = [
+      ["(a)\\1", "backreference \\1"],
+      ["(?<q>a)\\k<q>", "backreference \\k<q>"],
+      ["done(?=!)", "lookahead (?=…)"],
+      ["done(?!x)", "lookahead (?!…)"],
+      ["(?i:done)", "case-insensitive group (?i:…)"],
+      ["(?<=(a))b", "capture group inside a lookbehind (?<=…)"],
+      ["a{17}", "counted repetition {17} (at most 16 copies, nested counts multiply)"],
+      ["(?:a{4}){5}", "counted repetitions nested past 16 copies"],
+    ];
+    for (const [until, construct] of refused) {
+      await t.step(until, async () => {
+        const r = await server.post("/v1/exec_command", { cmd: "true", until });
+        assert.equal(r.status, 400);
+        assert.deepEqual(r.body, {
+          error: {
+            code: "invalid_request",
+            message: `until: cannot be matched in linear time: ${construct} is not supported`,
+          },
+        });
+      });
+    }
+    await t.step("a pattern too large for a bounded match is a 400", async () => {
+      const r = await server.post("/v1/exec_command", {
+        cmd: "true",
+        until: "(?:ab){1,8}".repeat(12),
+      });
+      assert.equal(r.status, 400);
+      assert.deepEqual(r.body, {
+        error: {
+          code: "invalid_request",
+          message: "until: too large to match in bounded time: length times largest repetition " +
+            "count is 1056, at most 512",
+        },
+      });
+    });
+    await t.step("the latest output matches after more than a window of it", async () => {
+      const r = await server.post("/v1/exec_command", {
+        cmd: "head -c 300000 /dev/zero | tr '\\0' a; echo; echo DONE; read x",
+        until: "DONE\\r\\n",
+        yield_time_ms: 30000,
+        login: false,
+      });
+      assert.equal(r.status, 200);
+      assert.match(r.body.output, /a\r\nDONE\r\n$/);
+      assert.equal(typeof r.body.session_id, "number");
+      await server.del(`/v1/sessions/${r.body.session_id}`);
+    });
+    await t.step("lookbehind, classes and small counts are accepted", async () => {
+      const r = await server.post("/v1/exec_command", {
+        cmd: "echo 'x=12;'",
+        until: "(?<=x=)\\d{1,3}[;,]",
+        login: false,
+      });
+      assert.equal(r.status, 200);
+      assert.equal(r.body.output, "x=12;\r\n");
+    });
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("until: an exponential pattern over hostile output stalls nothing", async () => {
+  const server = await startServer();
+  let answered = false;
+  try {
+    // 30 a's and a '!' take a backtracking engine minutes per match attempt.
+    const hostile = server.post("/v1/exec_command", {
+      cmd: `yes ${"a".repeat(30)}! | head -n 20000; echo; read x`,
+      until: "^(a+)+$",
+      yield_time_ms: 2000,
+      login: false,
+    });
+    let done = false;
+    const finished = hostile.finally(() => done = true);
+    finished.catch(() => {}); // A stalled server fails the requests below first.
+    const deadline = () => AbortSignal.timeout(5000);
+    // Until the hostile call returns (at its yield time), the server must keep answering.
+    do {
+      const health = await fetch(`${server.url}/healthz`, { signal: deadline() });
+      assert.equal(health.status, 200);
+      await health.body?.cancel();
+      const other = await fetch(`${server.url}/v1/exec_command`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...server.auth },
+        body: JSON.stringify({ cmd: "echo other", login: false }),
+        signal: deadline(),
+      });
+      assert.equal(other.status, 200);
+      assert.equal((await other.json()).output, "other\r\n");
+    } while (!done);
+    const r = await finished;
+    assert.equal(r.status, 200);
+    // No match: the call returned at its yield time with the session still running.
+    assert.equal(typeof r.body.session_id, "number");
+    assert.match(r.body.output, /(a{30}!\r\n){100}/);
+    answered = true;
+    await server.del(`/v1/sessions/${r.body.session_id}`);
+  } finally {
+    // A stalled server cannot run its SIGTERM handler.
+    if (!answered) Deno.kill(server.pid, "SIGKILL");
+    await server.stop();
+  }
+});
