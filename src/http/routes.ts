@@ -18,16 +18,18 @@ import {
   DecisionBody,
   describeIssues,
   ExecBody,
+  parseInput,
   ResizeBody,
   SessionIdParam,
   SignalBody,
   WriteBody,
 } from "../service/schemas.ts";
+import { resultText } from "../service/results.ts";
 import type { Service } from "../service/service.ts";
 import { toolDefinitions } from "../service/tools.ts";
 import { bearerToken, SandboxedPeerError, UnauthorizedError } from "./auth.ts";
 import { readJson } from "./body.ts";
-import { resultText, wantsText } from "./format.ts";
+import { wantsText } from "./format.ts";
 import { sseResponse } from "./sse.ts";
 
 /** What the routes need from the rest of the server. */
@@ -68,10 +70,10 @@ function asFailure(err: unknown): Failure | undefined {
 }
 
 async function parseBody<T extends z.ZodType>(c: Context, schema: T): Promise<z.output<T>> {
-  const raw = await readJson(c.req.raw, MAX_BODY_BYTES, "request body exceeds 1 MiB");
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) throw new InvalidRequestError(describeIssues(parsed.error));
-  return parsed.data;
+  return parseInput(
+    schema,
+    await readJson(c.req.raw, MAX_BODY_BYTES, "request body exceeds 1 MiB"),
+  );
 }
 
 function sessionId(c: Context): number {

@@ -9,6 +9,7 @@
 
 import { z } from "zod";
 import { approvalDecisionSchema } from "../approvals/store.ts";
+import { InvalidRequestError } from "../sessions/errors.ts";
 
 /** Yield limits, as in Codex. */
 export const YIELD = {
@@ -149,4 +150,14 @@ export function describeIssues(error: z.ZodError): string {
   const issue = error.issues[0];
   const field = issue.path.join(".");
   return field ? `${field}: ${issue.message}` : issue.message;
+}
+
+/**
+ * `raw` validated by `schema`; otherwise an {@link InvalidRequestError} describing the first
+ * problem, so every front door rejects a bad input with the same message.
+ */
+export function parseInput<T extends z.ZodType>(schema: T, raw: unknown): z.output<T> {
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) throw new InvalidRequestError(describeIssues(parsed.error));
+  return parsed.data;
 }

@@ -45,7 +45,12 @@ export interface ExecRequest {
   sandbox: SandboxChoice;
   /** Kill the session this long after it started. */
   timeoutMs?: number;
+  /** Told of each piece of output that arrives while this call waits. */
+  onOutput?: OutputWatcher;
 }
+
+/** Told of output as it arrives during a call (progress reporting); it must not throw. */
+export type OutputWatcher = (bytes: Uint8Array) => void;
 
 /** A validated `write_stdin` request. */
 export interface WriteRequest {
@@ -56,6 +61,8 @@ export interface WriteRequest {
   yieldMs: number;
   maxOutputTokens: number;
   until?: RegExp;
+  /** Told of each piece of output that arrives while this call waits. */
+  onOutput?: OutputWatcher;
 }
 
 /** The result of one tool call. */
@@ -182,7 +189,7 @@ export class SessionManager {
       workdir: req.workdir,
       tty: req.tty,
     });
-    const collected = await collect(session, { yieldMs: req.yieldMs, until: req.until });
+    const collected = await this.#collect(session, req);
     return await this.#result(session, collected, started, req.maxOutputTokens);
   }
 
@@ -200,7 +207,7 @@ export class SessionManager {
       });
       this.#send(session, req.chars);
     }
-    const collected = await collect(session, { yieldMs: req.yieldMs, until: req.until });
+    const collected = await this.#collect(session, req);
     return await this.#result(session, collected, started, req.maxOutputTokens);
   }
 
@@ -340,6 +347,16 @@ export class SessionManager {
         : { pid: spawned.pid, tty: true, output: master, input: master },
     );
     return session;
+  }
+
+  /** Collect the call's output, telling its watcher of output as it arrives. */
+  async #collect(session: Session, req: ExecRequest | WriteRequest): Promise<Collected> {
+    const unwatch = req.onOutput && session.listen({ output: req.onOutput });
+    try {
+      return await collect(session, { yieldMs: req.yieldMs, until: req.until });
+    } finally {
+      unwatch?.();
+    }
   }
 
   #send(session: Session, chars: string): void {
