@@ -8,6 +8,7 @@
 
 import { type ApprovalPolicy, parseApprovalPolicy } from "./approvals/policy.ts";
 import { loadProfiles, type Profile } from "./sandbox/profiles.ts";
+import { DEFAULT_AGENT } from "./service/agents.ts";
 import { stateDirFrom } from "./service/state_dir.ts";
 
 /** The server's settings. */
@@ -38,6 +39,10 @@ export interface Config {
   defaultProfile: string;
   approvalPolicy: ApprovalPolicy;
   approvalTimeoutMs: number;
+
+  // MCP front door (issue 12)
+  /** `UEXEC_MCP_AGENT`: the agent `deno task mcp` acts as (default: the default agent). */
+  mcpAgent: string;
 }
 
 const SHIPPED_PROFILES = new URL("../sandbox-profiles", import.meta.url).pathname;
@@ -164,5 +169,8 @@ export function loadConfig(
       1,
       86_400_000,
     ),
+
+    // MCP front door (issue 12)
+    mcpAgent: env.UEXEC_MCP_AGENT || DEFAULT_AGENT,
   };
 }

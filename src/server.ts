@@ -13,7 +13,7 @@ import { probeSandbox } from "./sandbox/apply.ts";
 import { deniedByProfile } from "./sandbox/confinement.ts";
 import { sandboxIdentity } from "./sandbox/identity.ts";
 import type { TokenSources } from "./service/agents.ts";
-import { startRuntime } from "./runtime.ts";
+import { startRuntime, VERSION } from "./runtime.ts";
 
 /** A running server. */
 export interface Server {
@@ -24,8 +24,6 @@ export interface Server {
   /** Kill every session, stop listening and release everything. */
   shutdown(): Promise<void>;
 }
-
-const VERSION = "0.2.0";
 
 /**
  * What `/healthz` says about the sandbox: the probe, which profiles can be enforced, and what

@@ -29,6 +29,7 @@ import type { Service } from "../service/service.ts";
 import { toolDefinitions } from "../service/tools.ts";
 import { bearerToken, SandboxedPeerError, UnauthorizedError } from "./auth.ts";
 import { readJson } from "./body.ts";
+import { mcpRoutes } from "./mcp_routes.ts";
 import { wantsText } from "./format.ts";
 import { sseResponse } from "./sse.ts";
 
@@ -201,6 +202,8 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
     const principal = who(c);
     return c.json(await service.revokeAgent(principal, c.req.param("name")));
   });
+
+  mcpRoutes(app, service, who);
 
   return app;
 }

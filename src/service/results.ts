@@ -61,6 +61,21 @@ export const KillResultSchema = z.object({
   output: z.string().describe("Output that had not been collected yet."),
 });
 
+/**
+ * A session's terminal as it looks now (`read_screen`), as the output-modes feature describes
+ * it: the visible rows and cursor, and the lines that scrolled off since the last look. Not yet
+ * checked against a type: screen mode is not in the core yet.
+ */
+export const ScreenSnapshotSchema = z.object({
+  rows: z.number().int(),
+  cols: z.number().int(),
+  cursor: z.object({ row: z.number().int(), col: z.number().int() }),
+  lines: z.array(z.string()).describe("The visible rows, top to bottom."),
+  alternate: z.boolean().describe("True while a full-screen program uses the alternate screen."),
+  scrolled: z.array(z.string()).describe("Lines that scrolled off since the last look."),
+  scrolled_lost: z.boolean().describe("True when more scrolled off than the scrollback holds."),
+});
+
 /** True when `A` and `B` are assignable to each other and have the same keys. */
 type Same<A, B> = [A, keyof A] extends [B, keyof B] ? [B, keyof B] extends [A, keyof A] ? true
   : false

@@ -119,6 +119,11 @@ export const WriteBody = z.strictObject({
     .describe("JavaScript regular expression: return as soon as the output of this call matches."),
 });
 
+/** A session named in a tool call's arguments (MCP `kill_session`, `read_screen`). */
+export const SessionRefBody = z.strictObject({
+  session_id: z.number().int().min(0).describe("Identifier of the session."),
+});
+
 /** `POST /v1/sessions/{id}/resize`. */
 export const ResizeBody = z.strictObject({ cols: size, rows: size });
 

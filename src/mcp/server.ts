@@ -1,0 +1,198 @@
+/**
+ * The MCP front door's protocol side: an MCP server (one per caller) whose tools are operations
+ * of the application core, for one authenticated principal. Inputs are validated by the same zod
+ * schemas as the HTTP API and rejected with the same messages; a result is the Codex text form
+ * as text content plus the JSON form (the HTTP body) as `structuredContent`, matching the tool's
+ * `outputSchema`; a failure is a tool error (`isError`) carrying the HTTP error's message. A call
+ * that waits sends progress notifications as output arrives when the client gave a progress
+ * token.
+ *
+ * It is transport-neutral (Streamable HTTP and stdio both connect to it) and must never decide
+ * what the principal may do: the core does.
+ *
+ * The SDK's low-level `Server` is used rather than `McpServer.registerTool`, because the latter
+ * validates arguments itself with messages of its own, which would differ from the HTTP API's.
+ *
+ * @module
+ */
+
+import { Server } from "@modelcontextprotocol/sdk/server";
+// @ts-types="@modelcontextprotocol/sdk/types"
+import {
+  CallToolRequestSchema,
+  type CallToolResult,
+  ErrorCode,
+  ListToolsRequestSchema,
+  McpError,
+  type Tool,
+} from "@modelcontextprotocol/sdk/types.js";
+import { z } from "zod";
+import { VERSION } from "../runtime.ts";
+import type { Principal } from "../service/principal.ts";
+import {
+  CallResultSchema,
+  KillResultSchema,
+  resultText,
+  ScreenSnapshotSchema,
+  SessionListSchema,
+} from "../service/results.ts";
+import { ExecBody, parseInput, SessionRefBody, WriteBody } from "../service/schemas.ts";
+import type { Service } from "../service/service.ts";
+import { jsonSchema, toolDefinitions } from "../service/tools.ts";
+import { InvalidRequestError } from "../sessions/errors.ts";
+import type { OutputWatcher } from "../sessions/manager.ts";
+import { ProgressReporter } from "./progress.ts";
+
+/**
+ * Arguments the MCP front door fills in when the client leaves them out, where its defaults
+ * differ from the HTTP API's. The one place they are applied.
+ */
+// With output modes merged: `exec_command` and `write_stdin` get `{ output_mode: "plain" }`.
+const MCP_DEFAULTS: Record<string, Record<string, unknown>> = {
+  exec_command: {},
+  write_stdin: {},
+};
+
+/** A tool's result in its two forms. */
+interface Output {
+  text: string;
+  json: Record<string, unknown>;
+}
+
+/** One tool: its schemas and what a call does. */
+interface ToolSpec {
+  name: string;
+  description: string;
+  input: z.ZodType;
+  output: z.ZodType;
+  annotations?: Tool["annotations"];
+  /** Run with the validated arguments; `watch`, when given, is told of output as it arrives. */
+  run(args: unknown, watch: OutputWatcher | undefined): Promise<Output>;
+}
+
+function tool<I extends z.ZodType>(
+  spec: Omit<ToolSpec, "run" | "input"> & {
+    input: I;
+    run(args: z.output<I>, watch: OutputWatcher | undefined): Promise<Output> | Output;
+  },
+): ToolSpec {
+  return {
+    ...spec,
+    run: async (args, watch) => await spec.run(args as z.output<I>, watch),
+  };
+}
+
+const json = (value: Record<string, unknown>): Output => ({
+  text: JSON.stringify(value, null, 2),
+  json: value,
+});
+
+const call = (result: Parameters<typeof resultText>[0]): Output => ({
+  text: resultText(result),
+  json: { ...result },
+});
+
+/** The five tools, for `principal`. */
+function tools(service: Service, principal: Principal): ToolSpec[] {
+  const described = new Map(toolDefinitions().map((t) => [t.function.name, t.function]));
+  const description = (name: string) => described.get(name)!.description;
+  return [
+    tool({
+      name: "exec_command",
+      description: description("exec_command"),
+      input: ExecBody,
+      output: CallResultSchema,
+      run: async (body, watch) => call(await service.exec(principal, body, watch)),
+    }),
+    tool({
+      name: "write_stdin",
+      description: description("write_stdin"),
+      input: WriteBody,
+      output: CallResultSchema,
+      run: async (body, watch) => call(await service.write(principal, body, watch)),
+    }),
+    tool({
+      name: "list_sessions",
+      description: "Lists your running sessions.",
+      input: z.strictObject({}),
+      output: SessionListSchema,
+      annotations: { readOnlyHint: true },
+      run: () => json({ sessions: service.sessions(principal) }),
+    }),
+    tool({
+      name: "kill_session",
+      description: "Kills a session's whole process tree and returns the output it left.",
+      input: SessionRefBody,
+      output: KillResultSchema,
+      annotations: { destructiveHint: true },
+      run: async (body) => json({ ...await service.kill(principal, body.session_id) }),
+    }),
+    tool({
+      name: "read_screen",
+      description: "Shows a session's terminal as it looks now (sessions started with screen).",
+      input: SessionRefBody,
+      output: ScreenSnapshotSchema,
+      annotations: { readOnlyHint: true },
+      run: () => {
+        throw new InvalidRequestError("screen mode is not available");
+      },
+    }),
+  ];
+}
+
+/** An MCP server whose tools act for `principal`; connect it to one transport. */
+export function mcpServer(service: Service, principal: Principal): Server {
+  const server = new Server(
+    { name: "uexec", version: VERSION },
+    { capabilities: { tools: {} } },
+  );
+  const byName = new Map(tools(service, principal).map((t) => [t.name, t]));
+  server.setRequestHandler(ListToolsRequestSchema, () => ({
+    tools: [...byName.values()].map((t): Tool => ({
+      name: t.name,
+      description: t.description,
+      inputSchema: jsonSchema(t.input, "input") as Tool["inputSchema"],
+      outputSchema: jsonSchema(t.output, "output") as Tool["outputSchema"],
+      ...(t.annotations ? { annotations: t.annotations } : {}),
+    })),
+  }));
+  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    const { name, arguments: args } = request.params;
+    const spec = byName.get(name);
+    if (!spec) throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${name}`);
+    const token = extra._meta?.progressToken;
+    const progress = token === undefined
+      ? undefined
+      : new ProgressReporter((progress, message) =>
+        extra.sendNotification({
+          method: "notifications/progress",
+          params: { progressToken: token, progress, message },
+        })
+      );
+    try {
+      const input = parseInput(spec.input, { ...MCP_DEFAULTS[name], ...args });
+      const out = await spec.run(input, progress?.output);
+      return {
+        content: [{ type: "text", text: out.text }],
+        structuredContent: out.json,
+      } satisfies CallToolResult;
+    } catch (err) {
+      return toolError(err, name);
+    } finally {
+      progress?.stop();
+    }
+  });
+  return server;
+}
+
+/** A failure as a tool error: the HTTP API's message, or an opaque one for a bug (logged). */
+function toolError(err: unknown, tool: string): CallToolResult {
+  let message: string;
+  if (err instanceof Error && "status" in err && "code" in err) message = err.message;
+  else {
+    const requestId = crypto.randomUUID();
+    console.error(`uexec: MCP call ${requestId} ${tool} failed:`, err);
+    message = `internal error (request_id ${requestId})`;
+  }
+  return { content: [{ type: "text", text: message }], isError: true };
+}
