@@ -65,8 +65,12 @@ async function main(): Promise<void> {
   };
   process.stdin.once("end", () => stop("stdin closed"));
   process.stdin.once("close", () => stop("stdin closed"));
-  Deno.addSignalListener("SIGINT", () => stop("SIGINT"));
-  Deno.addSignalListener("SIGTERM", () => stop("SIGTERM"));
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    Deno.addSignalListener(signal, () => {
+      console.error(`uexec: ${signal}`);
+      stop(signal);
+    });
+  }
   await server.connect(new StdioServerTransport(process.stdin, process.stdout));
   console.error(`uexec: MCP on stdio as agent ${config.mcpAgent}, workspace ${config.workspace}`);
 }
