@@ -22,9 +22,6 @@ import { baseEnv } from "./sessions/env.ts";
 import { SessionManager } from "./sessions/manager.ts";
 import { SpawnerPool } from "./workers/pool.ts";
 
-/** The version every front door reports. */
-export const VERSION = "0.2.0";
-
 /** A running service. */
 export interface Runtime {
   service: Service;

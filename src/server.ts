@@ -13,7 +13,8 @@ import { probeSandbox } from "./sandbox/apply.ts";
 import { deniedByProfile } from "./sandbox/confinement.ts";
 import { sandboxIdentity } from "./sandbox/identity.ts";
 import type { TokenSources } from "./service/agents.ts";
-import { startRuntime, VERSION } from "./runtime.ts";
+import { startRuntime } from "./runtime.ts";
+import { VERSION } from "./version.ts";
 
 /** A running server. */
 export interface Server {

@@ -27,7 +27,6 @@ import {
   type Tool,
 } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
-import { VERSION } from "../runtime.ts";
 import type { Principal } from "../service/principal.ts";
 import {
   CallResultSchema,
@@ -41,6 +40,7 @@ import type { Service } from "../service/service.ts";
 import { jsonSchema, toolDefinitions } from "../service/tools.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
 import type { OutputWatcher } from "../sessions/manager.ts";
+import { VERSION } from "../version.ts";
 import { ProgressReporter } from "./progress.ts";
 
 /**
