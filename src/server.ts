@@ -11,7 +11,7 @@ import { sandboxedPeerCheck } from "./http/sandbox_peer.ts";
 import { createApp } from "./http/routes.ts";
 import { probeSandbox } from "./sandbox/apply.ts";
 import { deniedByProfile } from "./sandbox/confinement.ts";
-import { sandboxIdentity } from "./sandbox/identity.ts";
+import { sandboxIds } from "./sandbox/identity.ts";
 import type { TokenSources } from "./service/agents.ts";
 import { startRuntime } from "./runtime.ts";
 import { VERSION } from "./version.ts";
@@ -92,14 +92,14 @@ function peerCheck(
 ): (info: Deno.ServeHandlerInfo | undefined) => boolean {
   const never = () => false;
   if (addr.transport !== "tcp" || Deno.uid() !== 0) return never;
-  let identity;
+  let ids;
   try {
-    identity = sandboxIdentity();
+    ids = sandboxIds();
   } catch {
     return never; // No usable sandbox uid: nothing sandboxed can run (see /healthz).
   }
-  if (!identity) return never;
-  return sandboxedPeerCheck(addr, (uid) => uid === identity.uid);
+  if (!ids) return never;
+  return sandboxedPeerCheck(addr, (uid) => uid >= ids.spawner && uid <= ids.last);
 }
 
 /** Listen on TCP, or on a unix socket created 0600 (the umask is narrowed while it is made). */

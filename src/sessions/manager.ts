@@ -295,6 +295,7 @@ export class SessionManager {
       dir = await sandbox.session();
       pipes = req.tty ? undefined : openPipes();
       spawned = await lease.spawner.spawn({
+        uid: dir.uid,
         argv: command,
         env: childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env }),
         cwd: req.workdir,
