@@ -62,16 +62,20 @@ export const KillResultSchema = z.object({
 });
 
 /**
- * A session's terminal as it looks now (`read_screen`), as the output-modes feature describes
- * it: the visible rows and cursor, and the lines that scrolled off since the last look. Not yet
- * checked against a type: screen mode is not in the core yet.
+ * A session's terminal as it looks now, as the output-modes feature describes it (its
+ * `ScreenView`): the visible rows and the cursor. Not yet checked against that type, which is
+ * not in the core yet.
  */
-export const ScreenSnapshotSchema = z.object({
+export const ScreenViewSchema = z.object({
   rows: z.number().int(),
   cols: z.number().int(),
-  cursor: z.object({ row: z.number().int(), col: z.number().int() }),
+  cursor: z.object({ row: z.number().int(), col: z.number().int() }).describe("Zero-based."),
   lines: z.array(z.string()).describe("The visible rows, top to bottom."),
   alternate: z.boolean().describe("True while a full-screen program uses the alternate screen."),
+});
+
+/** What `read_screen` returns (`ScreenSnapshot`): the view and what scrolled off since. */
+export const ScreenSnapshotSchema = ScreenViewSchema.extend({
   scrolled: z.array(z.string()).describe("Lines that scrolled off since the last look."),
   scrolled_lost: z.boolean().describe("True when more scrolled off than the scrollback holds."),
 });
