@@ -66,7 +66,7 @@ export const KillResultSchema = z.object({
  * `ScreenView`): the visible rows and the cursor. Not yet checked against that type, which is
  * not in the core yet.
  */
-export const ScreenViewSchema = z.object({
+const ScreenViewSchema = z.object({
   rows: z.number().int(),
   cols: z.number().int(),
   cursor: z.object({ row: z.number().int(), col: z.number().int() }).describe("Zero-based."),
