@@ -13,12 +13,26 @@ import { Client } from "@modelcontextprotocol/sdk/client";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 // @ts-types="@modelcontextprotocol/sdk/client/stdio"
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { CallResultSchema, KillResultSchema, resultText } from "../src/service/results.ts";
+import {
+  CallResultSchema,
+  KillResultSchema,
+  resultText,
+  SessionScreenSchema,
+} from "../src/service/results.ts";
 import { jsonSchema } from "../src/service/tools.ts";
 import type { CallResult } from "../src/sessions/manager.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
 
 const root = new URL("../", import.meta.url).pathname;
+
+/**
+ * Session uids of their own for each server: servers on one host with overlapping ranges reap
+ * each other's sessions (or are refused), and other test runs may share this host.
+ */
+function uidRange(): string {
+  const first = 2_001_000_000 + Math.floor(Math.random() * 20_000) * 4096;
+  return `${first}-${first + 4095}`;
+}
 
 /** A tool call's result, as the tests read it. */
 interface ToolResult {
@@ -86,7 +100,7 @@ function comparable(result: CallResult) {
 }
 
 Deno.test("mcp: five tools, with the HTTP API's input schemas and an output schema each", async () => {
-  const server = await startServer();
+  const server = await startServer({ UEXEC_UID_RANGE: uidRange() });
   const mcp = await connect(server, server.agentToken);
   try {
     const { tools } = await mcp.client.listTools();
@@ -101,7 +115,11 @@ Deno.test("mcp: five tools, with the HTTP API's input schemas and an output sche
     for (const name of ["exec_command", "write_stdin"]) {
       const tool = tools.find((t) => t.name === name)!;
       const definition = http.find((t: { function: { name: string } }) => t.function.name === name);
-      assert.deepEqual(tool.inputSchema, definition.function.parameters);
+      // The same schema, but for the one MCP default: output_mode plain.
+      const parameters = structuredClone(definition.function.parameters);
+      assert.equal(parameters.properties.output_mode.default, "raw");
+      parameters.properties.output_mode.default = "plain";
+      assert.deepEqual(tool.inputSchema, parameters);
       assert.equal(tool.description, definition.function.description);
       assert.deepEqual(tool.outputSchema, jsonSchema(CallResultSchema, "output"));
     }
@@ -120,6 +138,9 @@ Deno.test("mcp: five tools, with the HTTP API's input schemas and an output sche
       additionalProperties: false,
     });
     assert.deepEqual(kill.outputSchema, jsonSchema(KillResultSchema, "output"));
+    const screen = tools.find((t) => t.name === "read_screen")!;
+    assert.deepEqual(screen.inputSchema, kill.inputSchema);
+    assert.deepEqual(screen.outputSchema, jsonSchema(SessionScreenSchema, "output"));
     for (const tool of tools) {
       assert.equal(tool.inputSchema.type, "object", tool.name);
       assert.equal(tool.outputSchema?.type, "object", tool.name);
@@ -131,7 +152,7 @@ Deno.test("mcp: five tools, with the HTTP API's input schemas and an output sche
 });
 
 Deno.test("mcp: an interactive session over two calls, then killed", async () => {
-  const server = await startServer();
+  const server = await startServer({ UEXEC_UID_RANGE: uidRange() });
   const mcp = await connect(server, server.agentToken);
   try {
     const started = await mcp.call("exec_command", {
@@ -152,7 +173,8 @@ Deno.test("mcp: an interactive session over two calls, then killed", async () =>
       until: "hello mcp\\r\\nhello mcp\\r\\n",
     });
     assert.equal(echoed.isError, undefined, echoed.text);
-    assert.equal(echoed.structured.output, "hello mcp\r\nhello mcp\r\n");
+    // MCP's default output_mode is plain: "\r\n" ends a line as "\n".
+    assert.equal(echoed.structured.output, "hello mcp\nhello mcp\n");
     assert.equal(echoed.structured.session_id, id);
     assert.equal(echoed.text, resultText(echoed.structured));
 
@@ -175,18 +197,28 @@ Deno.test("mcp: an interactive session over two calls, then killed", async () =>
 });
 
 Deno.test("mcp: structuredContent is the HTTP API's JSON, the text its text form", async () => {
-  const server = await startServer();
+  const server = await startServer({ UEXEC_UID_RANGE: uidRange() });
   const mcp = await connect(server, server.agentToken);
   try {
-    const body = { cmd: "echo same; exit 3", login: false };
-    const viaMcp = await mcp.call("exec_command", body);
-    const viaHttp = await server.post("/v1/exec_command", body);
-    assert.equal(viaHttp.status, 200);
-    assert.equal(viaMcp.isError, undefined);
-    assert.deepEqual(comparable(viaMcp.structured), comparable(viaHttp.body));
-    assert.equal(viaMcp.structured.exit_code, 3);
-    assert.equal(viaMcp.structured.output, "same\r\n");
-    assert.equal(viaMcp.text, resultText(viaMcp.structured));
+    const body = { cmd: "printf '\\033[1mbold\\033[0m\\n'; exit 3", login: false };
+    for (
+      const [mode, output] of [
+        [undefined, "bold\n"], // MCP's default, given to HTTP explicitly
+        ["raw", "\u001b[1mbold\u001b[0m\r\n"], // HTTP's default, given to MCP explicitly
+      ] as const
+    ) {
+      const viaMcp = await mcp.call("exec_command", mode ? { ...body, output_mode: mode } : body);
+      const viaHttp = await server.post("/v1/exec_command", {
+        ...body,
+        ...(mode ? {} : { output_mode: "plain" }),
+      });
+      assert.equal(viaHttp.status, 200);
+      assert.equal(viaMcp.isError, undefined);
+      assert.deepEqual(comparable(viaMcp.structured), comparable(viaHttp.body));
+      assert.equal(viaMcp.structured.exit_code, 3);
+      assert.equal(viaMcp.structured.output, output);
+      assert.equal(viaMcp.text, resultText(viaMcp.structured));
+    }
   } finally {
     await mcp.close();
     await server.stop();
@@ -194,7 +226,7 @@ Deno.test("mcp: structuredContent is the HTTP API's JSON, the text its text form
 });
 
 Deno.test("mcp: failures are tool errors with the HTTP API's messages", async (t) => {
-  const server = await startServer();
+  const server = await startServer({ UEXEC_UID_RANGE: uidRange() });
   const mcp = await connect(server, server.agentToken);
   const other = (await server.operator.post("/v1/agents", { name: "other" })).body.token;
   const otherMcp = await connect(server, other);
@@ -243,7 +275,7 @@ Deno.test("mcp: failures are tool errors with the HTTP API's messages", async (t
         yield_time_ms: 30_000,
         until: "mine\\r\\nmine\\r\\n",
       });
-      assert.equal(still.structured.output, "mine\r\nmine\r\n");
+      assert.equal(still.structured.output, "mine\nmine\n");
       const operator = await connect(server, server.operatorToken);
       try {
         const all = (await operator.call("list_sessions", {})).structured.sessions;
@@ -258,11 +290,48 @@ Deno.test("mcp: failures are tool errors with the HTTP API's messages", async (t
       }
     });
 
-    await t.step("read_screen without screen mode", async () => {
-      const r = await mcp.call("read_screen", { session_id: 1000 });
-      assert.equal(r.isError, true);
-      assert.equal(r.text, "screen mode is not available");
-    });
+    await t.step(
+      "read_screen: the HTTP screen's JSON; 400 and 404 messages as over HTTP",
+      async () => {
+        const started = await mcp.call("exec_command", {
+          cmd: "printf 'top\\nline 2\\n'; cat",
+          login: false,
+          screen: true,
+          until: "line 2",
+          yield_time_ms: 30_000,
+        });
+        const id = started.structured.session_id;
+        assert.equal(typeof id, "number", started.text);
+        const viaMcp = await mcp.call("read_screen", { session_id: id });
+        assert.equal(viaMcp.isError, undefined, viaMcp.text);
+        const viaHttp = await server.get(`/v1/sessions/${id}/screen`);
+        assert.equal(viaHttp.status, 200);
+        assert.deepEqual(viaMcp.structured, viaHttp.body);
+        assert.deepEqual(viaMcp.structured.lines.slice(0, 2), ["top", "line 2"]);
+        assert.deepEqual(viaMcp.structured.cursor, { row: 2, col: 0 });
+        assert.equal(
+          viaMcp.text,
+          ["Scrolled off:", "Screen (24 rows, 80 columns, cursor at row 3, column 1):"]
+            .concat(viaMcp.structured.lines).join("\n"),
+        );
+
+        const plain = await mcp.call("exec_command", {
+          cmd: "cat",
+          login: false,
+          yield_time_ms: 250,
+        });
+        const noScreen = plain.structured.session_id;
+        const http400 = await server.get(`/v1/sessions/${noScreen}/screen`);
+        assert.equal(http400.status, 400);
+        const refused = await mcp.call("read_screen", { session_id: noScreen });
+        assert.equal(refused.isError, true);
+        assert.equal(refused.text, http400.body.error.message);
+
+        const foreign = await otherMcp.call("read_screen", { session_id: id });
+        assert.equal(foreign.isError, true);
+        assert.equal(foreign.text, `Unknown session id ${id}`);
+      },
+    );
   } finally {
     await otherMcp.close();
     await mcp.close();
@@ -271,7 +340,7 @@ Deno.test("mcp: failures are tool errors with the HTTP API's messages", async (t
 });
 
 Deno.test("mcp: a waiting call sends progress as output arrives, only when asked", async () => {
-  const server = await startServer();
+  const server = await startServer({ UEXEC_UID_RANGE: uidRange() });
   const mcp = await connect(server, server.agentToken);
   try {
     const started = await mcp.call("exec_command", {
@@ -294,16 +363,13 @@ Deno.test("mcp: a waiting call sends progress as output arrives, only when asked
     assert.equal((await interrupted)?.status, 200);
     assert.equal(waiting.isError, undefined);
     assert.equal(waiting.structured.exit_code, 130);
-    assert.match(waiting.structured.output, /^go\r\n/);
+    assert.match(waiting.structured.output, /^go\n/);
     assert.ok(progress.length >= 1);
     for (const [i, p] of progress.entries()) {
       assert.equal(p.message, `${p.progress} bytes of output so far`);
       if (i > 0) assert.ok(p.progress > progress[i - 1].progress);
     }
     assert.ok(progress[0].progress >= "go\r\n".length);
-    assert.ok(
-      progress.at(-1)!.progress <= new TextEncoder().encode(waiting.structured.output).length,
-    );
 
     const next = await mcp.call("exec_command", { cmd: "cat", login: false, yield_time_ms: 250 });
     const again = next.structured.session_id;
@@ -335,7 +401,7 @@ Deno.test("mcp: a waiting call sends progress as output arrives, only when asked
     assert.equal(events.length, 1);
     const message = JSON.parse(events[0].slice("data: ".length));
     assert.equal(message.id, 7);
-    assert.equal(message.result.structuredContent.output, "again\r\nagain\r\n");
+    assert.equal(message.result.structuredContent.output, "again\nagain\n");
   } finally {
     await mcp.close();
     await server.stop();
@@ -343,7 +409,10 @@ Deno.test("mcp: a waiting call sends progress as output arrives, only when asked
 });
 
 Deno.test("mcp: who may reach /mcp", async (t) => {
-  const server = await startServer({ UEXEC_APPROVAL_POLICY: "on-request" });
+  const server = await startServer({
+    UEXEC_APPROVAL_POLICY: "on-request",
+    UEXEC_UID_RANGE: uidRange(),
+  });
   try {
     await t.step("no or a wrong token: 401", async () => {
       for (
@@ -467,6 +536,7 @@ Deno.test("mcp: deno task mcp over stdio; closing stdin ends it and its sessions
       SHELL: "/bin/bash",
       UEXEC_WORKSPACE: workspace,
       UEXEC_STATE_DIR: stateDir,
+      UEXEC_UID_RANGE: uidRange(),
     },
     stderr: "pipe",
   });
@@ -483,7 +553,7 @@ Deno.test("mcp: deno task mcp over stdio; closing stdin ends it and its sessions
     assert.equal(ran.isError, undefined);
     const result = ran.structuredContent as unknown as CallResult;
     assert.equal(result.exit_code, 0);
-    assert.equal(result.output, `via stdio\r\n${await Deno.realPath(workspace)}\r\n`);
+    assert.equal(result.output, `via stdio\n${await Deno.realPath(workspace)}\n`);
     assert.deepEqual(ran.content, [{ type: "text", text: resultText(result) }]);
 
     const live = await client.callTool({

@@ -329,3 +329,32 @@ Deno.test("a uid range that holds existing users is refused before anything runs
     await server.stop();
   }
 });
+
+Deno.test("two servers never share session uids: an overlapping range is refused", async () => {
+  const first = await startServer({ UEXEC_UID_RANGE: "2000070000-2000070100" });
+  const second = await startServer({ UEXEC_UID_RANGE: "2000070050-2000070200" });
+  try {
+    const live = await first.post("/v1/exec_command", {
+      cmd: "cat",
+      login: false,
+      yield_time_ms: 250,
+    });
+    assert.equal(typeof live.body.session_id, "number", JSON.stringify(live.body));
+    const refused = await second.post("/v1/exec_command", { cmd: "id -u", login: false });
+    assert.equal(refused.status, 500);
+    assert.deepEqual(refused.body.error, {
+      code: "sandbox_unavailable",
+      message: "sandbox uids 2000070050-2000070200 overlap 2000070000-2000070100, which another " +
+        "uexec server on this host uses; give each server its own UEXEC_UID_RANGE",
+    });
+    const echo = await first.post("/v1/write_stdin", {
+      session_id: live.body.session_id,
+      chars: "still here\n",
+      until: "still here\\r\\n.*still here",
+    });
+    assert.equal(echo.body.output, "still here\r\nstill here\r\n");
+  } finally {
+    await second.stop();
+    await first.stop();
+  }
+});

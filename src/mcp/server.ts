@@ -1,7 +1,8 @@
 /**
  * The MCP front door's protocol side: an MCP server (one per caller) whose tools are operations
  * of the application core, for one authenticated principal. Inputs are validated by the same zod
- * schemas as the HTTP API and rejected with the same messages; a result is the Codex text form
+ * schemas as the HTTP API (but for the default `output_mode`, `plain` here) and rejected with
+ * the same messages; a result is the Codex text form
  * as text content plus the JSON form (the HTTP body) as `structuredContent`, matching the tool's
  * `outputSchema`; a failure is a tool error (`isError`) carrying the HTTP error's message. A call
  * that waits sends progress notifications as output arrives when the client gave a progress
@@ -32,26 +33,27 @@ import {
   CallResultSchema,
   KillResultSchema,
   resultText,
-  ScreenSnapshotSchema,
+  screenText,
   SessionListSchema,
+  SessionScreenSchema,
 } from "../service/results.ts";
-import { ExecBody, parseInput, SessionRefBody, WriteBody } from "../service/schemas.ts";
+import {
+  ExecBody,
+  outputModeDefault,
+  parseInput,
+  SessionRefBody,
+  WriteBody,
+} from "../service/schemas.ts";
 import type { Service } from "../service/service.ts";
 import { jsonSchema, toolDefinitions } from "../service/tools.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
-import type { OutputWatcher } from "../sessions/manager.ts";
+import { type OutputWatcher, SCROLLED_LOST } from "../sessions/manager.ts";
 import { VERSION } from "../version.ts";
 import { ProgressReporter } from "./progress.ts";
 
-/**
- * Arguments the MCP front door fills in when the client leaves them out, where its defaults
- * differ from the HTTP API's. The one place they are applied.
- */
-// With output modes merged: `exec_command` and `write_stdin` get `{ output_mode: "plain" }`.
-const MCP_DEFAULTS: Record<string, Record<string, unknown>> = {
-  exec_command: {},
-  write_stdin: {},
-};
+// The MCP front door's one difference from the HTTP API: `output_mode` defaults to `plain`
+// (what a reader sees, without escape sequences and redraws), not `raw`.
+const McpExecBody = ExecBody.extend({ output_mode: outputModeDefault("plain") });
+const McpWriteBody = WriteBody.extend({ output_mode: outputModeDefault("plain") });
 
 /** A tool's result in its two forms. */
 interface Output {
@@ -100,14 +102,14 @@ function tools(service: Service, principal: Principal): ToolSpec[] {
     tool({
       name: "exec_command",
       description: description("exec_command"),
-      input: ExecBody,
+      input: McpExecBody,
       output: CallResultSchema,
       run: async (body, watch) => call(await service.exec(principal, body, watch)),
     }),
     tool({
       name: "write_stdin",
       description: description("write_stdin"),
-      input: WriteBody,
+      input: McpWriteBody,
       output: CallResultSchema,
       run: async (body, watch) => call(await service.write(principal, body, watch)),
     }),
@@ -129,12 +131,20 @@ function tools(service: Service, principal: Principal): ToolSpec[] {
     }),
     tool({
       name: "read_screen",
-      description: "Shows a session's terminal as it looks now (sessions started with screen).",
+      description: "Shows a session's terminal as it looks now, with the lines that scrolled off " +
+        "since the last look (sessions started with screen: true or output_mode screen).",
       input: SessionRefBody,
-      output: ScreenSnapshotSchema,
+      output: SessionScreenSchema,
       annotations: { readOnlyHint: true },
-      run: () => {
-        throw new InvalidRequestError("screen mode is not available");
+      run: async ({ session_id }) => {
+        const screen = { session_id, ...await service.screen(principal, session_id) };
+        const scrolled = screen.scrolled_lost
+          ? [SCROLLED_LOST, ...screen.scrolled]
+          : screen.scrolled;
+        return {
+          text: ["Scrolled off:", ...scrolled, ...screenText(screen)].join("\n"),
+          json: screen,
+        };
       },
     }),
   ];
@@ -170,7 +180,7 @@ export function mcpServer(service: Service, principal: Principal): Server {
         })
       );
     try {
-      const input = parseInput(spec.input, { ...MCP_DEFAULTS[name], ...args });
+      const input = parseInput(spec.input, args ?? {});
       const out = await spec.run(input, progress?.output);
       return {
         content: [{ type: "text", text: out.text }],

@@ -32,6 +32,7 @@ import {
 import { withLimits } from "./limits.ts";
 import type { ResolvedPolicy } from "./policy.ts";
 import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
+import { leaseUidRange } from "./uid_lease.ts";
 import { UidPool } from "./uids.ts";
 import { canonical, widen, type Widening } from "./widening.ts";
 import { SocketListing, socketsToHide } from "./unix_sockets.ts";
@@ -235,6 +236,7 @@ export class SandboxDomains {
     if (this.#uids !== undefined) return this.#uids;
     const ids = sandboxIds();
     if (!ids) return this.#uids = null;
+    leaseUidRange(ids.spawner, ids.last);
     const reaper = new Spawner();
     const pool = new UidPool(ids.first, ids.last, (batch) => reaper.reap(batch));
     this.#uids = { ids, pool, reaper };

@@ -14,6 +14,7 @@ import { AT_FDCWD, cString, errno, O, OsError, rawSyscall, type SyscallArg } fro
 /** x86_64 system call numbers used by the sandbox. */
 export const SYS = {
   close: 3,
+  fcntl: 72,
   readlink: 89,
   newfstatat: 262,
   ioctl: 16,

@@ -23,6 +23,7 @@ import { canonical, fitsWithin, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
 import type { CallResult, KillResult, OutputWatcher, SessionManager } from "../sessions/manager.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
+import type { ScreenSnapshot } from "../output/screen.ts";
 import { type AgentInfo, type AgentRegistry, UnknownAgentError } from "./agents.ts";
 import {
   type Agent,
@@ -116,6 +117,8 @@ export class Service {
         maxOutputTokens: body.max_output_tokens,
         until: body.until,
         timeoutMs: body.timeout_ms,
+        screen: body.screen,
+        outputMode: body.output_mode,
         onOutput,
       },
       profile,
@@ -137,6 +140,7 @@ export class Service {
       yieldMs: writeYield(body.chars, body.yield_time_ms),
       maxOutputTokens: body.max_output_tokens,
       until: body.until,
+      outputMode: body.output_mode,
       onOutput,
     });
   }
@@ -239,6 +243,16 @@ export class Service {
     this.#deps.approvals.cancelAgent(name);
     const killed = await this.#deps.manager.killOwner(name);
     return { ...agent, sessions_killed: killed };
+  }
+
+  // Output modes (issue 12): the terminal screen of a session.
+
+  /**
+   * What one of the principal's sessions shows on its terminal now, with the lines scrolled
+   * off since the last look; 400 for a session started without `screen: true`.
+   */
+  screen(principal: Principal, id: number): Promise<ScreenSnapshot> {
+    return this.#deps.manager.screen(id, scope(principal));
   }
 
   /** The profile the request runs under, within the agent's cap. */
