@@ -61,6 +61,14 @@ interface Output {
   json: Record<string, unknown>;
 }
 
+/** What a tool call acts with. */
+interface Call {
+  service: Service;
+  principal: Principal;
+  /** Told of output as it arrives, when the client asked for progress. */
+  watch: OutputWatcher | undefined;
+}
+
 /** One tool: its schemas and what a call does. */
 interface ToolSpec {
   name: string;
@@ -68,20 +76,17 @@ interface ToolSpec {
   input: z.ZodType;
   output: z.ZodType;
   annotations?: Tool["annotations"];
-  /** Run with the validated arguments; `watch`, when given, is told of output as it arrives. */
-  run(args: unknown, watch: OutputWatcher | undefined): Promise<Output>;
+  /** Run with the validated arguments. */
+  run(args: unknown, call: Call): Promise<Output>;
 }
 
 function tool<I extends z.ZodType>(
   spec: Omit<ToolSpec, "run" | "input"> & {
     input: I;
-    run(args: z.output<I>, watch: OutputWatcher | undefined): Promise<Output> | Output;
+    run(args: z.output<I>, call: Call): Promise<Output> | Output;
   },
 ): ToolSpec {
-  return {
-    ...spec,
-    run: async (args, watch) => await spec.run(args as z.output<I>, watch),
-  };
+  return { ...spec, run: async (args, call) => await spec.run(args as z.output<I>, call) };
 }
 
 const json = (value: Record<string, unknown>): Output => ({
@@ -89,66 +94,74 @@ const json = (value: Record<string, unknown>): Output => ({
   json: value,
 });
 
-const call = (result: Parameters<typeof resultText>[0]): Output => ({
+const callResult = (result: Parameters<typeof resultText>[0]): Output => ({
   text: resultText(result),
   json: { ...result },
 });
 
-/** The five tools, for `principal`. */
-function tools(service: Service, principal: Principal): ToolSpec[] {
-  const described = new Map(toolDefinitions().map((t) => [t.function.name, t.function]));
-  const description = (name: string) => described.get(name)!.description;
-  return [
-    tool({
-      name: "exec_command",
-      description: description("exec_command"),
-      input: McpExecBody,
-      output: CallResultSchema,
-      run: async (body, watch) => call(await service.exec(principal, body, watch)),
-    }),
-    tool({
-      name: "write_stdin",
-      description: description("write_stdin"),
-      input: McpWriteBody,
-      output: CallResultSchema,
-      run: async (body, watch) => call(await service.write(principal, body, watch)),
-    }),
-    tool({
-      name: "list_sessions",
-      description: "Lists your running sessions.",
-      input: z.strictObject({}),
-      output: SessionListSchema,
-      annotations: { readOnlyHint: true },
-      run: () => json({ sessions: service.sessions(principal) }),
-    }),
-    tool({
-      name: "kill_session",
-      description: "Kills a session's whole process tree and returns the output it left.",
-      input: SessionRefBody,
-      output: KillResultSchema,
-      annotations: { destructiveHint: true },
-      run: async (body) => json({ ...await service.kill(principal, body.session_id) }),
-    }),
-    tool({
-      name: "read_screen",
-      description: "Shows a session's terminal as it looks now, with the lines that scrolled off " +
-        "since the last look (sessions started with screen: true or output_mode screen).",
-      input: SessionRefBody,
-      output: SessionScreenSchema,
-      annotations: { readOnlyHint: true },
-      run: async ({ session_id }) => {
-        const screen = { session_id, ...await service.screen(principal, session_id) };
-        const scrolled = screen.scrolled_lost
-          ? [SCROLLED_LOST, ...screen.scrolled]
-          : screen.scrolled;
-        return {
-          text: ["Scrolled off:", ...scrolled, ...screenText(screen)].join("\n"),
-          json: screen,
-        };
-      },
-    }),
-  ];
-}
+const described = new Map(toolDefinitions().map((t) => [t.function.name, t.function]));
+
+/** The five tools. */
+const TOOLS = new Map([
+  tool({
+    name: "exec_command",
+    description: described.get("exec_command")!.description,
+    input: McpExecBody,
+    output: CallResultSchema,
+    run: async (body, { service, principal, watch }) =>
+      callResult(await service.exec(principal, body, watch)),
+  }),
+  tool({
+    name: "write_stdin",
+    description: described.get("write_stdin")!.description,
+    input: McpWriteBody,
+    output: CallResultSchema,
+    run: async (body, { service, principal, watch }) =>
+      callResult(await service.write(principal, body, watch)),
+  }),
+  tool({
+    name: "list_sessions",
+    description: "Lists your running sessions.",
+    input: z.strictObject({}),
+    output: SessionListSchema,
+    annotations: { readOnlyHint: true },
+    run: (_, { service, principal }) => json({ sessions: service.sessions(principal) }),
+  }),
+  tool({
+    name: "kill_session",
+    description: "Kills a session's whole process tree and returns the output it left.",
+    input: SessionRefBody,
+    output: KillResultSchema,
+    annotations: { destructiveHint: true },
+    run: async ({ session_id }, { service, principal }) =>
+      json({ ...await service.kill(principal, session_id) }),
+  }),
+  tool({
+    name: "read_screen",
+    description: "Shows a session's terminal as it looks now, with the lines that scrolled off " +
+      "since the last look (sessions started with screen: true or output_mode screen).",
+    input: SessionRefBody,
+    output: SessionScreenSchema,
+    annotations: { readOnlyHint: true },
+    run: async ({ session_id }, { service, principal }) => {
+      const screen = { session_id, ...await service.screen(principal, session_id) };
+      const scrolled = screen.scrolled_lost ? [SCROLLED_LOST, ...screen.scrolled] : screen.scrolled;
+      return {
+        text: ["Scrolled off:", ...scrolled, ...screenText(screen)].join("\n"),
+        json: screen,
+      };
+    },
+  }),
+].map((t) => [t.name, t]));
+
+/** The `tools/list` answer, the same for everyone; made once. */
+const LISTED: Tool[] = [...TOOLS.values()].map((t) => ({
+  name: t.name,
+  description: t.description,
+  inputSchema: jsonSchema(t.input, "input") as Tool["inputSchema"],
+  outputSchema: jsonSchema(t.output, "output") as Tool["outputSchema"],
+  ...(t.annotations ? { annotations: t.annotations } : {}),
+}));
 
 /** An MCP server whose tools act for `principal`; connect it to one transport. */
 export function mcpServer(service: Service, principal: Principal): Server {
@@ -156,19 +169,10 @@ export function mcpServer(service: Service, principal: Principal): Server {
     { name: "uexec", version: VERSION },
     { capabilities: { tools: {} } },
   );
-  const byName = new Map(tools(service, principal).map((t) => [t.name, t]));
-  server.setRequestHandler(ListToolsRequestSchema, () => ({
-    tools: [...byName.values()].map((t): Tool => ({
-      name: t.name,
-      description: t.description,
-      inputSchema: jsonSchema(t.input, "input") as Tool["inputSchema"],
-      outputSchema: jsonSchema(t.output, "output") as Tool["outputSchema"],
-      ...(t.annotations ? { annotations: t.annotations } : {}),
-    })),
-  }));
+  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: LISTED }));
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     const { name, arguments: args } = request.params;
-    const spec = byName.get(name);
+    const spec = TOOLS.get(name);
     if (!spec) throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${name}`);
     const token = extra._meta?.progressToken;
     const progress = token === undefined
@@ -181,7 +185,7 @@ export function mcpServer(service: Service, principal: Principal): Server {
       );
     try {
       const input = parseInput(spec.input, args ?? {});
-      const out = await spec.run(input, progress?.output);
+      const out = await spec.run(input, { service, principal, watch: progress?.output });
       return {
         content: [{ type: "text", text: out.text }],
         structuredContent: out.json,
