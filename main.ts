@@ -8,15 +8,10 @@
 
 import { ConfigError, loadConfig } from "./src/config.ts";
 import { startServer } from "./src/server.ts";
-import { LINEAR_ENGINE, LINEAR_ENGINE_FLAG } from "./src/sessions/until.ts";
 
 const SHUTDOWN_LIMIT_MS = 3000;
 
 async function main(): Promise<void> {
-  if (!LINEAR_ENGINE) {
-    console.error(`uexec: run with --v8-flags=${LINEAR_ENGINE_FLAG} (until patterns need it)`);
-    Deno.exit(2);
-  }
   let config;
   try {
     config = loadConfig(Deno.args, Deno.env.toObject(), Deno.cwd());

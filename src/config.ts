@@ -9,7 +9,9 @@
 import { type ApprovalPolicy, parseApprovalPolicy } from "./approvals/policy.ts";
 import type { ConnectionLimits } from "./http/listener.ts";
 import { loadProfiles, type Profile } from "./sandbox/profiles.ts";
+import { DEFAULT_AGENT } from "./service/agents.ts";
 import { stateDirFrom } from "./service/state_dir.ts";
+import { LINEAR_ENGINE, LINEAR_ENGINE_FLAG } from "./sessions/until.ts";
 
 /** The server's settings. */
 export interface Config {
@@ -41,6 +43,10 @@ export interface Config {
   approvalTimeoutMs: number;
   /** HTTP connection limits (UEXEC_HEADER_TIMEOUT_MS, UEXEC_IDLE_TIMEOUT_MS, UEXEC_MAX_CONNECTIONS). */
   connections: ConnectionLimits;
+
+  // MCP front door (issue 12)
+  /** `UEXEC_MCP_AGENT`: the agent `deno task mcp` acts as (default: the default agent). */
+  mcpAgent: string;
 }
 
 const SHIPPED_PROFILES = new URL("../sandbox-profiles", import.meta.url).pathname;
@@ -95,6 +101,9 @@ export function loadConfig(
   env: Record<string, string | undefined>,
   cwd: string,
 ): Config {
+  if (!LINEAR_ENGINE) {
+    throw new ConfigError(`run with --v8-flags=${LINEAR_ENGINE_FLAG} (until patterns need it)`);
+  }
   for (const arg of args) {
     const name = /^--([^=]+)/.exec(arg)?.[1];
     if (arg.startsWith("--") && !KNOWN_FLAGS.includes(name ?? "")) {
@@ -187,5 +196,8 @@ export function loadConfig(
         1_000_000,
       ),
     },
+
+    // MCP front door (issue 12)
+    mcpAgent: env.UEXEC_MCP_AGENT || DEFAULT_AGENT,
   };
 }

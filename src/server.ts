@@ -1,31 +1,21 @@
 /**
- * Wiring: the reactor, the spawner pool, the sandbox domains, the session manager, the
- * credentials and the application core behind the HTTP app, started as one server and stopped
+ * Wiring: the service (see runtime.ts) behind the HTTP app, started as one server and stopped
  * as one, killing every session on the way out so no child outlives it.
  *
  * @module
  */
 
-import { ApprovalStore } from "./approvals/store.ts";
 import type { Config } from "./config.ts";
-import { EventBus } from "./events/bus.ts";
 import { requestGuard, withCors } from "./http/guard.ts";
 import { type HttpListener, serveLimited } from "./http/listener.ts";
 import { sandboxedPeerCheck } from "./http/sandbox_peer.ts";
 import { createApp } from "./http/routes.ts";
-import { Reactor } from "./io/reactor.ts";
-import { Truncator } from "./output/truncator.ts";
 import { probeSandbox } from "./sandbox/apply.ts";
 import { deniedByProfile } from "./sandbox/confinement.ts";
-import { SandboxDomains } from "./sandbox/domains.ts";
 import { sandboxIds } from "./sandbox/identity.ts";
-import { AgentRegistry, type TokenSources } from "./service/agents.ts";
-import { Service } from "./service/service.ts";
-import { StateDir } from "./service/state_dir.ts";
-import { Supervisor } from "./service/supervisor.ts";
-import { baseEnv } from "./sessions/env.ts";
-import { SessionManager } from "./sessions/manager.ts";
-import { SpawnerPool } from "./workers/pool.ts";
+import type { TokenSources } from "./service/agents.ts";
+import { startRuntime } from "./runtime.ts";
+import { VERSION } from "./version.ts";
 
 /** A running server. */
 export interface Server {
@@ -36,8 +26,6 @@ export interface Server {
   /** Kill every session, stop listening and release everything. */
   shutdown(): Promise<void>;
 }
-
-const VERSION = "0.2.0";
 
 /**
  * What `/healthz` says about the sandbox: the probe, which profiles can be enforced, and what
@@ -65,59 +53,14 @@ function sandboxHealth(config: Config) {
 
 /** Start the server described by `config`. */
 export async function startServer(config: Config): Promise<Server> {
-  const state = new StateDir(config.stateDir);
-  const agents = new AgentRegistry({
-    state,
-    operatorToken: config.operatorToken,
-    agentToken: config.agentToken,
-  });
-  const reactor = new Reactor();
-  const pool = new SpawnerPool();
-  const bus = new EventBus();
-  const truncator = new Truncator();
-  const manager = new SessionManager({
-    reactor,
-    pool,
-    bus,
-    truncator,
-    baseEnv: baseEnv(Deno.env.toObject()),
-  });
-  const domains = new SandboxDomains({
-    profiles: config.profiles,
-    home: Deno.env.get("HOME") ?? "/root",
-    serverPid: Deno.pid,
-    workspace: config.workspace,
-    hidden: [state.path],
-  });
-  const approvals = new ApprovalStore({ onEvent: (event) => bus.publish(event) });
-  const supervisor = new Supervisor({
-    manager,
-    domains,
-    approvals,
-    policy: config.approvalPolicy,
-    defaultProfile: config.defaultProfile,
-    approvalTimeoutMs: config.approvalTimeoutMs,
-  });
-  const service = new Service({
-    manager,
-    supervisor,
-    approvals,
-    domains,
-    bus,
-    agents,
-    workspace: config.workspace,
-    allowedRoots: config.allowedRoots,
-    protectedPaths: [state.path],
-    shell: config.shell,
-    maxSessions: config.maxSessions,
-  });
+  const runtime = await startRuntime(config);
   const sandbox = sandboxHealth(config);
   // Until the listening address is known, no TCP request passes (fail closed).
   let fromSandbox = (info: Deno.ServeHandlerInfo | undefined) =>
     info?.remoteAddr.transport === "tcp";
   const app = createApp({
-    service,
-    health: () => ({ version: VERSION, sessions: manager.size, sandbox }),
+    service: runtime.service,
+    health: () => ({ version: VERSION, sessions: runtime.sessions, sandbox }),
     fromSandbox: (info) => fromSandbox(info),
   });
   const guard = requestGuard(config);
@@ -128,21 +71,16 @@ export async function startServer(config: Config): Promise<Server> {
     if (!cors) return app.fetch(req, info);
     return Promise.resolve(app.fetch(req, info)).then((res) => withCors(req, res, config));
   };
-  await pool.warmedUp();
   const http = listen(config, handler);
   const addr = http.addr;
   fromSandbox = peerCheck(addr);
   return {
     addr,
-    tokens: agents.sources,
+    tokens: runtime.tokens,
     async shutdown() {
-      approvals.close();
-      await manager.shutdown();
+      await runtime.stopSessions();
       await http.shutdown();
-      await pool.close();
-      await reactor.close();
-      truncator.close();
-      await domains.close();
+      await runtime.close();
     },
   };
 }

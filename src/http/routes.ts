@@ -18,16 +18,19 @@ import {
   DecisionBody,
   describeIssues,
   ExecBody,
+  parseInput,
   ResizeBody,
   SessionIdParam,
   SignalBody,
   WriteBody,
 } from "../service/schemas.ts";
+import { resultText } from "../service/results.ts";
 import type { Service } from "../service/service.ts";
 import { toolDefinitions } from "../service/tools.ts";
 import { bearerToken, SandboxedPeerError, UnauthorizedError } from "./auth.ts";
 import { readJson } from "./body.ts";
-import { resultText, wantsText } from "./format.ts";
+import { mcpRoutes } from "./mcp_routes.ts";
+import { wantsText } from "./format.ts";
 import { screenRoutes } from "./screen_routes.ts";
 import { sseResponse } from "./sse.ts";
 
@@ -69,10 +72,10 @@ function asFailure(err: unknown): Failure | undefined {
 }
 
 async function parseBody<T extends z.ZodType>(c: Context, schema: T): Promise<z.output<T>> {
-  const raw = await readJson(c.req.raw, MAX_BODY_BYTES, "request body exceeds 1 MiB");
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) throw new InvalidRequestError(describeIssues(parsed.error));
-  return parsed.data;
+  return parseInput(
+    schema,
+    await readJson(c.req.raw, MAX_BODY_BYTES, "request body exceeds 1 MiB"),
+  );
 }
 
 function sessionId(c: Context): number {
@@ -202,6 +205,8 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
     const principal = who(c);
     return c.json(await service.revokeAgent(principal, c.req.param("name")));
   });
+
+  mcpRoutes(app, service, who);
 
   return app;
 }

@@ -123,6 +123,12 @@ export class AgentRegistry {
     return matchToken(token, this.#byDigest);
   }
 
+  /** The principal of the agent `name`, or undefined if there is none. */
+  principal(name: string): Agent | undefined {
+    const record = this.#agents.get(name);
+    return record && principalOf(record);
+  }
+
   /** Every agent, by name. */
   list(): AgentInfo[] {
     return [...this.#agents.values()].map(info).sort((a, b) => a.name.localeCompare(b.name));

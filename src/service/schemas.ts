@@ -10,6 +10,7 @@
 import { z } from "zod";
 import { approvalDecisionSchema } from "../approvals/store.ts";
 import { compileUntil, UntilPatternError } from "../sessions/until.ts";
+import { InvalidRequestError } from "../sessions/errors.ts";
 
 /** Yield limits, as in Codex. */
 export const YIELD = {
@@ -50,7 +51,11 @@ const OUTPUT_MODE_HELP = "raw: the bytes as they came (escape sequences and all)
   "reader sees, line by line (colours and other escape sequences removed, carriage-return " +
   "redraws and backspaces applied); screen: the terminal as it looks now, as `screen`, with " +
   "`output` holding the lines that scrolled off since the last call (needs screen: true).";
-const outputMode = OutputMode.default("raw").describe(OUTPUT_MODE_HELP);
+/** `output_mode` with the default a front door gives it (HTTP: `raw`). */
+export function outputModeDefault(mode: z.infer<typeof OutputMode>) {
+  return OutputMode.default(mode).describe(OUTPUT_MODE_HELP);
+}
+const outputMode = outputModeDefault("raw");
 
 /** `POST /v1/exec_command`. */
 export const ExecBody = z.strictObject({
@@ -134,6 +139,11 @@ export const WriteBody = z.strictObject({
   output_mode: outputMode,
 });
 
+/** A session named in a tool call's arguments (MCP `kill_session`, `read_screen`). */
+export const SessionRefBody = z.strictObject({
+  session_id: z.number().int().min(0).describe("Identifier of the session."),
+});
+
 /** `POST /v1/sessions/{id}/resize`. */
 export const ResizeBody = z.strictObject({ cols: size, rows: size });
 
@@ -165,4 +175,14 @@ export function describeIssues(error: z.ZodError): string {
   const issue = error.issues[0];
   const field = issue.path.join(".");
   return field ? `${field}: ${issue.message}` : issue.message;
+}
+
+/**
+ * `raw` validated by `schema`; otherwise an {@link InvalidRequestError} describing the first
+ * problem, so every front door rejects a bad input with the same message.
+ */
+export function parseInput<T extends z.ZodType>(schema: T, raw: unknown): z.output<T> {
+  const parsed = schema.safeParse(raw);
+  if (!parsed.success) throw new InvalidRequestError(describeIssues(parsed.error));
+  return parsed.data;
 }

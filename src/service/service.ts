@@ -21,11 +21,17 @@ import { FULL_ACCESS, type SandboxDomains } from "../sandbox/domains.ts";
 import { isWithin } from "../sandbox/profiles.ts";
 import { canonical, fitsWithin, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
-import type { CallResult, KillResult, SessionManager } from "../sessions/manager.ts";
+import type { CallResult, KillResult, OutputWatcher, SessionManager } from "../sessions/manager.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
 import type { ScreenSnapshot } from "../output/screen.ts";
-import type { AgentInfo, AgentRegistry } from "./agents.ts";
-import { ForbiddenError, ownerOf, type Principal, requireOperator } from "./principal.ts";
+import { type AgentInfo, type AgentRegistry, UnknownAgentError } from "./agents.ts";
+import {
+  type Agent,
+  ForbiddenError,
+  ownerOf,
+  type Principal,
+  requireOperator,
+} from "./principal.ts";
 import {
   type AgentBody,
   type DecisionBody,
@@ -77,8 +83,12 @@ export class Service {
     return this.#deps.agents.authenticate(token);
   }
 
-  /** `exec_command`. */
-  exec(principal: Principal, body: z.output<typeof ExecBody>): Promise<CallResult> {
+  /** `exec_command`; `onOutput` is told of output as it arrives while the call waits. */
+  exec(
+    principal: Principal,
+    body: z.output<typeof ExecBody>,
+    onOutput?: OutputWatcher,
+  ): Promise<CallResult> {
     const { supervisor } = this.#deps;
     const escalation = this.#escalation(principal, body);
     const escalating = Object.keys(escalation).length > 0;
@@ -109,6 +119,7 @@ export class Service {
         timeoutMs: body.timeout_ms,
         screen: body.screen,
         outputMode: body.output_mode,
+        onOutput,
       },
       profile,
       escalation,
@@ -116,8 +127,12 @@ export class Service {
     });
   }
 
-  /** `write_stdin`. */
-  write(principal: Principal, body: z.output<typeof WriteBody>): Promise<CallResult> {
+  /** `write_stdin`; `onOutput` is told of output as it arrives while the call waits. */
+  write(
+    principal: Principal,
+    body: z.output<typeof WriteBody>,
+    onOutput?: OutputWatcher,
+  ): Promise<CallResult> {
     return this.#deps.manager.write({
       owner: scope(principal),
       sessionId: body.session_id,
@@ -126,6 +141,7 @@ export class Service {
       maxOutputTokens: body.max_output_tokens,
       until: body.until,
       outputMode: body.output_mode,
+      onOutput,
     });
   }
 
@@ -313,6 +329,19 @@ export class Service {
         (this.#deps.allowedRoots.length ? ` and UEXEC_ALLOWED_ROOTS` : "") +
         `; add it to UEXEC_ALLOWED_ROOTS, or ask for an escalation`,
     );
+  }
+
+  // --- MCP front door (issue 12) ---
+
+  /**
+   * The principal of the registered agent `name`, for a front door whose caller is not
+   * authenticated by a token but by who started it (the MCP stdio server runs as, and for, the
+   * user who launched it, who can read the state directory anyway).
+   */
+  agent(name: string): Agent {
+    const agent = this.#deps.agents.principal(name);
+    if (!agent) throw new UnknownAgentError(`no agent named ${JSON.stringify(name)}`);
+    return agent;
   }
 }
 

@@ -14,8 +14,9 @@ export interface ToolDefinition {
   function: { name: string; description: string; parameters: Record<string, unknown> };
 }
 
-function parameters(schema: z.ZodType): Record<string, unknown> {
-  const { $schema: _, ...rest } = z.toJSONSchema(schema, { io: "input" });
+/** The JSON Schema of what `schema` accepts (`input`) or produces (`output`). */
+export function jsonSchema(schema: z.ZodType, io: "input" | "output"): Record<string, unknown> {
+  const { $schema: _, ...rest } = z.toJSONSchema(schema, { io });
   return rest;
 }
 
@@ -28,7 +29,7 @@ export function toolDefinitions(): ToolDefinition[] {
         name: "exec_command",
         description:
           "Runs a command in a PTY, returning output or a session ID for ongoing interaction.",
-        parameters: parameters(ExecBody),
+        parameters: jsonSchema(ExecBody, "input"),
       },
     },
     {
@@ -37,7 +38,7 @@ export function toolDefinitions(): ToolDefinition[] {
         name: "write_stdin",
         description:
           "Writes characters to an existing unified exec session and returns recent output.",
-        parameters: parameters(WriteBody),
+        parameters: jsonSchema(WriteBody, "input"),
       },
     },
   ];

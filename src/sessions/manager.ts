@@ -55,7 +55,12 @@ export interface ExecRequest {
   /** Follow the session with a terminal emulator (tty only), for `screen` output. */
   screen?: boolean;
   outputMode?: OutputMode;
+  /** Told of each piece of output that arrives while this call waits. */
+  onOutput?: OutputWatcher;
 }
+
+/** Told of output as it arrives during a call (progress reporting); it must not throw. */
+export type OutputWatcher = (bytes: Uint8Array) => void;
 
 /** A validated `write_stdin` request. */
 export interface WriteRequest {
@@ -67,6 +72,8 @@ export interface WriteRequest {
   maxOutputTokens: number;
   until?: RegExp;
   outputMode?: OutputMode;
+  /** Told of each piece of output that arrives while this call waits. */
+  onOutput?: OutputWatcher;
 }
 
 /** The result of one tool call. */
@@ -204,7 +211,7 @@ export class SessionManager {
       workdir: req.workdir,
       tty: req.tty,
     });
-    const collected = await collect(session, { yieldMs: req.yieldMs, until: req.until });
+    const collected = await this.#collect(session, req);
     return await this.#result(session, collected, started, req);
   }
 
@@ -223,7 +230,7 @@ export class SessionManager {
       });
       this.#send(session, req.chars);
     }
-    const collected = await collect(session, { yieldMs: req.yieldMs, until: req.until });
+    const collected = await this.#collect(session, req);
     return await this.#result(session, collected, started, req);
   }
 
@@ -386,6 +393,16 @@ export class SessionManager {
         : { pid: spawned.pid, tty: true, output: master, input: master },
     );
     return session;
+  }
+
+  /** Collect the call's output, telling its watcher of output as it arrives. */
+  async #collect(session: Session, req: ExecRequest | WriteRequest): Promise<Collected> {
+    const unwatch = req.onOutput && session.listen({ output: req.onOutput });
+    try {
+      return await collect(session, { yieldMs: req.yieldMs, until: req.until });
+    } finally {
+      unwatch?.();
+    }
   }
 
   #send(session: Session, chars: string): void {

@@ -1,0 +1,118 @@
+/**
+ * What the operations return, in the forms every front door gives them: the JSON form, described
+ * here as zod schemas (which the MCP front door publishes as each tool's `outputSchema`), and
+ * the plain-text form of a tool call, as Codex shows it to the model. The schemas are checked
+ * against the session layer's types at compile time, so the two never drift. Description and
+ * formatting only; nothing here may change a result.
+ *
+ * @module
+ */
+
+import { z } from "zod";
+import type { CallResult, KillResult } from "../sessions/manager.ts";
+import type { SessionInfo } from "../sessions/session.ts";
+import type { ScreenSnapshot } from "../output/screen.ts";
+
+const denial = z.object({
+  kind: z.enum(["fs-read", "fs-write", "network", "signal", "syscall"]),
+  path: z.string().optional(),
+  port: z.number().int().optional(),
+  evidence: z.string(),
+});
+
+/** A session's terminal as it looks now (`ScreenView`): the visible rows and the cursor. */
+const ScreenViewSchema = z.object({
+  rows: z.number().int(),
+  cols: z.number().int(),
+  cursor: z.object({ row: z.number().int(), col: z.number().int() }).describe("Zero-based."),
+  lines: z.array(z.string()).describe("The visible rows, top to bottom, trailing blanks trimmed."),
+  alternate: z.boolean().describe("True while a full-screen program uses the alternate screen."),
+});
+
+/**
+ * What `read_screen` returns, as `GET /v1/sessions/{id}/screen` does: the session, its screen, and
+ * the lines that scrolled off since the last look.
+ */
+export const SessionScreenSchema = ScreenViewSchema.extend({
+  session_id: z.number().int(),
+  scrolled: z.array(z.string()).describe("Lines that scrolled off since the last look."),
+  scrolled_lost: z.boolean().describe("True when more scrolled off than the scrollback holds."),
+});
+
+/** The result of `exec_command` and `write_stdin`. */
+export const CallResultSchema = z.object({
+  chunk_id: z.string().describe("Identifier of this chunk of output."),
+  wall_time_seconds: z.number().describe("How long the call took."),
+  output: z.string().describe("The output collected in this call, fitted to the token budget."),
+  session_id: z.number().int().optional()
+    .describe("Set while the process runs: pass it to write_stdin."),
+  exit_code: z.number().int().optional().describe("Set once the process has exited."),
+  original_token_count: z.number().int().describe("Tokens in the output before fitting."),
+  truncated: z.boolean().describe("True when output was cut to fit the token budget."),
+  timed_out: z.boolean().optional().describe("True when timeout_ms killed the process."),
+  sandbox: z.object({
+    profile: z.string(),
+    denied: z.boolean(),
+    denial: denial.optional(),
+    retried: z.boolean().optional(),
+    message: z.string().optional(),
+  }).describe("What the sandbox did to the command."),
+  screen: ScreenViewSchema.optional()
+    .describe("With output_mode screen: the terminal now (output holds what scrolled off)."),
+});
+
+/** A live session, as listed. */
+export const SessionInfoSchema = z.object({
+  session_id: z.number().int(),
+  agent: z.string().describe("The agent that started it (operator for the operator's own)."),
+  command: z.string(),
+  workdir: z.string(),
+  tty: z.boolean(),
+  profile: z.string(),
+  screen: z.boolean().describe("True when a terminal emulator follows it (read_screen works)."),
+  pid: z.number().int(),
+  started_at: z.string(),
+  last_used_at: z.string(),
+});
+
+/** The caller's live sessions. */
+export const SessionListSchema = z.object({ sessions: z.array(SessionInfoSchema) });
+
+/** What killing a session returns. */
+export const KillResultSchema = z.object({
+  exit_code: z.number().int(),
+  output: z.string().describe("Output that had not been collected yet."),
+});
+
+/** True when `A` and `B` are assignable to each other and have the same keys. */
+type Same<A, B> = [A, keyof A] extends [B, keyof B] ? [B, keyof B] extends [A, keyof A] ? true
+  : false
+  : false;
+/** Compiles only when `T` is true. */
+type Assert<T extends true> = T;
+type _SchemasMatchTypes = [
+  Assert<Same<z.output<typeof CallResultSchema>, CallResult>>,
+  Assert<Same<z.output<typeof SessionInfoSchema>, SessionInfo>>,
+  Assert<Same<z.output<typeof KillResultSchema>, KillResult>>,
+  Assert<Same<z.output<typeof SessionScreenSchema>, ScreenSnapshot & { session_id: number }>>,
+];
+
+/** Render a result the way Codex's `response_text` does (plus the screen, when there is one). */
+export function resultText(r: CallResult): string {
+  const lines = [`Chunk ID: ${r.chunk_id}`, `Wall time: ${r.wall_time_seconds.toFixed(4)} seconds`];
+  if (r.exit_code !== undefined) lines.push(`Process exited with code ${r.exit_code}`);
+  if (r.session_id !== undefined) lines.push(`Process running with session ID ${r.session_id}`);
+  lines.push(`Original token count: ${r.original_token_count}`, "Output:", r.output);
+  if (r.screen) lines.push(...screenText(r.screen));
+  return lines.join("\n");
+}
+
+/** A screen as text: a line saying its size and cursor, then its rows. */
+export function screenText(screen: z.output<typeof ScreenViewSchema>): string[] {
+  const { rows, cols, cursor } = screen;
+  return [
+    `Screen (${rows} rows, ${cols} columns, cursor at row ${cursor.row + 1}, ` +
+    `column ${cursor.col + 1}):`,
+    ...screen.lines,
+  ];
+}
