@@ -25,6 +25,10 @@ import { Supervisor } from "./service/supervisor.ts";
 import { baseEnv } from "./sessions/env.ts";
 import { SessionManager } from "./sessions/manager.ts";
 import { SpawnerPool } from "./workers/pool.ts";
+import { HistoryRecorder } from "./history/recorder.ts";
+import { HistoryStore } from "./history/store.ts";
+import { Logger } from "./log.ts";
+import { Metrics } from "./metrics/metrics.ts";
 
 /** A running server. */
 export interface Server {
@@ -74,12 +78,31 @@ export async function startServer(config: Config): Promise<Server> {
   const pool = new SpawnerPool();
   const bus = new EventBus();
   const truncator = new Truncator();
+  const log = new Logger(config.log);
+  bus.subscribe((event) => log.event(event));
+  const history = config.history ? openHistory(config, state, bus, log) : undefined;
+  let metrics: Metrics | undefined = undefined;
   const manager = new SessionManager({
     reactor,
     pool,
     bus,
     truncator,
     baseEnv: baseEnv(Deno.env.toObject()),
+    observer: {
+      started(session, execId) {
+        history?.recorder?.watch(session, execId);
+        metrics?.watch(session);
+      },
+      denied(session, denial) {
+        history?.recorder?.denied(session, denial);
+        metrics?.denied(denial);
+      },
+    },
+  });
+  metrics = new Metrics({
+    bus,
+    sessions: () => manager.list(),
+    workers: () => pool.workers(),
   });
   const domains = new SandboxDomains({
     profiles: config.profiles,
@@ -109,6 +132,8 @@ export async function startServer(config: Config): Promise<Server> {
     protectedPaths: [state.path],
     shell: config.shell,
     maxSessions: config.maxSessions,
+    history: history?.recorder,
+    metrics,
   });
   const sandbox = sandboxHealth(config);
   // Until the listening address is known, no TCP request passes (fail closed).
@@ -116,8 +141,14 @@ export async function startServer(config: Config): Promise<Server> {
     info?.remoteAddr.transport === "tcp";
   const app = createApp({
     service,
-    health: () => ({ version: VERSION, sessions: manager.size, sandbox }),
+    health: () => ({
+      version: VERSION,
+      sessions: manager.size,
+      sandbox,
+      history: history?.health() ?? { ok: true, enabled: false },
+    }),
     fromSandbox: (info) => fromSandbox(info),
+    log,
   });
   const guard = requestGuard(config);
   const cors = config.allowedOrigins.length > 0;
@@ -141,8 +172,28 @@ export async function startServer(config: Config): Promise<Server> {
       await reactor.close();
       truncator.close();
       await domains.close();
+      metrics.close();
+      history?.recorder?.close();
     },
   };
+}
+
+/**
+ * The history, or one that reports why it cannot be opened (`/healthz` shows it, commands run
+ * on without history): a history that cannot be written must never stop the server.
+ */
+function openHistory(config: Config, state: StateDir, bus: EventBus, log: Logger) {
+  const path = state.file("history.db");
+  let store: HistoryStore;
+  try {
+    store = new HistoryStore(path, { days: config.historyDays, maxRows: config.historyMaxRows });
+  } catch (err) {
+    const error = (err as Error).message;
+    log.warn("history_open_failed", { error, path });
+    return { recorder: undefined, health: () => ({ ok: false, enabled: true, error }) };
+  }
+  const recorder = new HistoryRecorder(store, bus, log);
+  return { recorder, health: () => ({ ...recorder.health(), enabled: true }) };
 }
 
 /**

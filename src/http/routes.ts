@@ -29,6 +29,9 @@ import { bearerToken, SandboxedPeerError, UnauthorizedError } from "./auth.ts";
 import { readJson } from "./body.ts";
 import { resultText, wantsText } from "./format.ts";
 import { sseResponse } from "./sse.ts";
+import { registerHistoryRoutes } from "./history_routes.ts";
+import { noteCaller, requestLog } from "./request_log.ts";
+import type { Logger } from "../log.ts";
 
 /** What the routes need from the rest of the server. */
 export interface AppDeps {
@@ -40,6 +43,8 @@ export interface AppDeps {
    * the handler (absent on unix sockets and in-process calls).
    */
   fromSandbox?(info: Deno.ServeHandlerInfo | undefined): boolean;
+  /** Where request lines are logged (none when absent). */
+  log?: Logger;
 }
 
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -84,6 +89,7 @@ function sessionId(c: Context): number {
 export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo | undefined }> {
   const app = new Hono<{ Bindings: Deno.ServeHandlerInfo | undefined }>();
   const { service } = deps;
+  if (deps.log) app.use(requestLog(deps.log));
 
   app.onError((err, c) => {
     const known = asFailure(err);
@@ -114,6 +120,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
     const principal = token === undefined ? undefined : service.authenticate(token);
     if (!principal) throw new UnauthorizedError();
     if (deps.fromSandbox?.(c.env)) throw new SandboxedPeerError();
+    noteCaller(c.req.raw, principal);
     return principal;
   };
   const reply = (c: Context, result: Parameters<typeof resultText>[0]) =>
@@ -199,6 +206,8 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
     const principal = who(c);
     return c.json(await service.revokeAgent(principal, c.req.param("name")));
   });
+
+  registerHistoryRoutes(app, service, who);
 
   return app;
 }

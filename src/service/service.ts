@@ -20,7 +20,7 @@ import { SIGNALS } from "../pty/signals.ts";
 import { FULL_ACCESS, type SandboxDomains } from "../sandbox/domains.ts";
 import { isWithin } from "../sandbox/profiles.ts";
 import { canonical, fitsWithin, type Widening } from "../sandbox/widening.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
+import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
 import type { CallResult, KillResult, SessionManager } from "../sessions/manager.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
 import type { AgentInfo, AgentRegistry } from "./agents.ts";
@@ -35,12 +35,22 @@ import {
   writeYield,
 } from "./schemas.ts";
 import type { Supervisor } from "./supervisor.ts";
+import type { HistoryRecorder } from "../history/recorder.ts";
+import type { HistoryDetail, HistoryItem } from "../history/store.ts";
+import { decodeCursor, encodeCursor, type HistoryQuery } from "../history/query.ts";
+import type { Metrics } from "../metrics/metrics.ts";
 import type { z } from "zod";
 
 /** A workdir outside the workspace and the allowed roots (403 `forbidden_workdir`). */
 export class ForbiddenWorkdirError extends Error {
   readonly status = 403;
   readonly code = "forbidden_workdir";
+}
+
+/** A history entry that does not exist or is not the caller's (404 `not_found`). */
+export class HistoryNotFoundError extends Error {
+  readonly status = 404;
+  readonly code = "not_found";
 }
 
 /** What the core is built from. */
@@ -61,6 +71,9 @@ export interface ServiceDeps {
   shell: string;
   /** Live-session limit of an agent that has none of its own. */
   maxSessions: number;
+  /** The command history; undefined when it is off (`UEXEC_HISTORY=off`). */
+  history?: HistoryRecorder;
+  metrics?: Metrics;
 }
 
 /** The service's operations. */
@@ -77,8 +90,20 @@ export class Service {
   }
 
   /** `exec_command`. */
-  exec(principal: Principal, body: z.output<typeof ExecBody>): Promise<CallResult> {
-    const { supervisor } = this.#deps;
+  async exec(principal: Principal, body: z.output<typeof ExecBody>): Promise<CallResult> {
+    const started = performance.now();
+    let ok = false;
+    try {
+      const result = await this.#exec(principal, body);
+      ok = true;
+      return result;
+    } finally {
+      this.#deps.metrics?.exec((performance.now() - started) / 1000, ok);
+    }
+  }
+
+  #exec(principal: Principal, body: z.output<typeof ExecBody>): Promise<CallResult> {
+    const { supervisor, history } = this.#deps;
     const escalation = this.#escalation(principal, body);
     const escalating = Object.keys(escalation).length > 0;
     const profile = this.#profile(principal, body.profile);
@@ -90,8 +115,17 @@ export class Service {
           `leave shell out or pass that one (got ${body.shell})`,
       );
     }
+    const execId = crypto.randomUUID();
+    history?.begin(execId, {
+      agent: ownerOf(principal),
+      command: body.cmd,
+      workdir,
+      profile,
+      tty: body.tty,
+    });
     return supervisor.exec({
       request: {
+        execId,
         owner: ownerOf(principal),
         maxSessions: (principal.role === "agent" ? principal.maxSessions : undefined) ??
           this.#deps.maxSessions,
@@ -110,7 +144,19 @@ export class Service {
       profile,
       escalation,
       justification: body.justification,
-    });
+    }).then(
+      (result) => {
+        history?.settle(execId);
+        return result;
+      },
+      (err) => {
+        history?.settle(execId, {
+          rejected: err instanceof RejectedError,
+          message: (err as Error).message,
+        });
+        throw err;
+      },
+    );
   }
 
   /** `write_stdin`. */
@@ -223,6 +269,53 @@ export class Service {
     this.#deps.approvals.cancelAgent(name);
     const killed = await this.#deps.manager.killOwner(name);
     return { ...agent, sessions_killed: killed };
+  }
+
+  // History and metrics (issue 13).
+
+  /**
+   * A page of command history, newest first: every agent's for the operator (optionally one
+   * agent's), an agent's own for an agent, whatever agent it asks for.
+   */
+  history(
+    principal: Principal,
+    query: z.output<typeof HistoryQuery>,
+  ): { items: HistoryItem[]; next_cursor: string | null } {
+    const history = this.#historyOn();
+    const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+    if (query.cursor !== undefined && after === undefined) {
+      throw new InvalidRequestError("cursor: not a cursor from a previous page");
+    }
+    const page = history.list({
+      agent: principal.role === "agent" ? principal.name : query.agent,
+      status: query.status,
+      q: query.q,
+      sinceMs: query.since === undefined ? undefined : Date.parse(query.since),
+      limit: query.limit,
+      after,
+    });
+    return { items: page.items, next_cursor: page.next ? encodeCursor(page.next) : null };
+  }
+
+  /** One command of the history with its output tail; another agent's is not found. */
+  historyEntry(principal: Principal, id: string): HistoryDetail {
+    const entry = this.#historyOn().get(id, scope(principal));
+    if (!entry) throw new HistoryNotFoundError(`no history entry with id ${JSON.stringify(id)}`);
+    return entry;
+  }
+
+  /** The Prometheus exposition (operator only). */
+  metrics(principal: Principal): Promise<{ text: string; contentType: string }> {
+    requireOperator(principal, "reading metrics");
+    if (!this.#deps.metrics) throw new HistoryNotFoundError("metrics are off");
+    return this.#deps.metrics.scrape();
+  }
+
+  #historyOn(): HistoryRecorder {
+    if (!this.#deps.history) {
+      throw new HistoryNotFoundError("the history is off on this server (UEXEC_HISTORY=off)");
+    }
+    return this.#deps.history;
   }
 
   /** The profile the request runs under, within the agent's cap. */

@@ -45,6 +45,16 @@ export interface ExecRequest {
   sandbox: SandboxChoice;
   /** Kill the session this long after it started. */
   timeoutMs?: number;
+  /** The `exec_command` this run belongs to (a retry is a second run of the same one). */
+  execId?: string;
+}
+
+/** Hooks told of every session (history, metrics); they must not throw or block. */
+export interface SessionObserver {
+  /** A session was created, before any of its output is read. */
+  started(session: Session, execId: string | undefined): void;
+  /** The sandbox denied the session's command (told once, when its exit is reported). */
+  denied(session: Session, denial: Denial): void;
 }
 
 /** A validated `write_stdin` request. */
@@ -98,6 +108,7 @@ export interface ManagerOptions {
   truncator: Truncator;
   /** How long a killed child gets between SIGTERM and SIGKILL. */
   killGraceMs?: number;
+  observer?: SessionObserver;
 }
 
 const PROTECTED_RECENT = 8;
@@ -329,6 +340,7 @@ export class SessionManager {
         });
       },
     );
+    this.#opts.observer?.started(session, req.execId);
     const timeout = req.timeoutMs === undefined
       ? undefined
       : setTimeout(() => this.#terminate([session], "timeout"), req.timeoutMs);
@@ -377,6 +389,7 @@ export class SessionManager {
       });
       if (found.denied) {
         result.sandbox = { profile: session.profile, denied: true, denial: found.denial };
+        if (found.denial) this.#opts.observer?.denied(session, found.denial);
       }
       this.#sessions.delete(session.id);
     } else {
