@@ -107,6 +107,7 @@ function pendingRecord(
 ) {
   assert.match(approval.id, UUID);
   assert.ok(!Number.isNaN(Date.parse(approval.created_at)), approval.created_at);
+  assert.match(approval.exec_id, UUID);
   return {
     id: approval.id,
     agent: "default",
@@ -125,6 +126,7 @@ function pendingRecord(
     can_choose_unsandboxed: false,
     created_at: approval.created_at,
     status: "pending",
+    exec_id: approval.exec_id,
     ...extra,
   };
 }
@@ -150,6 +152,7 @@ function settled(approval: Body, decided: Body, status: string, granted?: Body) 
     ...approval,
     status,
     decided_at: decided.decided_at,
+    decided_by: "operator",
     ...(granted === undefined ? {} : { granted }),
   };
 }
@@ -522,6 +525,7 @@ Deno.test("untrusted: known-safe commands run, others ask", async (t) => {
       const second = await h.nextApproval(pending);
       assert.equal(second.reason, RETRY_REASON);
       assert.deepEqual(second.escalation, { write: [out] });
+      assert.equal(second.exec_id, first.exec_id);
       await h.decide(second.id, "approved");
       const r = await pending;
       assert.deepEqual(r.body.sandbox, {

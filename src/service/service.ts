@@ -92,13 +92,10 @@ export class Service {
   /** `exec_command`. */
   async exec(principal: Principal, body: z.output<typeof ExecBody>): Promise<CallResult> {
     const started = performance.now();
-    let ok = false;
     try {
-      const result = await this.#exec(principal, body);
-      ok = true;
-      return result;
+      return await this.#exec(principal, body);
     } finally {
-      this.#deps.metrics?.exec((performance.now() - started) / 1000, ok);
+      this.#deps.metrics?.exec((performance.now() - started) / 1000);
     }
   }
 
