@@ -42,6 +42,11 @@ export interface HistoryHealth {
   error?: string;
 }
 
+/**
+ * How long changes wait to be written together: one transaction then carries the changes of
+ * many commands, so a burst of short commands pays for a few writes, not one each.
+ */
+const FLUSH_DELAY_MS = 100;
 /** Queued rows that trigger a flush at once. */
 const FLUSH_ROWS = 256;
 /** Rows kept for a retry after failed writes; beyond this a failed batch is dropped. */
@@ -263,7 +268,7 @@ export class HistoryRecorder {
 
   #arm(): void {
     if (this.#dirty.size + this.#approvals.size >= FLUSH_ROWS) return this.flush();
-    this.#timer ??= setTimeout(() => this.flush(), 0);
+    this.#timer ??= setTimeout(() => this.flush(), FLUSH_DELAY_MS);
   }
 
   #forgetIfDone(entry: Entry): void {
