@@ -360,3 +360,39 @@ Deno.test("history: UEXEC_HISTORY=off answers 404 and writes no database", async
     await server.stop();
   }
 });
+
+Deno.test("history: a full disk never fails a command; /healthz says so", async () => {
+  const stateDir = await Deno.makeTempDir({ prefix: "uexec-history-full-" });
+  const mount = await new Deno.Command("mount", {
+    args: ["-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", stateDir],
+  }).output();
+  assert.equal(mount.code, 0, new TextDecoder().decode(mount.stderr));
+  const server = await startServer({ UEXEC_STATE_DIR: stateDir });
+  try {
+    assert.equal((await exec(server, "echo first")).status, 200);
+    assert.deepEqual((await server.get("/healthz")).body.history, { ok: true, enabled: true });
+    const fill = await Deno.open(`${stateDir}/fill`, { write: true, create: true });
+    const block = new Uint8Array(4096);
+    try {
+      for (;;) await fill.write(block);
+    } catch (err) {
+      assert.equal((err as Error).message.includes("No space left on device"), true, String(err));
+    } finally {
+      fill.close();
+    }
+    const r = await exec(server, "seq 1 20000");
+    assert.equal(r.status, 200);
+    assert.equal(r.body.exit_code, 0);
+    const health = (await server.get("/healthz")).body.history;
+    assert.deepEqual(health, { ok: false, enabled: true, error: "database or disk is full" });
+    await Deno.remove(`${stateDir}/fill`);
+    assert.equal((await exec(server, "echo after")).status, 200);
+    assert.deepEqual((await server.get("/healthz")).body.history, { ok: true, enabled: true });
+    const commands = (await server.get("/v1/history")).body.items.map((i: Body) => i.command);
+    assert.deepEqual(commands, ["echo after", "seq 1 20000", "echo first"]);
+  } finally {
+    await server.stop();
+    await new Deno.Command("umount", { args: [stateDir] }).output();
+    await Deno.remove(stateDir, { recursive: true });
+  }
+});

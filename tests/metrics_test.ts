@@ -8,6 +8,7 @@
 
 import assert from "node:assert/strict";
 import parsePrometheus from "parse-prometheus-text-format";
+import { Logger } from "../src/log.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
 
 interface Family {
@@ -141,4 +142,21 @@ Deno.test("metrics: counters move when commands run; operator only", async (t) =
   } finally {
     if (!stopped) await server.stop();
   }
+});
+
+Deno.test("log: pretty lines are key=value text; off writes nothing", () => {
+  const lines: string[] = [];
+  new Logger("pretty", (line) => lines.push(line)).info("request", {
+    agent: "default",
+    status: 200,
+    route: "/v1/history/:id",
+    skipped: undefined,
+  });
+  assert.equal(lines.length, 1);
+  assert.match(
+    lines[0],
+    /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z INFO request agent="default" status=200 route="\/v1\/history\/:id"\n$/,
+  );
+  new Logger("off", (line) => lines.push(line)).warn("x", {});
+  assert.equal(lines.length, 1);
 });

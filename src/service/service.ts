@@ -268,53 +268,6 @@ export class Service {
     return { ...agent, sessions_killed: killed };
   }
 
-  // History and metrics (issue 13).
-
-  /**
-   * A page of command history, newest first: every agent's for the operator (optionally one
-   * agent's), an agent's own for an agent, whatever agent it asks for.
-   */
-  history(
-    principal: Principal,
-    query: z.output<typeof HistoryQuery>,
-  ): { items: HistoryItem[]; next_cursor: string | null } {
-    const history = this.#historyOn();
-    const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
-    if (query.cursor !== undefined && after === undefined) {
-      throw new InvalidRequestError("cursor: not a cursor from a previous page");
-    }
-    const page = history.list({
-      agent: principal.role === "agent" ? principal.name : query.agent,
-      status: query.status,
-      q: query.q,
-      sinceMs: query.since === undefined ? undefined : Date.parse(query.since),
-      limit: query.limit,
-      after,
-    });
-    return { items: page.items, next_cursor: page.next ? encodeCursor(page.next) : null };
-  }
-
-  /** One command of the history with its output tail; another agent's is not found. */
-  historyEntry(principal: Principal, id: string): HistoryDetail {
-    const entry = this.#historyOn().get(id, scope(principal));
-    if (!entry) throw new HistoryNotFoundError(`no history entry with id ${JSON.stringify(id)}`);
-    return entry;
-  }
-
-  /** The Prometheus exposition (operator only). */
-  metrics(principal: Principal): Promise<{ text: string; contentType: string }> {
-    requireOperator(principal, "reading metrics");
-    if (!this.#deps.metrics) throw new HistoryNotFoundError("metrics are off");
-    return this.#deps.metrics.scrape();
-  }
-
-  #historyOn(): HistoryRecorder {
-    if (!this.#deps.history) {
-      throw new HistoryNotFoundError("the history is off on this server (UEXEC_HISTORY=off)");
-    }
-    return this.#deps.history;
-  }
-
   /** The profile the request runs under, within the agent's cap. */
   #profile(principal: Principal, requested?: string): string {
     const { domains, supervisor } = this.#deps;
@@ -389,6 +342,53 @@ export class Service {
         (this.#deps.allowedRoots.length ? ` and UEXEC_ALLOWED_ROOTS` : "") +
         `; add it to UEXEC_ALLOWED_ROOTS, or ask for an escalation`,
     );
+  }
+
+  // History and metrics (issue 13).
+
+  /**
+   * A page of command history, newest first: every agent's for the operator (optionally one
+   * agent's), an agent's own for an agent, whatever agent it asks for.
+   */
+  history(
+    principal: Principal,
+    query: z.output<typeof HistoryQuery>,
+  ): { items: HistoryItem[]; next_cursor: string | null } {
+    const history = this.#historyOn();
+    const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+    if (query.cursor !== undefined && after === undefined) {
+      throw new InvalidRequestError("cursor: not a cursor from a previous page");
+    }
+    const page = history.list({
+      agent: principal.role === "agent" ? principal.name : query.agent,
+      status: query.status,
+      q: query.q,
+      sinceMs: query.since === undefined ? undefined : Date.parse(query.since),
+      limit: query.limit,
+      after,
+    });
+    return { items: page.items, next_cursor: page.next ? encodeCursor(page.next) : null };
+  }
+
+  /** One command of the history with its output tail; another agent's is not found. */
+  historyEntry(principal: Principal, id: string): HistoryDetail {
+    const entry = this.#historyOn().get(id, scope(principal));
+    if (!entry) throw new HistoryNotFoundError(`no history entry with id ${JSON.stringify(id)}`);
+    return entry;
+  }
+
+  /** The Prometheus exposition (operator only). */
+  metrics(principal: Principal): Promise<{ text: string; contentType: string }> {
+    requireOperator(principal, "reading metrics");
+    if (!this.#deps.metrics) throw new HistoryNotFoundError("metrics are off");
+    return this.#deps.metrics.scrape();
+  }
+
+  #historyOn(): HistoryRecorder {
+    if (!this.#deps.history) {
+      throw new HistoryNotFoundError("the history is off on this server (UEXEC_HISTORY=off)");
+    }
+    return this.#deps.history;
   }
 }
 
