@@ -271,10 +271,13 @@ export class HistoryStore {
       `DELETE FROM commands WHERE id IN
          (SELECT id FROM commands WHERE started_ms < ? ORDER BY started_ms LIMIT ?)`,
     ).run(cutoff, PRUNE_BATCH);
+    // Rows are inserted in start order and never move, so the newest `maxRows` are those
+    // within `maxRows` of the highest rowid: found through the rowid, without counting.
     const excess = this.#db.prepare(
-      `DELETE FROM commands WHERE id IN
-         (SELECT id FROM commands ORDER BY started_ms DESC, id DESC LIMIT ? OFFSET ?)`,
-    ).run(PRUNE_BATCH, this.#retention.maxRows);
+      `DELETE FROM commands WHERE rowid IN
+         (SELECT rowid FROM commands
+          WHERE rowid <= (SELECT max(rowid) FROM commands) - ? ORDER BY rowid LIMIT ?)`,
+    ).run(this.#retention.maxRows, PRUNE_BATCH);
     return Number(old.changes) + Number(excess.changes);
   }
 
