@@ -27,6 +27,7 @@ import { SessionManager } from "./sessions/manager.ts";
 import { SpawnerPool } from "./workers/pool.ts";
 import { HistoryRecorder } from "./history/recorder.ts";
 import { HistoryStore } from "./history/store.ts";
+import { HistoryWriter } from "./history/writer.ts";
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics/metrics.ts";
 
@@ -141,11 +142,11 @@ export async function startServer(config: Config): Promise<Server> {
     info?.remoteAddr.transport === "tcp";
   const app = createApp({
     service,
-    health: () => ({
+    health: async () => ({
       version: VERSION,
       sessions: manager.size,
       sandbox,
-      history: history?.health() ?? { ok: true, enabled: false },
+      history: await history?.health() ?? { ok: true, enabled: false },
     }),
     fromSandbox: (info) => fromSandbox(info),
     log,
@@ -173,7 +174,7 @@ export async function startServer(config: Config): Promise<Server> {
       truncator.close();
       await domains.close();
       metrics.close();
-      history?.recorder?.close();
+      await history?.recorder?.close();
     },
   };
 }
@@ -184,16 +185,21 @@ export async function startServer(config: Config): Promise<Server> {
  */
 function openHistory(config: Config, state: StateDir, bus: EventBus, log: Logger) {
   const path = state.file("history.db");
+  const retention = { days: config.historyDays, maxRows: config.historyMaxRows };
   let store: HistoryStore;
   try {
-    store = new HistoryStore(path, { days: config.historyDays, maxRows: config.historyMaxRows });
+    store = new HistoryStore(path, retention);
   } catch (err) {
     const error = (err as Error).message;
     log.warn("history_open_failed", { error, path });
-    return { recorder: undefined, health: () => ({ ok: false, enabled: true, error }) };
+    return {
+      recorder: undefined,
+      health: () => Promise.resolve({ ok: false, enabled: true, error }),
+    };
   }
-  const recorder = new HistoryRecorder(store, bus, log);
-  return { recorder, health: () => ({ ...recorder.health(), enabled: true }) };
+  const writer = new HistoryWriter(path, retention);
+  const recorder = new HistoryRecorder(store, writer, bus, log);
+  return { recorder, health: async () => ({ ...await recorder.health(), enabled: true }) };
 }
 
 /**

@@ -1,8 +1,9 @@
 /**
  * The history recorder: turns each `exec_command` (its sessions, output, denials and approvals)
  * into a history row and writes the rows in batches off the request path: changes are queued
- * and flushed in one transaction once the current event-loop turn is done (a zero-delay timer,
- * armed only while something is queued), or at once when the queue is full.
+ * and handed to the writer's worker thread together, in one transaction, a short while after
+ * the first change (one timer, armed only while something is queued) or at once when the queue
+ * is full. Reads flush first and wait for the writes, so a caller reads its own commands.
  *
  * A command must never fail because of its history: a write that fails (a full disk, a
  * database another process holds locked) is logged once as a warning and shown on `/healthz`
@@ -26,6 +27,7 @@ import type {
   HistoryStore,
 } from "./store.ts";
 import { OutputTail } from "./tail.ts";
+import type { HistoryWriter } from "./writer.ts";
 
 /** What a command is started with. */
 export interface CommandStart {
@@ -66,28 +68,39 @@ interface Entry {
 /** Records commands into a {@link HistoryStore}. */
 export class HistoryRecorder {
   #store: HistoryStore;
+  #writer: HistoryWriter;
   #log: Logger;
   #entries = new Map<string, Entry>();
   #bySession = new WeakMap<Session, Entry>();
   #dirty = new Map<string, CommandRow>();
   #approvals = new Map<string, ApprovalRow>();
   #timer?: ReturnType<typeof setTimeout>;
+  /** Batches handed to the writer so far, and the last batch each row went out in. */
+  #batch = 0;
+  #sentIn = new Map<string, number>();
   #health: HistoryHealth = { ok: true };
   #unsubscribe: () => void;
 
-  constructor(store: HistoryStore, bus: EventBus, log: Logger) {
+  /**
+   * Record through `writer`, reading through `store` (opened here on the server's thread, where
+   * it also closes what a previous server left running and prunes, once at start-up).
+   */
+  constructor(store: HistoryStore, writer: HistoryWriter, bus: EventBus, log: Logger) {
     this.#store = store;
+    this.#writer = writer;
     this.#log = log;
     this.#unsubscribe = bus.subscribe((event) => {
       if (event.type === "approval_requested" || event.type === "approval_decided") {
         this.#approval(event.approval as ApprovalRecord);
       }
     });
-    this.#attempt(() => {
+    try {
       const now = Date.now();
       store.closeOrphans(now);
       store.prune(now);
-    });
+    } catch (err) {
+      this.#failed(err);
+    }
   }
 
   /** An `exec_command` was accepted: its row appears, running. */
@@ -182,14 +195,16 @@ export class HistoryRecorder {
   }
 
   /** A page of history (pending writes are flushed first, so a caller reads its own). */
-  list(filter: HistoryFilter): { items: HistoryItem[]; next?: { startedMs: number; id: string } } {
-    this.flush();
+  async list(
+    filter: HistoryFilter,
+  ): Promise<{ items: HistoryItem[]; next?: { startedMs: number; id: string } }> {
+    await this.#written();
     return this.#store.list(filter);
   }
 
   /** One command with its output tail (the live tail while it runs). */
-  get(id: string, agent?: string): HistoryDetail | undefined {
-    this.flush();
+  async get(id: string, agent?: string): Promise<HistoryDetail | undefined> {
+    await this.#written();
     const found = this.#store.get(id, agent);
     const tail = this.#entries.get(id)?.session ? this.#entries.get(id)?.tail : undefined;
     if (!found || !tail) return found;
@@ -197,12 +212,12 @@ export class HistoryRecorder {
   }
 
   /** Whether the last write succeeded (pending writes are flushed first). */
-  health(): HistoryHealth {
-    this.flush();
+  async health(): Promise<HistoryHealth> {
+    await this.#written();
     return { ...this.#health };
   }
 
-  /** Write everything queued now, in one transaction, then prune a bounded amount. */
+  /** Hand everything queued to the writer now, as one transaction. */
   flush(): void {
     clearTimeout(this.#timer);
     this.#timer = undefined;
@@ -212,11 +227,37 @@ export class HistoryRecorder {
     const approvals = [...this.#approvals.values()];
     this.#dirty.clear();
     this.#approvals.clear();
-    const written = this.#attempt(() => {
-      this.#store.write(commands, approvals);
-      this.#store.prune(Date.now());
-    });
-    if (!written) this.#requeue(commands, approvals);
+    const batch = ++this.#batch;
+    for (const row of commands) this.#sentIn.set(`c:${row.id}`, batch);
+    for (const a of approvals) this.#sentIn.set(`a:${a.id}`, batch);
+    this.#writer.write(commands, approvals).then(
+      () => {
+        this.#settled(batch, commands, approvals);
+        if (!this.#health.ok) this.#log.info("history_recovered", {});
+        this.#health = { ok: true };
+      },
+      (err) => {
+        const latest = this.#settled(batch, commands, approvals);
+        this.#failed(err);
+        this.#requeue(latest.commands, latest.approvals);
+      },
+    );
+  }
+
+  /**
+   * Forget that a batch is in flight; returns its rows that no later batch carries (a later
+   * batch holds a newer version of the others, which must not be overwritten by this one).
+   */
+  #settled(batch: number, commands: CommandRow[], approvals: ApprovalRow[]) {
+    const latest = (key: string) => {
+      if (this.#sentIn.get(key) !== batch) return false;
+      this.#sentIn.delete(key);
+      return true;
+    };
+    return {
+      commands: commands.filter((row) => latest(`c:${row.id}`)),
+      approvals: approvals.filter((a) => latest(`a:${a.id}`)),
+    };
   }
 
   /**
@@ -233,11 +274,18 @@ export class HistoryRecorder {
     for (const a of approvals) if (!this.#approvals.has(a.id)) this.#approvals.set(a.id, a);
   }
 
-  /** Flush and close the database. */
-  close(): void {
+  /** Write what is queued, then close the writer and the database. */
+  async close(): Promise<void> {
     this.#unsubscribe();
-    this.flush();
+    await this.#written();
+    await this.#writer.close();
     this.#store.close();
+  }
+
+  /** Flush, and wait until every write handed over so far has settled. */
+  async #written(): Promise<void> {
+    this.flush();
+    await this.#writer.idle();
   }
 
   #approval(record: ApprovalRecord): void {
@@ -278,23 +326,12 @@ export class HistoryRecorder {
     }
   }
 
-  /**
-   * Run a database step; a failure is logged (once per distinct error) and shown as health.
-   * True when it succeeded.
-   */
-  #attempt(step: () => void): boolean {
-    try {
-      step();
-      if (!this.#health.ok) this.#log.info("history_recovered", {});
-      this.#health = { ok: true };
-      return true;
-    } catch (err) {
-      const error = (err as Error).message;
-      if (this.#health.error !== error) {
-        this.#log.warn("history_write_failed", { error, path: this.#store.path });
-      }
-      this.#health = { ok: false, error };
-      return false;
+  /** A database step failed: logged (once per distinct error) and shown as health. */
+  #failed(err: unknown): void {
+    const error = (err as Error).message;
+    if (this.#health.error !== error) {
+      this.#log.warn("history_write_failed", { error, path: this.#store.path });
     }
+    this.#health = { ok: false, error };
   }
 }

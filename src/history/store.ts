@@ -4,7 +4,8 @@
  * queries behind `GET /v1/history`, and retention by age and row count.
  *
  * Every call is synchronous (`node:sqlite`) and may throw (a full disk, a database another
- * process holds locked): the caller decides what a failure means. It never waits on a lock
+ * process holds locked): the caller decides what a failure means. The server reads through one
+ * connection on its own thread and writes through another on a worker (writer.ts). It never waits on a lock
  * (`busy_timeout` 0), so it can never stall the event loop behind another process.
  *
  * @module
@@ -164,23 +165,29 @@ export class HistoryStore {
   #upsertCommand: StatementSync;
   #upsertApproval: StatementSync;
 
-  /** Open (or create, 0600) the database at `path`. */
-  constructor(path: string, retention: Retention) {
+  /**
+   * Open the database at `path`; unless `existing`, create it first (0600, its WAL files too)
+   * with its schema. `existing` is for a second connection (the writer's worker), which must
+   * not touch the process-wide umask.
+   */
+  constructor(path: string, retention: Retention, existing = false) {
     this.path = path;
     this.#retention = retention;
-    const file = Deno.openSync(path, { create: true, read: true, write: true, mode: 0o600 });
-    file.close();
-    Deno.chmodSync(path, 0o600);
-    const umask = Deno.umask(0o077);
-    try {
+    if (existing) {
       this.#db = new DatabaseSync(path);
-      this.#db.exec("PRAGMA busy_timeout = 0");
-      this.#db.exec("PRAGMA journal_mode = WAL");
-      this.#db.exec("PRAGMA synchronous = NORMAL");
-      this.#db.exec("PRAGMA foreign_keys = ON");
-      this.#db.exec(SCHEMA);
-    } finally {
-      Deno.umask(umask);
+      this.#configure();
+    } else {
+      const file = Deno.openSync(path, { create: true, read: true, write: true, mode: 0o600 });
+      file.close();
+      Deno.chmodSync(path, 0o600);
+      const umask = Deno.umask(0o077);
+      try {
+        this.#db = new DatabaseSync(path);
+        this.#configure();
+        this.#db.exec(SCHEMA);
+      } finally {
+        Deno.umask(umask);
+      }
     }
     this.#upsertCommand = this.#db.prepare(
       `INSERT INTO commands (${COMMAND_COLUMNS}, output_tail)
@@ -200,6 +207,13 @@ export class HistoryStore {
          decided_at = excluded.decided_at, decided_by = excluded.decided_by,
          granted = excluded.granted`,
     );
+  }
+
+  #configure(): void {
+    this.#db.exec("PRAGMA busy_timeout = 0");
+    this.#db.exec("PRAGMA journal_mode = WAL");
+    this.#db.exec("PRAGMA synchronous = NORMAL");
+    this.#db.exec("PRAGMA foreign_keys = ON");
   }
 
   /**

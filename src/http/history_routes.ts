@@ -20,14 +20,16 @@ export function registerHistoryRoutes(
   service: Service,
   who: (c: Context) => Principal,
 ): void {
-  app.get("/v1/history", (c) => {
+  app.get("/v1/history", async (c) => {
     const principal = who(c);
     const parsed = HistoryQuery.safeParse(c.req.query());
     if (!parsed.success) throw new InvalidRequestError(describeIssues(parsed.error));
-    return c.json(service.history(principal, parsed.data));
+    return c.json(await service.history(principal, parsed.data));
   });
 
-  app.get("/v1/history/:id", (c) => c.json(service.historyEntry(who(c), c.req.param("id"))));
+  app.get("/v1/history/:id", async (c) => {
+    return c.json(await service.historyEntry(who(c), c.req.param("id")));
+  });
 
   app.get("/metrics", async (c) => {
     const { text, contentType } = await service.metrics(who(c));

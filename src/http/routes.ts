@@ -37,7 +37,7 @@ import type { Logger } from "../log.ts";
 export interface AppDeps {
   service: Service;
   /** The body of `GET /healthz` (beyond `ok`). */
-  health(): Record<string, unknown>;
+  health(): Record<string, unknown> | Promise<Record<string, unknown>>;
   /**
    * True when the request's TCP peer is a sandboxed process; `info` is what `Deno.serve` gave
    * the handler (absent on unix sockets and in-process calls).
@@ -112,7 +112,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
     )
   );
 
-  app.get("/healthz", (c) => c.json({ ok: true, ...deps.health() }));
+  app.get("/healthz", async (c) => c.json({ ok: true, ...await deps.health() }));
 
   /** The caller, authenticated; every route but /healthz starts here. */
   const who = (c: Context): Principal => {

@@ -350,16 +350,16 @@ export class Service {
    * A page of command history, newest first: every agent's for the operator (optionally one
    * agent's), an agent's own for an agent, whatever agent it asks for.
    */
-  history(
+  async history(
     principal: Principal,
     query: z.output<typeof HistoryQuery>,
-  ): { items: HistoryItem[]; next_cursor: string | null } {
+  ): Promise<{ items: HistoryItem[]; next_cursor: string | null }> {
     const history = this.#historyOn();
     const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
     if (query.cursor !== undefined && after === undefined) {
       throw new InvalidRequestError("cursor: not a cursor from a previous page");
     }
-    const page = history.list({
+    const page = await history.list({
       agent: principal.role === "agent" ? principal.name : query.agent,
       status: query.status,
       q: query.q,
@@ -371,8 +371,8 @@ export class Service {
   }
 
   /** One command of the history with its output tail; another agent's is not found. */
-  historyEntry(principal: Principal, id: string): HistoryDetail {
-    const entry = this.#historyOn().get(id, scope(principal));
+  async historyEntry(principal: Principal, id: string): Promise<HistoryDetail> {
+    const entry = await this.#historyOn().get(id, scope(principal));
     if (!entry) throw new HistoryNotFoundError(`no history entry with id ${JSON.stringify(id)}`);
     return entry;
   }
