@@ -268,6 +268,18 @@ Deno.test("history: rows, tails, filters, pages, scoping, approvals, restart", a
           detail.body.output_tail,
           `/bin/bash: line 1: ${out}/approved: Permission denied\nwrote\n`,
         );
+        const escalated = exec(server, "id -u", { sandbox_permissions: "require_escalated" });
+        const third = await asked(3);
+        await server.operator.post(`/v1/approvals/${third.id}`, { decision: "denied" });
+        assert.equal((await escalated).status, 403);
+        const [refused] = (await server.get("/v1/history?limit=1")).body.items;
+        assert.deepEqual(
+          [refused.command, refused.status, refused.end_reason, refused.session_id],
+          ["id -u", "denied", "rejected", null],
+        );
+        assert.deepEqual(refused.approvals.map((a: Body) => [a.id, a.status]), [
+          [third.id, "denied"],
+        ]);
       } finally {
         await events.close();
       }

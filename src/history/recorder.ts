@@ -179,7 +179,7 @@ export class HistoryRecorder {
    * The exec call returned; `error` when it threw: a refused approval or the policy makes the
    * command `denied`, anything else that stopped it before it ran `failed`.
    */
-  settle(execId: string, error?: { rejected: boolean; message: string }): void {
+  settle(execId: string, error?: { rejected: boolean }): void {
     const entry = this.#entries.get(execId);
     if (!entry) return;
     entry.settled = true;

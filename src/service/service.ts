@@ -147,10 +147,7 @@ export class Service {
         return result;
       },
       (err) => {
-        history?.settle(execId, {
-          rejected: err instanceof RejectedError,
-          message: (err as Error).message,
-        });
+        history?.settle(execId, { rejected: err instanceof RejectedError });
         throw err;
       },
     );
