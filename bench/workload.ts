@@ -107,11 +107,16 @@ function benchToken(): string {
 
 /**
  * Starts a fresh server for one workload: unsandboxed by default (UEXEC_PROFILE=full-access;
- * requests opt into a sandbox with `profile`), room for 1,100 sessions, the bench's workspace.
+ * requests opt into a sandbox with `profile`), room for 1,100 sessions, the bench's workspace;
+ * `env` adds settings (such as `UEXEC_HISTORY=off`).
  */
-export async function startServer(ctx: Context): Promise<UexecServer> {
+export async function startServer(
+  ctx: Context,
+  env: Record<string, string> = {},
+): Promise<UexecServer> {
   ctx.signal.throwIfAborted();
   const server = await UexecServer.start(ctx.root, ctx.entry, {
+    ...env,
     UEXEC_PROFILE: "full-access",
     UEXEC_MAX_SESSIONS: "1100",
     UEXEC_WORKSPACE: ctx.workspace,

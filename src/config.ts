@@ -12,6 +12,7 @@ import { loadProfiles, type Profile } from "./sandbox/profiles.ts";
 import { DEFAULT_AGENT } from "./service/agents.ts";
 import { stateDirFrom } from "./service/state_dir.ts";
 import { LINEAR_ENGINE, LINEAR_ENGINE_FLAG } from "./sessions/until.ts";
+import { LOG_FORMATS, type LogFormat } from "./log.ts";
 
 /** The server's settings. */
 export interface Config {
@@ -47,6 +48,15 @@ export interface Config {
   // MCP front door (issue 12)
   /** `UEXEC_MCP_AGENT`: the agent `deno task mcp` acts as (default: the default agent). */
   mcpAgent: string;
+  // History, metrics and logs:
+  /** `UEXEC_HISTORY=off` turns the command history off (default on). */
+  history: boolean;
+  /** `UEXEC_HISTORY_DAYS`: history rows older than this many days are deleted (default 30). */
+  historyDays: number;
+  /** `UEXEC_HISTORY_MAX_ROWS`: the newest this many rows are kept (default 100000). */
+  historyMaxRows: number;
+  /** `UEXEC_LOG`: json (default), pretty or off. */
+  log: LogFormat;
 }
 
 const SHIPPED_PROFILES = new URL("../sandbox-profiles", import.meta.url).pathname;
@@ -199,5 +209,31 @@ export function loadConfig(
 
     // MCP front door (issue 12)
     mcpAgent: env.UEXEC_MCP_AGENT || DEFAULT_AGENT,
+    ...observability(env),
+  };
+}
+
+/** The history, metrics and logs settings. */
+function observability(env: Record<string, string | undefined>) {
+  const history = env.UEXEC_HISTORY ?? "on";
+  if (history !== "on" && history !== "off") {
+    throw new ConfigError(`UEXEC_HISTORY must be on or off, got ${JSON.stringify(history)}`);
+  }
+  const log = env.UEXEC_LOG || "json";
+  if (!(LOG_FORMATS as readonly string[]).includes(log)) {
+    throw new ConfigError(
+      `UEXEC_LOG must be one of ${LOG_FORMATS.join(", ")}, got ${JSON.stringify(log)}`,
+    );
+  }
+  return {
+    history: history === "on",
+    historyDays: integer("UEXEC_HISTORY_DAYS", env.UEXEC_HISTORY_DAYS ?? "30", 1, 36_500),
+    historyMaxRows: integer(
+      "UEXEC_HISTORY_MAX_ROWS",
+      env.UEXEC_HISTORY_MAX_ROWS ?? "100000",
+      1,
+      100_000_000,
+    ),
+    log: log as LogFormat,
   };
 }

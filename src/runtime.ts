@@ -1,6 +1,7 @@
 /**
  * The service assembled from its parts: the reactor, the spawner pool, the sandbox domains, the
- * session manager, the approvals and the credentials behind the application core. Every front
+ * session manager, the approvals, the credentials, the history, the metrics and the log behind
+ * the application core. Every front
  * door that runs the service in its own process (the HTTP server, the MCP stdio server) starts
  * one and stops it, killing every session on the way out so no child outlives it. It knows no
  * front door.
@@ -21,6 +22,11 @@ import { Supervisor } from "./service/supervisor.ts";
 import { baseEnv } from "./sessions/env.ts";
 import { SessionManager } from "./sessions/manager.ts";
 import { SpawnerPool } from "./workers/pool.ts";
+import { HistoryRecorder } from "./history/recorder.ts";
+import { HistoryStore } from "./history/store.ts";
+import { HistoryWriter } from "./history/writer.ts";
+import { Logger } from "./log.ts";
+import { Metrics } from "./metrics/metrics.ts";
 
 /** A running service. */
 export interface Runtime {
@@ -29,6 +35,10 @@ export interface Runtime {
   tokens: TokenSources;
   /** Live sessions. */
   readonly sessions: number;
+  /** The request and lifecycle log (`UEXEC_LOG`). */
+  log: Logger;
+  /** Whether the history can be written, for `/healthz`. */
+  historyHealth(): Promise<Record<string, unknown>>;
   /** Deny pending approvals and kill every session; the calls waiting on them return. */
   stopSessions(): Promise<void>;
   /** Release the workers, the reactor and the sandbox domains (after `stopSessions`). */
@@ -47,12 +57,31 @@ export async function startRuntime(config: Config): Promise<Runtime> {
   const pool = new SpawnerPool();
   const bus = new EventBus();
   const truncator = new Truncator();
+  const log = new Logger(config.log);
+  bus.subscribe((event) => log.event(event));
+  const history = config.history ? openHistory(config, state, bus, log) : undefined;
+  let metrics: Metrics | undefined = undefined;
   const manager = new SessionManager({
     reactor,
     pool,
     bus,
     truncator,
     baseEnv: baseEnv(Deno.env.toObject()),
+    observer: {
+      started(session, execId) {
+        history?.recorder?.watch(session, execId);
+        metrics?.watch(session);
+      },
+      denied(session, denial) {
+        history?.recorder?.denied(session, denial);
+        metrics?.denied(denial);
+      },
+    },
+  });
+  metrics = new Metrics({
+    bus,
+    sessions: () => manager.list(),
+    workers: () => pool.workers(),
   });
   const domains = new SandboxDomains({
     profiles: config.profiles,
@@ -82,6 +111,8 @@ export async function startRuntime(config: Config): Promise<Runtime> {
     protectedPaths: [state.path],
     shell: config.shell,
     maxSessions: config.maxSessions,
+    history: history?.recorder,
+    metrics,
   });
   await pool.warmedUp();
   return {
@@ -90,6 +121,8 @@ export async function startRuntime(config: Config): Promise<Runtime> {
     get sessions() {
       return manager.size;
     },
+    log,
+    historyHealth: async () => await history?.health() ?? { ok: true, enabled: false },
     async stopSessions() {
       approvals.close();
       await manager.shutdown();
@@ -99,6 +132,28 @@ export async function startRuntime(config: Config): Promise<Runtime> {
       await reactor.close();
       truncator.close();
       await domains.close();
+      metrics.close();
+      await history?.recorder?.close();
     },
   };
+}
+
+/** The history in the state directory; a database that cannot be opened is a warning. */
+function openHistory(config: Config, state: StateDir, bus: EventBus, log: Logger) {
+  const path = state.file("history.db");
+  const retention = { days: config.historyDays, maxRows: config.historyMaxRows };
+  let store: HistoryStore;
+  try {
+    store = new HistoryStore(path, retention);
+  } catch (err) {
+    const error = (err as Error).message;
+    log.warn("history_open_failed", { error, path });
+    return {
+      recorder: undefined,
+      health: () => Promise.resolve({ ok: false, enabled: true, error }),
+    };
+  }
+  const writer = new HistoryWriter(path, retention);
+  const recorder = new HistoryRecorder(store, writer, bus, log);
+  return { recorder, health: async () => ({ ...await recorder.health(), enabled: true }) };
 }

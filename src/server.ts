@@ -60,8 +60,14 @@ export async function startServer(config: Config): Promise<Server> {
     info?.remoteAddr.transport === "tcp";
   const app = createApp({
     service: runtime.service,
-    health: () => ({ version: VERSION, sessions: runtime.sessions, sandbox }),
+    health: async () => ({
+      version: VERSION,
+      sessions: runtime.sessions,
+      sandbox,
+      history: await runtime.historyHealth(),
+    }),
     fromSandbox: (info) => fromSandbox(info),
+    log: runtime.log,
   });
   const guard = requestGuard(config);
   const cors = config.allowedOrigins.length > 0;

@@ -115,6 +115,7 @@ function pendingRecord(
 ) {
   assert.match(approval.id, UUID);
   assert.ok(!Number.isNaN(Date.parse(approval.created_at)), approval.created_at);
+  assert.match(approval.exec_id, UUID);
   return {
     id: approval.id,
     agent: "default",
@@ -133,6 +134,7 @@ function pendingRecord(
     can_choose_unsandboxed: false,
     created_at: approval.created_at,
     status: "pending",
+    exec_id: approval.exec_id,
     ...extra,
   };
 }
@@ -158,6 +160,7 @@ function settled(approval: Body, decided: Body, status: string, granted?: Body) 
     ...approval,
     status,
     decided_at: decided.decided_at,
+    decided_by: "operator",
     ...(granted === undefined ? {} : { granted }),
   };
 }
@@ -530,6 +533,7 @@ Deno.test("untrusted: known-safe commands run, others ask", async (t) => {
       const second = await h.nextApproval(pending);
       assert.equal(second.reason, RETRY_REASON);
       assert.deepEqual(second.escalation, { write: [out] });
+      assert.equal(second.exec_id, first.exec_id);
       await h.decide(second.id, "approved");
       const r = await pending;
       assert.deepEqual(r.body.sandbox, {

@@ -213,6 +213,7 @@ Deno.test("store: pending -> approved, with events", async () => {
     can_choose_unsandboxed: false,
     created_at: "2025-01-02T03:04:05.000Z",
     status: "pending",
+    exec_id: null,
   };
   assert.deepEqual(store.list(), [expectedRecord]);
   assert.deepEqual(store.list("other-agent"), []);
@@ -225,6 +226,7 @@ Deno.test("store: pending -> approved, with events", async () => {
     ...expectedRecord,
     status: "approved",
     decided_at: "2025-01-02T03:04:05.000Z",
+    decided_by: "operator",
     granted: { tcp_ports: [443] },
   };
   assert.deepEqual(decided, settled);

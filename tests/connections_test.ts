@@ -175,11 +175,11 @@ Deno.test("an idle keep-alive connection is closed after the idle timeout, a bus
 });
 
 Deno.test("out of file descriptors, connections get 503 or are refused, and the server recovers", async () => {
-  const server = await startServer({ UEXEC_MAX_CONNECTIONS: "100000" }, [], 80);
+  const server = await startServer({ UEXEC_MAX_CONNECTIONS: "100000", UEXEC_LOG: "off" }, [], 150);
   let stopped;
   try {
     const conns: Deno.TcpConn[] = [];
-    const outcomes = await Promise.all(Array.from({ length: 150 }, async () => {
+    const outcomes = await Promise.all(Array.from({ length: 300 }, async () => {
       try {
         const conn = await open(server);
         conns.push(conn);
@@ -223,5 +223,6 @@ Deno.test("out of file descriptors, connections get 503 or are refused, and the 
     stopped ??= await server.stop();
   }
   assert.equal(stopped.code, 0);
-  assert.equal(stopped.stderr, "");
+  // No crash and no panic; a worker whose module load met EMFILE is reported and replaced.
+  assert.doesNotMatch(stopped.stderr, /panicked|RUST_BACKTRACE|Too many open files \(os error/);
 });

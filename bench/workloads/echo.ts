@@ -24,7 +24,7 @@ async function timeEcho(
   n: number,
   extra: Partial<ExecRequest>,
   label: string,
-): Promise<{ summary: Summary; serverWall: Summary; sample: unknown }> {
+): Promise<{ summary: Summary; serverWall: Summary; sample: unknown; samples: number[] }> {
   const samples: number[] = [];
   const serverWall: number[] = [];
   const tick = ticker(label, n);
@@ -43,7 +43,50 @@ async function timeEcho(
     }
     tick(i + 1 - WARMUP);
   }
-  return { summary: summarize(samples), serverWall: summarize(serverWall), sample };
+  return { summary: summarize(samples), serverWall: summarize(serverWall), sample, samples };
+}
+
+/** Rounds of the history comparison, alternating servers so drift hits both alike. */
+const HISTORY_ROUNDS = 5;
+
+/**
+ * `echo hi` p50 with the history on (`client`'s server) and off (a second server with
+ * `UEXEC_HISTORY=off`), in alternating rounds of the same run.
+ */
+async function historyCost(ctx: Context, client: UexecClient, n: number): Promise<Row[]> {
+  await using off = await startServer(ctx, { UEXEC_HISTORY: "off" });
+  const offClient = connect(ctx, off);
+  const on: number[] = [];
+  const without: number[] = [];
+  const per = Math.max(1, Math.round(n / HISTORY_ROUNDS));
+  // The history-on server has run 2n commands by now: warm the other one up as much.
+  await timeEcho(offClient, 2 * n, SH, "history off, warm-up");
+  for (let round = 0; round < HISTORY_ROUNDS; round++) {
+    const first = round % 2 === 0;
+    if (first) on.push(...(await timeEcho(client, per, SH, `history on ${round + 1}`)).samples);
+    without.push(...(await timeEcho(offClient, per, SH, `history off ${round + 1}`)).samples);
+    if (!first) on.push(...(await timeEcho(client, per, SH, `history on ${round + 1}`)).samples);
+  }
+  const p50On = summarize(on).p50;
+  const p50Off = summarize(without).p50;
+  return [
+    row({
+      workload: "exec echo hi, history off",
+      metric: "p50",
+      unit: "ms",
+      uexec: p50Off,
+      note: `${HISTORY_ROUNDS} rounds of ${per} after ${2 * n} warm-up runs, alternating with ` +
+        "the history-on server (which goes first in every other round)",
+    }),
+    row({
+      workload: "history cost (echo p50, history on - off)",
+      metric: "p50",
+      unit: "ms",
+      uexec: Math.round((p50On - p50Off) * 1000) / 1000,
+      goal: { op: "<=", value: 0.2, text: "<= 0.2 ms" },
+      note: `history on p50 ${p50On} ms, off ${p50Off} ms, same run`,
+    }),
+  ];
 }
 
 export async function echoLatency(ctx: Context): Promise<Outcome> {
@@ -137,6 +180,9 @@ export async function echoLatency(ctx: Context): Promise<Outcome> {
       }),
     );
   }
+
+  log(`exec echo hi, history on vs off (x${n} each)`);
+  rows.push(...await historyCost(ctx, client, n));
 
   const m = ctx.sizes.loginShellRuns;
   log(`exec echo hi x${m} with the default shell (login)`);

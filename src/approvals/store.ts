@@ -64,6 +64,10 @@ export interface ApprovalRecord {
   /** Set once decided: when, and what was granted. */
   decided_at?: string;
   granted?: Widening;
+  /** Set once decided: the operator, the approval's own timeout, or a cancellation. */
+  decided_by?: "operator" | "timeout" | "cancelled";
+  /** The `exec_command` that asked (its history id); null when the caller gave none. */
+  exec_id: string | null;
 }
 
 /** What a caller asks approval for: everything that decides what runs. */
@@ -82,6 +86,8 @@ export interface ApprovalRequest {
   denial?: Denial;
   /** Offer an unsandboxed run as an alternative to `escalation`. */
   allowUnsandboxed?: boolean;
+  /** The `exec_command` asking (its history id). */
+  execId?: string;
 }
 
 /** How a request settled. */
@@ -234,10 +240,11 @@ export class ApprovalStore {
       can_choose_unsandboxed: !escalation.unsandboxed && request.allowUnsandboxed === true,
       created_at: this.#now().toISOString(),
       status: "pending",
+      exec_id: request.execId ?? null,
     };
     return new Promise<Decision>((resolve) => {
       const timer = setTimeout(() => {
-        this.#settle(record.id, "timed_out", {
+        this.#settle(record.id, "timed_out", "timeout", {
           approved: false,
           decision: "denied",
           approvalId: record.id,
@@ -283,7 +290,7 @@ export class ApprovalStore {
       approved_for_session: `approved by the user for this session (approval ${id})`,
       denied: `denied by the user (approval ${id})`,
     };
-    return this.#settle(id, decision, {
+    return this.#settle(id, decision, "operator", {
       approved: decision !== "denied",
       decision,
       approvalId: id,
@@ -307,7 +314,7 @@ export class ApprovalStore {
   }
 
   #cancel(id: string, why: string): void {
-    this.#settle(id, "denied", {
+    this.#settle(id, "denied", "cancelled", {
       approved: false,
       decision: "denied",
       approvalId: id,
@@ -318,7 +325,12 @@ export class ApprovalStore {
     });
   }
 
-  #settle(id: string, status: ApprovalStatus, decision: Decision): ApprovalRecord {
+  #settle(
+    id: string,
+    status: ApprovalStatus,
+    by: NonNullable<ApprovalRecord["decided_by"]>,
+    decision: Decision,
+  ): ApprovalRecord {
     const pending = this.#pending.get(id)!;
     clearTimeout(pending.timer);
     this.#pending.delete(id);
@@ -326,6 +338,7 @@ export class ApprovalStore {
       ...pending.record,
       status,
       decided_at: this.#now().toISOString(),
+      decided_by: by,
       ...(decision.approved ? { granted: visibleWidening(decision.granted) } : {}),
     };
     this.#settled.set(id, record);

@@ -33,17 +33,22 @@ import { mcpRoutes } from "./mcp_routes.ts";
 import { wantsText } from "./format.ts";
 import { screenRoutes } from "./screen_routes.ts";
 import { sseResponse } from "./sse.ts";
+import { registerHistoryRoutes } from "./history_routes.ts";
+import { noteCaller, requestLog } from "./request_log.ts";
+import type { Logger } from "../log.ts";
 
 /** What the routes need from the rest of the server. */
 export interface AppDeps {
   service: Service;
   /** The body of `GET /healthz` (beyond `ok`). */
-  health(): Record<string, unknown>;
+  health(): Record<string, unknown> | Promise<Record<string, unknown>>;
   /**
    * True when the request's TCP peer is a sandboxed process; `info` is what `Deno.serve` gave
    * the handler (absent on unix sockets and in-process calls).
    */
   fromSandbox?(info: Deno.ServeHandlerInfo | undefined): boolean;
+  /** Where request lines are logged (none when absent). */
+  log?: Logger;
 }
 
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -88,6 +93,7 @@ function sessionId(c: Context): number {
 export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo | undefined }> {
   const app = new Hono<{ Bindings: Deno.ServeHandlerInfo | undefined }>();
   const { service } = deps;
+  if (deps.log) app.use(requestLog(deps.log));
 
   app.onError((err, c) => {
     const known = asFailure(err);
@@ -110,7 +116,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
     )
   );
 
-  app.get("/healthz", (c) => c.json({ ok: true, ...deps.health() }));
+  app.get("/healthz", async (c) => c.json({ ok: true, ...await deps.health() }));
 
   /** The caller, authenticated; every route but /healthz starts here. */
   const who = (c: Context): Principal => {
@@ -118,6 +124,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
     const principal = token === undefined ? undefined : service.authenticate(token);
     if (!principal) throw new UnauthorizedError();
     if (deps.fromSandbox?.(c.env)) throw new SandboxedPeerError();
+    noteCaller(c.req.raw, principal);
     return principal;
   };
   const reply = (c: Context, result: Parameters<typeof resultText>[0]) =>
@@ -207,6 +214,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
   });
 
   mcpRoutes(app, service, who);
+  registerHistoryRoutes(app, service, who);
 
   return app;
 }

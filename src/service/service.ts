@@ -20,7 +20,7 @@ import { SIGNALS } from "../pty/signals.ts";
 import { FULL_ACCESS, type SandboxDomains } from "../sandbox/domains.ts";
 import { isWithin } from "../sandbox/profiles.ts";
 import { canonical, fitsWithin, type Widening } from "../sandbox/widening.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
+import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
 import type { CallResult, KillResult, OutputWatcher, SessionManager } from "../sessions/manager.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
 import type { ScreenSnapshot } from "../output/screen.ts";
@@ -42,12 +42,22 @@ import {
   writeYield,
 } from "./schemas.ts";
 import type { Supervisor } from "./supervisor.ts";
+import type { HistoryRecorder } from "../history/recorder.ts";
+import type { HistoryDetail, HistoryItem } from "../history/store.ts";
+import { decodeCursor, encodeCursor, type HistoryQuery } from "../history/query.ts";
+import type { Metrics } from "../metrics/metrics.ts";
 import type { z } from "zod";
 
 /** A workdir outside the workspace and the allowed roots (403 `forbidden_workdir`). */
 export class ForbiddenWorkdirError extends Error {
   readonly status = 403;
   readonly code = "forbidden_workdir";
+}
+
+/** A history entry that does not exist or is not the caller's (404 `not_found`). */
+export class HistoryNotFoundError extends Error {
+  readonly status = 404;
+  readonly code = "not_found";
 }
 
 /** What the core is built from. */
@@ -68,6 +78,9 @@ export interface ServiceDeps {
   shell: string;
   /** Live-session limit of an agent that has none of its own. */
   maxSessions: number;
+  /** The command history; undefined when it is off (`UEXEC_HISTORY=off`). */
+  history?: HistoryRecorder;
+  metrics?: Metrics;
 }
 
 /** The service's operations. */
@@ -84,12 +97,25 @@ export class Service {
   }
 
   /** `exec_command`; `onOutput` is told of output as it arrives while the call waits. */
-  exec(
+  async exec(
     principal: Principal,
     body: z.output<typeof ExecBody>,
     onOutput?: OutputWatcher,
   ): Promise<CallResult> {
-    const { supervisor } = this.#deps;
+    const started = performance.now();
+    try {
+      return await this.#exec(principal, body, onOutput);
+    } finally {
+      this.#deps.metrics?.exec((performance.now() - started) / 1000);
+    }
+  }
+
+  #exec(
+    principal: Principal,
+    body: z.output<typeof ExecBody>,
+    onOutput?: OutputWatcher,
+  ): Promise<CallResult> {
+    const { supervisor, history } = this.#deps;
     const escalation = this.#escalation(principal, body);
     const escalating = Object.keys(escalation).length > 0;
     const profile = this.#profile(principal, body.profile);
@@ -101,8 +127,17 @@ export class Service {
           `leave shell out or pass that one (got ${body.shell})`,
       );
     }
+    const execId = crypto.randomUUID();
+    history?.begin(execId, {
+      agent: ownerOf(principal),
+      command: body.cmd,
+      workdir,
+      profile,
+      tty: body.tty,
+    });
     return supervisor.exec({
       request: {
+        execId,
         owner: ownerOf(principal),
         maxSessions: (principal.role === "agent" ? principal.maxSessions : undefined) ??
           this.#deps.maxSessions,
@@ -124,7 +159,16 @@ export class Service {
       profile,
       escalation,
       justification: body.justification,
-    });
+    }).then(
+      (result) => {
+        history?.settle(execId);
+        return result;
+      },
+      (err) => {
+        history?.settle(execId, { rejected: err instanceof RejectedError });
+        throw err;
+      },
+    );
   }
 
   /** `write_stdin`; `onOutput` is told of output as it arrives while the call waits. */
@@ -342,6 +386,53 @@ export class Service {
     const agent = this.#deps.agents.principal(name);
     if (!agent) throw new UnknownAgentError(`no agent named ${JSON.stringify(name)}`);
     return agent;
+  }
+
+  // History and metrics (issue 13).
+
+  /**
+   * A page of command history, newest first: every agent's for the operator (optionally one
+   * agent's), an agent's own for an agent, whatever agent it asks for.
+   */
+  async history(
+    principal: Principal,
+    query: z.output<typeof HistoryQuery>,
+  ): Promise<{ items: HistoryItem[]; next_cursor: string | null }> {
+    const history = this.#historyOn();
+    const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
+    if (query.cursor !== undefined && after === undefined) {
+      throw new InvalidRequestError("cursor: not a cursor from a previous page");
+    }
+    const page = await history.list({
+      agent: principal.role === "agent" ? principal.name : query.agent,
+      status: query.status,
+      q: query.q,
+      sinceMs: query.since === undefined ? undefined : Date.parse(query.since),
+      limit: query.limit,
+      after,
+    });
+    return { items: page.items, next_cursor: page.next ? encodeCursor(page.next) : null };
+  }
+
+  /** One command of the history with its output tail; another agent's is not found. */
+  async historyEntry(principal: Principal, id: string): Promise<HistoryDetail> {
+    const entry = await this.#historyOn().get(id, scope(principal));
+    if (!entry) throw new HistoryNotFoundError(`no history entry with id ${JSON.stringify(id)}`);
+    return entry;
+  }
+
+  /** The Prometheus exposition (operator only). */
+  metrics(principal: Principal): Promise<{ text: string; contentType: string }> {
+    requireOperator(principal, "reading metrics");
+    if (!this.#deps.metrics) throw new HistoryNotFoundError("metrics are off");
+    return this.#deps.metrics.scrape();
+  }
+
+  #historyOn(): HistoryRecorder {
+    if (!this.#deps.history) {
+      throw new HistoryNotFoundError("the history is off on this server (UEXEC_HISTORY=off)");
+    }
+    return this.#deps.history;
   }
 }
 

@@ -138,6 +138,7 @@ export class Supervisor {
       profile,
       env: request.env,
       justification: input.justification,
+      execId: request.execId,
       ...question,
     }, this.#opts.approvalTimeoutMs);
   }

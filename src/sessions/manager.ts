@@ -57,6 +57,16 @@ export interface ExecRequest {
   outputMode?: OutputMode;
   /** Told of each piece of output that arrives while this call waits. */
   onOutput?: OutputWatcher;
+  /** The `exec_command` this run belongs to (a retry is a second run of the same one). */
+  execId?: string;
+}
+
+/** Hooks told of every session (history, metrics); they must not throw or block. */
+export interface SessionObserver {
+  /** A session was created, before any of its output is read. */
+  started(session: Session, execId: string | undefined): void;
+  /** The sandbox denied the session's command (told once, when its exit is reported). */
+  denied(session: Session, denial: Denial): void;
 }
 
 /** Told of output as it arrives during a call (progress reporting); it must not throw. */
@@ -120,6 +130,7 @@ export interface ManagerOptions {
   killGraceMs?: number;
   /** Where `screen` sessions' emulators run (one is made when absent). */
   screens?: ScreenHost;
+  observer?: SessionObserver;
 }
 
 const PROTECTED_RECENT = 8;
@@ -382,6 +393,7 @@ export class SessionManager {
         });
       },
     );
+    this.#opts.observer?.started(session, req.execId);
     const timeout = req.timeoutMs === undefined
       ? undefined
       : setTimeout(() => this.#terminate([session], "timeout"), req.timeoutMs);
@@ -451,6 +463,7 @@ export class SessionManager {
       });
       if (found.denied) {
         result.sandbox = { profile: session.profile, denied: true, denial: found.denial };
+        if (found.denial) this.#opts.observer?.denied(session, found.denial);
       }
       this.#remove(session);
     } else {

@@ -191,6 +191,11 @@ export class SpawnerPool {
     }
   }
 
+  /** How many workers there are: warm ones, and ones bound to a sandbox domain. */
+  workers(): { warm: number; bound: number } {
+    return { warm: this.#warm.length, bound: this.#domains.size };
+  }
+
   /** Stop every worker. */
   async close(): Promise<void> {
     const bindings = [...this.#domains.values()];

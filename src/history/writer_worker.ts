@@ -1,0 +1,37 @@
+/**
+ * The history writer's worker: opens its own connection to the history database and writes
+ * each batch it is sent in one transaction, then prunes, answering every batch with its
+ * sequence number and the error, if any. SQLite's synchronous work (commits, WAL checkpoints)
+ * happens on this thread, never on the server's event loop.
+ *
+ * It must never answer a batch before it is committed, nor drop one without reporting it.
+ *
+ * @module
+ */
+
+/// <reference lib="deno.worker" />
+
+import { HistoryStore } from "./store.ts";
+import type { WriterReply, WriterRequest } from "./writer.ts";
+
+let store: HistoryStore | undefined;
+
+self.onmessage = (event: MessageEvent<WriterRequest>) => {
+  const req = event.data;
+  let reply: WriterReply;
+  try {
+    if (req.type === "open") {
+      store = new HistoryStore(req.path, req.retention, true);
+    } else if (req.type === "write") {
+      store!.write(req.commands, req.approvals);
+      store!.prune(Date.now());
+    } else {
+      store?.close();
+      store = undefined;
+    }
+    reply = { seq: req.seq };
+  } catch (err) {
+    reply = { seq: req.seq, error: (err as Error).message };
+  }
+  self.postMessage(reply);
+};

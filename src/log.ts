@@ -1,0 +1,94 @@
+/**
+ * The server's log: one line per request and per lifecycle event on stderr, as JSON
+ * (`UEXEC_LOG=json`, the default), as `key=value` text (`pretty`), or nothing (`off`).
+ *
+ * Callers pass only the fields they mean to log; this module must never be handed a token, a
+ * request or response body, typed input or command output, and it adds none of its own.
+ *
+ * @module
+ */
+
+import type { LifecycleEvent } from "./events/bus.ts";
+
+/** How log lines are written. */
+export const LOG_FORMATS = ["json", "pretty", "off"] as const;
+
+/** A log format. */
+export type LogFormat = (typeof LOG_FORMATS)[number];
+
+/** A field value. */
+export type LogValue = string | number | boolean | null | undefined;
+
+const encoder = new TextEncoder();
+
+/** Writes log lines to stderr (or `sink`). */
+export class Logger {
+  #format: LogFormat;
+  #sink: (line: string) => void;
+
+  constructor(
+    format: LogFormat,
+    sink = (line: string) => Deno.stderr.writeSync(encoder.encode(line)),
+  ) {
+    this.#format = format;
+    this.#sink = sink;
+  }
+
+  /** A routine event. */
+  info(msg: string, fields: Record<string, LogValue>): void {
+    this.#write("info", msg, fields);
+  }
+
+  /** Something went wrong but the server carries on. */
+  warn(msg: string, fields: Record<string, LogValue>): void {
+    this.#write("warn", msg, fields);
+  }
+
+  /** One line for a lifecycle event: ids, agent and outcome, never typed input or output. */
+  event(event: LifecycleEvent): void {
+    switch (event.type) {
+      case "begin":
+        return this.info("session_begin", {
+          agent: event.agent,
+          session_id: event.session_id,
+          tty: event.tty,
+        });
+      case "interaction":
+        return this.info("session_input", { agent: event.agent, session_id: event.session_id });
+      case "end":
+        return this.info("session_end", {
+          agent: event.agent,
+          session_id: event.session_id,
+          exit_code: event.exit_code,
+          reason: event.reason,
+          ms: Math.round(event.duration_seconds * 1000),
+        });
+      case "approval_requested":
+      case "approval_decided": {
+        const approval = event.approval as { id?: string; status?: string };
+        return this.info(event.type, {
+          agent: event.agent,
+          approval_id: approval.id,
+          status: approval.status,
+        });
+      }
+    }
+  }
+
+  #write(level: string, msg: string, fields: Record<string, LogValue>): void {
+    if (this.#format === "off") return;
+    const time = new Date().toISOString();
+    const line = this.#format === "json"
+      ? JSON.stringify({ time, level, msg, ...fields })
+      : `${time} ${level.toUpperCase()} ${msg}` +
+        Object.entries(fields)
+          .filter(([, v]) => v !== undefined)
+          .map(([k, v]) => ` ${k}=${typeof v === "string" ? JSON.stringify(v) : v}`)
+          .join("");
+    try {
+      this.#sink(`${line}\n`);
+    } catch {
+      // stderr is gone (closed pipe): nowhere left to log to.
+    }
+  }
+}

@@ -1,0 +1,174 @@
+/**
+ * The server's Prometheus metrics (`GET /metrics`), all named `uexec_*`, in a registry of its
+ * own (never prom-client's global one): live sessions, commands started and ended, denials,
+ * approvals and their wait, `exec_command` latency, output bytes, spawner workers, the
+ * process's RSS and event-loop lag.
+ *
+ * Counters are fed by the lifecycle bus and by session hooks; gauges are read when scraped. RSS
+ * comes from `Deno.memoryUsage()` (prom-client's process metrics read 0 under Deno without
+ * `-A`). Event-loop lag is measured by one repeating, unreferenced timer (how late it fires),
+ * since `perf_hooks.monitorEventLoopDelay` reports nonsense under Deno. It must never hold a
+ * label with a command, a path or output (unbounded and possibly secret).
+ *
+ * @module
+ */
+
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import type { ApprovalRecord } from "../approvals/store.ts";
+import type { EventBus } from "../events/bus.ts";
+import type { Denial } from "../sandbox/denial.ts";
+import type { SessionInfo } from "../sessions/session.ts";
+import type { Session } from "../sessions/session.ts";
+
+/** What the metrics read when scraped. */
+export interface MetricsSources {
+  bus: EventBus;
+  /** Every live session. */
+  sessions(): SessionInfo[];
+  /** Spawner workers: warm ones and ones bound to a sandbox domain. */
+  workers(): { warm: number; bound: number };
+}
+
+/** How often the event-loop lag is sampled. */
+const LAG_INTERVAL_MS = 500;
+
+/** The metrics of one server. */
+export class Metrics {
+  readonly registry = new Registry();
+  #started: Counter<"agent" | "profile">;
+  #ended: Counter<"reason">;
+  #denials: Counter<"kind">;
+  #approvals: Counter<"decision">;
+  #approvalWait: Histogram<"decision">;
+  #execSeconds: Histogram;
+  #outputBytes: Counter;
+  #lag: Gauge;
+  #lagTimer: ReturnType<typeof setInterval>;
+  #unsubscribe: () => void;
+
+  constructor(sources: MetricsSources) {
+    const registers = [this.registry];
+    new Gauge({
+      name: "uexec_sessions_live",
+      help: "Live sessions, by profile and agent.",
+      labelNames: ["profile", "agent"] as const,
+      registers,
+      collect() {
+        this.reset();
+        for (const s of sources.sessions()) this.inc({ profile: s.profile, agent: s.agent });
+      },
+    });
+    this.#started = new Counter({
+      name: "uexec_commands_started_total",
+      help: "Commands started (each run of a command, retries included), by agent and profile.",
+      labelNames: ["agent", "profile"] as const,
+      registers,
+    });
+    this.#ended = new Counter({
+      name: "uexec_commands_ended_total",
+      help: "Commands ended, by reason (exit, kill, prune, timeout, shutdown, revoke).",
+      labelNames: ["reason"] as const,
+      registers,
+    });
+    this.#denials = new Counter({
+      name: "uexec_denials_total",
+      help: "Sandbox denials detected, by kind.",
+      labelNames: ["kind"] as const,
+      registers,
+    });
+    this.#approvals = new Counter({
+      name: "uexec_approvals_total",
+      help: "Approvals decided, by decision (approved, approved_for_session, denied, timed_out).",
+      labelNames: ["decision"] as const,
+      registers,
+    });
+    this.#approvalWait = new Histogram({
+      name: "uexec_approval_wait_seconds",
+      help: "How long approvals waited for their decision, by decision.",
+      labelNames: ["decision"] as const,
+      buckets: [0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 3600],
+      registers,
+    });
+    this.#execSeconds = new Histogram({
+      name: "uexec_exec_command_seconds",
+      help: "exec_command latency, until its response (refused and failed calls included).",
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers,
+    });
+    this.#outputBytes = new Counter({
+      name: "uexec_output_bytes_total",
+      help: "Output bytes read from commands.",
+      registers,
+    });
+    new Gauge({
+      name: "uexec_spawner_workers",
+      help: "Spawner workers, by state (warm, bound to a sandbox domain).",
+      labelNames: ["state"] as const,
+      registers,
+      collect() {
+        const { warm, bound } = sources.workers();
+        this.set({ state: "warm" }, warm);
+        this.set({ state: "bound" }, bound);
+      },
+    });
+    new Gauge({
+      name: "uexec_process_resident_memory_bytes",
+      help: "Resident set size of the server process.",
+      registers,
+      collect() {
+        this.set(Deno.memoryUsage().rss);
+      },
+    });
+    this.#lag = new Gauge({
+      name: "uexec_event_loop_lag_seconds",
+      help: `How late a ${LAG_INTERVAL_MS} ms timer last fired (event-loop lag).`,
+      registers,
+    });
+    let expected = performance.now() + LAG_INTERVAL_MS;
+    this.#lagTimer = setInterval(() => {
+      const now = performance.now();
+      this.#lag.set(Math.max(0, now - expected) / 1000);
+      expected = now + LAG_INTERVAL_MS;
+    }, LAG_INTERVAL_MS);
+    Deno.unrefTimer(this.#lagTimer);
+    this.#unsubscribe = sources.bus.subscribe((event) => {
+      if (event.type === "approval_decided") {
+        const record = event.approval as ApprovalRecord;
+        const decision = record.status;
+        this.#approvals.inc({ decision });
+        const waited = Date.parse(record.decided_at ?? "") - Date.parse(record.created_at);
+        if (Number.isFinite(waited)) this.#approvalWait.observe({ decision }, waited / 1000);
+      }
+    });
+  }
+
+  /** A session started: count it, its output and its end. */
+  watch(session: Session): void {
+    this.#started.inc({ agent: session.owner, profile: session.profile });
+    session.listen({
+      output: (bytes) => this.#outputBytes.inc(bytes.length),
+      ended: () => this.#ended.inc({ reason: session.endReason }),
+    });
+  }
+
+  /** The sandbox denied a run. */
+  denied(denial: Denial): void {
+    this.#denials.inc({ kind: denial.kind });
+  }
+
+  /** One `exec_command` took `seconds`. */
+  exec(seconds: number): void {
+    this.#execSeconds.observe(seconds);
+  }
+
+  /** The exposition text and its content type. */
+  async scrape(): Promise<{ text: string; contentType: string }> {
+    return { text: await this.registry.metrics(), contentType: this.registry.contentType };
+  }
+
+  /** Stop the lag timer and the bus subscription. */
+  close(): void {
+    clearInterval(this.#lagTimer);
+    this.#unsubscribe();
+  }
+}
