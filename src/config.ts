@@ -38,6 +38,11 @@ export interface Config {
   defaultProfile: string;
   approvalPolicy: ApprovalPolicy;
   approvalTimeoutMs: number;
+  // Dashboard settings.
+  /** `UEXEC_DASHBOARD` (`on`, the default, or `off`): serve the web dashboard at `/`. */
+  dashboard: boolean;
+  /** `UEXEC_DASHBOARD_SESSION_HOURS` (default 12): how long a browser sign-in lasts. */
+  dashboardSessionMs: number;
 }
 
 const SHIPPED_PROFILES = new URL("../sandbox-profiles", import.meta.url).pathname;
@@ -164,5 +169,23 @@ export function loadConfig(
       1,
       86_400_000,
     ),
+    ...dashboardSettings(env),
   };
+}
+
+/** The dashboard's settings. */
+function dashboardSettings(
+  env: Record<string, string | undefined>,
+): Pick<Config, "dashboard" | "dashboardSessionMs"> {
+  const dashboard = env.UEXEC_DASHBOARD || "on";
+  if (dashboard !== "on" && dashboard !== "off") {
+    throw new ConfigError(`UEXEC_DASHBOARD must be on or off, got ${JSON.stringify(dashboard)}`);
+  }
+  const hours = integer(
+    "UEXEC_DASHBOARD_SESSION_HOURS",
+    env.UEXEC_DASHBOARD_SESSION_HOURS ?? "12",
+    1,
+    720,
+  );
+  return { dashboard: dashboard === "on", dashboardSessionMs: hours * 3_600_000 };
 }

@@ -21,6 +21,7 @@ import { sandboxIdentity } from "./sandbox/identity.ts";
 import { AgentRegistry, type TokenSources } from "./service/agents.ts";
 import { Service } from "./service/service.ts";
 import { StateDir } from "./service/state_dir.ts";
+import { WebSessions } from "./service/web_sessions.ts";
 import { Supervisor } from "./service/supervisor.ts";
 import { baseEnv } from "./sessions/env.ts";
 import { SessionManager } from "./sessions/manager.ts";
@@ -32,6 +33,11 @@ export interface Server {
   addr: Deno.NetAddr | Deno.UnixAddr;
   /** Where the operator's and the default agent's tokens are (never the tokens). */
   tokens: TokenSources;
+  /**
+   * The dashboard's sign-in URL, which carries the operator's token (for the start-up line on
+   * stdout only); absent when the dashboard is off or the server listens on a unix socket.
+   */
+  dashboardUrl?: string;
   /** Kill every session, stop listening and release everything. */
   shutdown(): Promise<void>;
 }
@@ -109,6 +115,9 @@ export async function startServer(config: Config): Promise<Server> {
     protectedPaths: [state.path],
     shell: config.shell,
     maxSessions: config.maxSessions,
+    webSessions: config.dashboard
+      ? new WebSessions({ ttlMs: config.dashboardSessionMs })
+      : undefined,
   });
   const sandbox = sandboxHealth(config);
   // Until the listening address is known, no TCP request passes (fail closed).
@@ -118,6 +127,7 @@ export async function startServer(config: Config): Promise<Server> {
     service,
     health: () => ({ version: VERSION, sessions: manager.size, sandbox }),
     fromSandbox: (info) => fromSandbox(info),
+    dashboard: config.dashboard,
   });
   const guard = requestGuard(config);
   const cors = config.allowedOrigins.length > 0;
@@ -133,6 +143,7 @@ export async function startServer(config: Config): Promise<Server> {
   return {
     addr,
     tokens: agents.sources,
+    dashboardUrl: config.dashboard ? signInUrl(addr, config.operatorToken ?? state) : undefined,
     async shutdown() {
       approvals.close();
       await manager.shutdown();
@@ -162,6 +173,28 @@ function peerCheck(
   }
   if (!identity) return never;
   return sandboxedPeerCheck(addr, (uid) => uid === identity.uid);
+}
+
+/**
+ * The dashboard's sign-in URL on a TCP address: the operator's token (from the environment, or
+ * the state directory's `operator.token`) in `?token=`. A wildcard address is reached through
+ * loopback.
+ */
+function signInUrl(
+  addr: Deno.NetAddr | Deno.UnixAddr,
+  operator: string | StateDir,
+): string | undefined {
+  if (addr.transport !== "tcp") return undefined;
+  const token = typeof operator === "string" ? operator : operator.read("operator.token")?.trim();
+  if (!token) return undefined;
+  const host = addr.hostname === "0.0.0.0"
+    ? "127.0.0.1"
+    : addr.hostname === "::"
+    ? "[::1]"
+    : addr.hostname.includes(":")
+    ? `[${addr.hostname}]`
+    : addr.hostname;
+  return `http://${host}:${addr.port}/?token=${encodeURIComponent(token)}`;
 }
 
 /** Listen on TCP, or on a unix socket created 0600 (the umask is narrowed while it is made). */

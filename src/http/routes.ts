@@ -11,6 +11,7 @@
 import { Hono } from "hono";
 import type { Context } from "hono";
 import type { z } from "zod";
+import { dashboardRoutes } from "../dashboard/routes.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
 import type { Principal } from "../service/principal.ts";
 import {
@@ -25,7 +26,13 @@ import {
 } from "../service/schemas.ts";
 import type { Service } from "../service/service.ts";
 import { toolDefinitions } from "../service/tools.ts";
-import { bearerToken, SandboxedPeerError, UnauthorizedError } from "./auth.ts";
+import {
+  bearerToken,
+  checkCookieOrigin,
+  SandboxedPeerError,
+  sessionCookie,
+  UnauthorizedError,
+} from "./auth.ts";
 import { readJson } from "./body.ts";
 import { resultText, wantsText } from "./format.ts";
 import { sseResponse } from "./sse.ts";
@@ -40,6 +47,8 @@ export interface AppDeps {
    * the handler (absent on unix sockets and in-process calls).
    */
   fromSandbox?(info: Deno.ServeHandlerInfo | undefined): boolean;
+  /** Serve the web dashboard at `/` (`UEXEC_DASHBOARD`). */
+  dashboard?: boolean;
 }
 
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -110,8 +119,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
 
   /** The caller, authenticated; every route but /healthz starts here. */
   const who = (c: Context): Principal => {
-    const token = bearerToken(c.req.header("authorization"));
-    const principal = token === undefined ? undefined : service.authenticate(token);
+    const principal = authenticate(service, c.req.raw);
     if (!principal) throw new UnauthorizedError();
     if (deps.fromSandbox?.(c.env)) throw new SandboxedPeerError();
     return principal;
@@ -200,7 +208,25 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
     return c.json(await service.revokeAgent(principal, c.req.param("name")));
   });
 
+  if (deps.dashboard) dashboardRoutes(app, deps);
   return app;
+}
+
+/**
+ * The principal of a request: its bearer token when it sends an `Authorization` header (nothing
+ * else then), otherwise a dashboard sign-in cookie, which must come from the dashboard's own
+ * origin.
+ */
+function authenticate(service: Service, req: Request): Principal | undefined {
+  const authorization = req.headers.get("authorization");
+  if (authorization !== null) {
+    const token = bearerToken(authorization);
+    return token === undefined ? undefined : service.authenticate(token);
+  }
+  const id = sessionCookie(req.headers.get("cookie"), req.headers.get("host"));
+  const principal = id === undefined ? undefined : service.authenticateWebSession(id);
+  if (principal) checkCookieOrigin(req);
+  return principal;
 }
 
 function encodeBase64(bytes: Uint8Array): string {

@@ -35,12 +35,22 @@ import {
   writeYield,
 } from "./schemas.ts";
 import type { Supervisor } from "./supervisor.ts";
+import type { OpenedWebSession, WebSessions } from "./web_sessions.ts";
 import type { z } from "zod";
 
 /** A workdir outside the workspace and the allowed roots (403 `forbidden_workdir`). */
 export class ForbiddenWorkdirError extends Error {
   readonly status = 403;
   readonly code = "forbidden_workdir";
+}
+
+/** The dashboard is turned off (`UEXEC_DASHBOARD=off`; 404 `dashboard_off`). */
+export class DashboardOffError extends Error {
+  readonly status = 404;
+  readonly code = "dashboard_off";
+  constructor() {
+    super("the dashboard is off on this server (UEXEC_DASHBOARD=off)");
+  }
 }
 
 /** What the core is built from. */
@@ -61,6 +71,8 @@ export interface ServiceDeps {
   shell: string;
   /** Live-session limit of an agent that has none of its own. */
   maxSessions: number;
+  /** Signed-in dashboard browsers; absent: the dashboard is off. */
+  webSessions?: WebSessions;
 }
 
 /** The service's operations. */
@@ -223,6 +235,31 @@ export class Service {
     this.#deps.approvals.cancelAgent(name);
     const killed = await this.#deps.manager.killOwner(name);
     return { ...agent, sessions_killed: killed };
+  }
+
+  // --- Dashboard: the operator's browser sign-in (token exchanged once for a cookie session).
+
+  /**
+   * Exchange a token from the sign-in URL for a browser session. Only the operator's token opens
+   * one: an agent's token is refused (403 `forbidden`), an unknown one gives undefined.
+   */
+  signIn(token: string): OpenedWebSession | undefined {
+    const { webSessions } = this.#deps;
+    if (!webSessions) throw new DashboardOffError();
+    const principal = this.authenticate(token);
+    if (!principal) return undefined;
+    requireOperator(principal, "the dashboard");
+    return webSessions.open(principal);
+  }
+
+  /** The principal of a signed-in browser session id, or undefined. */
+  authenticateWebSession(id: string): Principal | undefined {
+    return this.#deps.webSessions?.principal(id);
+  }
+
+  /** Sign a browser session out (anyone holding the id may end it). */
+  signOut(id: string): void {
+    this.#deps.webSessions?.close(id);
   }
 
   /** The profile the request runs under, within the agent's cap. */

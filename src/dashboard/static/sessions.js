@@ -1,0 +1,120 @@
+/**
+ * The live sessions view: one row per session (agent, command, profile, workdir, age, and CPU
+ * and memory when the server reports them), kept current by lifecycle events, each row opening
+ * the session's live terminal. Every field is shown as text.
+ *
+ * @module
+ */
+
+import { api } from "./api.js";
+import { bytes, duration, el, fill } from "./dom.js";
+import { SessionTerminal } from "./terminal.js";
+
+/** The sessions table and its terminal panel. */
+export class SessionsView {
+  #sessions = new Map();
+  #ended = new Map();
+  #terminal;
+  #onCount;
+  #onError;
+
+  constructor({ onCount, onError }) {
+    this.#onCount = onCount;
+    this.#onError = onError;
+    document.getElementById("terminal-close").addEventListener("click", () => this.closeTerminal());
+    document.getElementById("terminal-type").addEventListener("click", () => {
+      if (!this.#terminal) return;
+      this.#terminal.setTyping(!this.#terminal.typing);
+      this.#renderTypeButton();
+    });
+  }
+
+  /** Load the current sessions (after the event stream is open, so nothing is missed). */
+  async load() {
+    const { sessions } = await api("GET", "/v1/sessions");
+    for (const info of sessions) {
+      if (!this.#ended.has(info.session_id)) this.#sessions.set(info.session_id, info);
+    }
+    this.render();
+  }
+
+  /** A lifecycle event. */
+  async event(type, data) {
+    if (type === "begin") {
+      this.#sessions.set(data.session_id, { ...data, started_at: new Date().toISOString() });
+      this.render();
+      try {
+        const info = await api("GET", `/v1/sessions/${data.session_id}`);
+        if (this.#sessions.has(info.session_id)) this.#sessions.set(info.session_id, info);
+      } catch {
+        // Gone already: its end event removes it.
+      }
+      this.render();
+    } else if (type === "end") {
+      this.#sessions.delete(data.session_id);
+      this.#ended.set(data.session_id, data);
+      this.render();
+    }
+  }
+
+  render() {
+    const body = document.querySelector("#sessions-table tbody");
+    const now = Date.now();
+    const rows = [...this.#sessions.values()].sort((a, b) => a.session_id - b.session_id).map((s) =>
+      el(
+        "tr",
+        { dataset: { session: String(s.session_id) } },
+        el("td", {}, String(s.session_id)),
+        el("td", {}, s.agent),
+        el("td", { className: "command" }, el("code", {}, s.command)),
+        el("td", {}, s.profile ?? ""),
+        el("td", { className: "path" }, s.workdir),
+        el("td", {}, duration((now - Date.parse(s.started_at)) / 1000)),
+        el("td", {}, s.cpu_seconds === undefined ? "" : duration(s.cpu_seconds)),
+        el("td", {}, bytes(s.rss_bytes)),
+        el(
+          "td",
+          {},
+          el("button", {
+            type: "button",
+            className: "open-terminal",
+            onclick: () => this.openTerminal(s),
+          }, "Terminal"),
+        ),
+      )
+    );
+    fill(body, ...rows);
+    document.getElementById("sessions-empty").hidden = rows.length > 0;
+    this.#onCount(rows.length);
+  }
+
+  /** Show session `info`'s live terminal (read-only until "Type"). */
+  openTerminal(info) {
+    this.closeTerminal();
+    const panel = document.getElementById("terminal-panel");
+    panel.hidden = false;
+    fill(
+      document.getElementById("terminal-title"),
+      `session ${info.session_id} · ${info.agent} · `,
+      el("code", {}, info.command),
+    );
+    const container = document.getElementById("terminal");
+    container.replaceChildren();
+    this.#terminal = new SessionTerminal(container, info.session_id, this.#onError);
+    this.#renderTypeButton();
+  }
+
+  closeTerminal() {
+    this.#terminal?.dispose();
+    this.#terminal = undefined;
+    document.getElementById("terminal-panel").hidden = true;
+  }
+
+  #renderTypeButton() {
+    const typing = this.#terminal?.typing ?? false;
+    const button = document.getElementById("terminal-type");
+    button.textContent = typing ? "Stop typing" : "Type";
+    button.classList.toggle("active", typing);
+    document.getElementById("terminal-panel").classList.toggle("typing", typing);
+  }
+}
