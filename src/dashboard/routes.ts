@@ -60,7 +60,7 @@ function escapeHtml(text: string): string {
 }
 
 function signInPage(status: 401 | 403, message: string): Response {
-  return new Response(SIGNIN_HTML.replace("{{message}}", escapeHtml(message)), {
+  return new Response(SIGNIN_HTML.replace(/\{\{\s*message\s*\}\}/, escapeHtml(message)), {
     status,
     headers: { ...PAGE_HEADERS, "content-type": HTML },
   });
