@@ -10,6 +10,8 @@
  */
 
 import assert from "node:assert/strict";
+import { visible } from "../src/approvals/visible.ts";
+import { visible as browserVisible } from "../src/dashboard/static/dom.js";
 import { WebSessions } from "../src/service/web_sessions.ts";
 import { OPERATOR } from "../src/service/principal.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
@@ -270,4 +272,11 @@ Deno.test("web sessions expire and are capped", () => {
   assert.equal(sessions.principal(opened[64].id), OPERATOR);
   sessions.close(opened[64].id);
   assert.equal(sessions.principal(opened[64].id), undefined);
+});
+
+Deno.test("the page shows hidden characters exactly as the server's approval records do", () => {
+  const every = Array.from({ length: 0x3000 }, (_, i) => String.fromCodePoint(i)).join("") +
+    "\ufeff\u{1f600}";
+  assert.equal(browserVisible(every), visible(every));
+  assert.equal(browserVisible("rm\x1b[2K -rf\u202e/"), "rm\\x1b[2K -rf\\u{202e}/");
 });

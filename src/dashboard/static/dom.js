@@ -25,6 +25,26 @@ export function el(tag, props = {}, ...children) {
   return node;
 }
 
+const NAMED = { "\n": "\\n", "\r": "\\r", "\t": "\\t" };
+
+const HIDDEN =
+  // deno-lint-ignore no-control-regex
+  /[\u0000-\u001f\u007f-\u009f\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/gu;
+
+/**
+ * `text` with its control and invisible characters shown as escapes (`\x1b`, `\u{202e}`), as the
+ * server shows approval records (src/approvals/visible.ts; tests/dashboard_auth_test.ts checks
+ * both agree on every character), for commands and paths the server sends raw.
+ */
+export function visible(text) {
+  return String(text).replace(HIDDEN, (c) => {
+    const named = NAMED[c];
+    if (named) return named;
+    const code = c.codePointAt(0);
+    return code <= 0xff ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u{${code.toString(16)}}`;
+  });
+}
+
 /** Replace every child of `node` with `children` (text-only, as in {@link el}). */
 export function fill(node, ...children) {
   node.replaceChildren(

@@ -7,7 +7,7 @@
  */
 
 import { api, ApiError } from "./api.js";
-import { duration, el, fill } from "./dom.js";
+import { duration, el, fill, visible } from "./dom.js";
 
 const PAGE = 50;
 
@@ -83,11 +83,11 @@ export class HistoryView {
         el(
           "button",
           { type: "button", className: "link", onclick: () => this.#detail(item.id) },
-          item.command,
+          visible(item.command),
         ),
       ),
       el("td", {}, item.profile ?? ""),
-      el("td", { className: "path" }, item.workdir ?? ""),
+      el("td", { className: "path" }, visible(item.workdir ?? "")),
       el("td", {}, item.started_at ?? ""),
       el("td", {}, duration(item.duration_seconds)),
       el(

@@ -7,7 +7,7 @@
  */
 
 import { api } from "./api.js";
-import { bytes, duration, el, fill } from "./dom.js";
+import { bytes, duration, el, fill, visible } from "./dom.js";
 import { SessionTerminal } from "./terminal.js";
 
 /** The sessions table and its terminal panel. */
@@ -66,9 +66,9 @@ export class SessionsView {
         { dataset: { session: String(s.session_id) } },
         el("td", {}, String(s.session_id)),
         el("td", {}, s.agent),
-        el("td", { className: "command" }, el("code", {}, s.command)),
+        el("td", { className: "command" }, el("code", {}, visible(s.command))),
         el("td", {}, s.profile ?? ""),
-        el("td", { className: "path" }, s.workdir),
+        el("td", { className: "path" }, visible(s.workdir)),
         el("td", {}, duration((now - Date.parse(s.started_at)) / 1000)),
         el("td", {}, s.cpu_seconds === undefined ? "" : duration(s.cpu_seconds)),
         el("td", {}, bytes(s.rss_bytes)),
@@ -95,8 +95,8 @@ export class SessionsView {
     panel.hidden = false;
     fill(
       document.getElementById("terminal-title"),
-      `session ${info.session_id} · ${info.agent} · `,
-      el("code", {}, info.command),
+      `session ${info.session_id} · ${visible(info.agent)} · `,
+      el("code", {}, visible(info.command)),
     );
     const container = document.getElementById("terminal");
     container.replaceChildren();
