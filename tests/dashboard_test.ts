@@ -124,6 +124,14 @@ Deno.test({
           "workspace-write",
           server.workspace,
         ]);
+        await page.waitForFunction(
+          (id) =>
+            /^[\d.]+ (KiB|MiB)$/.test(
+              document.querySelector(`tr[data-session="${id}"] td.memory`)?.textContent ?? "",
+            ),
+          {},
+          sessionId,
+        );
         await page.click(open);
         await page.waitForSelector("#terminal .xterm-rows");
         const hostile = "<img src=x data-x=1>hello-from-agent";

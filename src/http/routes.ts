@@ -138,6 +138,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
   });
 
   app.get("/v1/sessions", (c) => c.json({ sessions: service.sessions(who(c)) }));
+  app.get("/v1/usage", (c) => c.json({ usage: service.sessionUsage(who(c)) }));
   app.get("/v1/sessions/:id", (c) => c.json(service.session(who(c), sessionId(c)).info()));
   app.delete("/v1/sessions/:id", async (c) => c.json(await service.kill(who(c), sessionId(c))));
 

@@ -23,6 +23,7 @@ import { canonical, fitsWithin, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
 import type { CallResult, KillResult, SessionManager } from "../sessions/manager.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
+import { treeUsage, type Usage } from "../sessions/usage.ts";
 import type { AgentInfo, AgentRegistry } from "./agents.ts";
 import { ForbiddenError, ownerOf, type Principal, requireOperator } from "./principal.ts";
 import {
@@ -260,6 +261,14 @@ export class Service {
   /** Sign a browser session out (anyone holding the id may end it). */
   signOut(id: string): void {
     this.#deps.webSessions?.close(id);
+  }
+
+  /** CPU time and resident memory of each session the principal may see, where readable. */
+  sessionUsage(principal: Principal): ({ session_id: number } & Usage)[] {
+    return this.sessions(principal).flatMap((info) => {
+      const usage = treeUsage(info.pid);
+      return usage ? [{ session_id: info.session_id, ...usage }] : [];
+    });
   }
 
   /** The profile the request runs under, within the agent's cap. */

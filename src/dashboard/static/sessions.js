@@ -1,7 +1,8 @@
 /**
  * The live sessions view: one row per session (agent, command, profile, workdir, age, and CPU
- * and memory when the server reports them), kept current by lifecycle events, each row opening
- * the session's live terminal. Every field is shown as text.
+ * and memory where the server can read them), kept current by lifecycle events, each row opening
+ * the session's live terminal. Usage is read again on each event and on "Refresh", never on a
+ * timer. Every field is shown as text.
  *
  * @module
  */
@@ -14,6 +15,10 @@ import { SessionTerminal } from "./terminal.js";
 export class SessionsView {
   #sessions = new Map();
   #ended = new Map();
+  #usage = new Map();
+  /** The usage request in flight, and whether another is wanted after it. */
+  #reading;
+  #readAgain = false;
   #terminal;
   #onCount;
   #onError;
@@ -21,6 +26,10 @@ export class SessionsView {
   constructor({ onCount, onError }) {
     this.#onCount = onCount;
     this.#onError = onError;
+    document.getElementById("usage-refresh").addEventListener(
+      "click",
+      () => this.refreshUsage().catch((err) => this.#onError(err.message)),
+    );
     document.getElementById("terminal-close").addEventListener("click", () => this.closeTerminal());
     document.getElementById("terminal-type").addEventListener("click", () => {
       if (!this.#terminal) return;
@@ -36,6 +45,25 @@ export class SessionsView {
       if (!this.#ended.has(info.session_id)) this.#sessions.set(info.session_id, info);
     }
     this.render();
+    await this.refreshUsage();
+  }
+
+  /** Read every session's CPU and memory now (one request at a time; bursts coalesce). */
+  refreshUsage() {
+    if (this.#reading) {
+      this.#readAgain = true;
+      return this.#reading;
+    }
+    this.#reading = (async () => {
+      do {
+        this.#readAgain = false;
+        const { usage } = await api("GET", "/v1/usage");
+        this.#usage = new Map(usage.map((u) => [u.session_id, u]));
+        fill(document.getElementById("usage-time"), new Date().toLocaleTimeString());
+        this.render();
+      } while (this.#readAgain);
+    })().finally(() => this.#reading = undefined);
+    return this.#reading;
   }
 
   /** A lifecycle event. */
@@ -50,38 +78,44 @@ export class SessionsView {
         // Gone already: its end event removes it.
       }
       this.render();
+      await this.refreshUsage().catch(() => {});
     } else if (type === "end") {
       this.#sessions.delete(data.session_id);
       this.#ended.set(data.session_id, data);
+      this.#usage.delete(data.session_id);
       this.render();
+      await this.refreshUsage().catch(() => {});
     }
   }
 
   render() {
     const body = document.querySelector("#sessions-table tbody");
     const now = Date.now();
-    const rows = [...this.#sessions.values()].sort((a, b) => a.session_id - b.session_id).map((s) =>
-      el(
-        "tr",
-        { dataset: { session: String(s.session_id) } },
-        el("td", {}, String(s.session_id)),
-        el("td", {}, s.agent),
-        el("td", { className: "command" }, el("code", {}, visible(s.command))),
-        el("td", {}, s.profile ?? ""),
-        el("td", { className: "path" }, visible(s.workdir)),
-        el("td", {}, duration((now - Date.parse(s.started_at)) / 1000)),
-        el("td", {}, s.cpu_seconds === undefined ? "" : duration(s.cpu_seconds)),
-        el("td", {}, bytes(s.rss_bytes)),
-        el(
-          "td",
-          {},
-          el("button", {
-            type: "button",
-            className: "open-terminal",
-            onclick: () => this.openTerminal(s),
-          }, "Terminal"),
-        ),
-      )
+    const rows = [...this.#sessions.values()].sort((a, b) => a.session_id - b.session_id).map(
+      (s) => {
+        const usage = this.#usage.get(s.session_id);
+        return el(
+          "tr",
+          { dataset: { session: String(s.session_id) } },
+          el("td", {}, String(s.session_id)),
+          el("td", {}, s.agent),
+          el("td", { className: "command" }, el("code", {}, visible(s.command))),
+          el("td", {}, s.profile ?? ""),
+          el("td", { className: "path" }, visible(s.workdir)),
+          el("td", {}, duration((now - Date.parse(s.started_at)) / 1000)),
+          el("td", { className: "cpu" }, usage ? duration(usage.cpu_seconds) : ""),
+          el("td", { className: "memory" }, usage ? bytes(usage.rss_bytes) : ""),
+          el(
+            "td",
+            {},
+            el("button", {
+              type: "button",
+              className: "open-terminal",
+              onclick: () => this.openTerminal(s),
+            }, "Terminal"),
+          ),
+        );
+      },
     );
     fill(body, ...rows);
     document.getElementById("sessions-empty").hidden = rows.length > 0;
