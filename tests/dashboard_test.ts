@@ -14,7 +14,9 @@ import { startServer } from "./helpers/server.ts";
 /** The page's global, as the functions puppeteer runs in the browser use it. */
 declare const document: {
   cookie: string;
-  querySelector(selector: string): { textContent: string | null } | null;
+  querySelector(
+    selector: string,
+  ): { textContent: string | null; getAttribute(name: string): string | null } | null;
 };
 
 const CHROMIUM = "/usr/bin/chromium";
@@ -231,7 +233,7 @@ Deno.test({
         await page.waitForSelector("#approvals-empty:not([hidden])");
       });
 
-      await t.step("history says when the server has none", async () => {
+      await t.step("history: filtered by denial, or a clear message without it", async () => {
         await page.click('.tab[data-view="history"]');
         const probe = await server.operator.get("/v1/history");
         if (probe.status === 404) {
@@ -240,10 +242,22 @@ Deno.test({
             await page.$eval("#history-message", (e) => e.textContent),
             "History is not available on this server (GET /v1/history answered 404).",
           );
-        } else {
-          assert.equal(probe.status, 200);
-          await page.waitForSelector("#history-table tbody tr");
+          return;
         }
+        assert.equal(probe.status, 200);
+        await page.waitForSelector("#history-table tbody tr");
+        await page.click('#history-filters input[name="denied"]');
+        await page.click('#history-filters button[type="submit"]');
+        await page.waitForFunction(() =>
+          document.querySelector("#history-table tbody tr")?.getAttribute("data-status") ===
+            "denied"
+        );
+        const rows = await page.$$eval(
+          "#history-table tbody tr",
+          (trs) => trs.map((tr) => [tr.getAttribute("data-status"), tr.children[2].textContent]),
+        );
+        assert.deepEqual(rows, [["denied", `touch ${server.workspace}/never`]]);
+        await screenshot(page, "history");
       });
 
       await t.step("mint an agent in the UI, then revoke it", async () => {

@@ -49,7 +49,7 @@ export class HistoryView {
     try {
       reply = await api("GET", `/v1/history?${params}`);
     } catch (err) {
-      const text = err instanceof ApiError && err.status === 404 && err.code !== "not_found_entry"
+      const text = err instanceof ApiError && err.status === 404 && err.code === "not_found"
         ? "History is not available on this server (GET /v1/history answered 404)."
         : `History: ${err.message}`;
       fill(message, text);
@@ -74,7 +74,7 @@ export class HistoryView {
       : "";
     return el(
       "tr",
-      { dataset: { history: String(item.id) } },
+      { dataset: { history: String(item.id), status: String(item.status ?? "") } },
       el("td", {}, String(item.id)),
       el("td", {}, item.agent),
       el(
@@ -90,6 +90,7 @@ export class HistoryView {
       el("td", { className: "path" }, visible(item.workdir ?? "")),
       el("td", {}, item.started_at ?? ""),
       el("td", {}, duration(item.duration_seconds)),
+      el("td", { className: "status" }, item.status ?? ""),
       el(
         "td",
         {},
