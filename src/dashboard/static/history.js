@@ -90,7 +90,7 @@ export class HistoryView {
       el("td", { className: "path" }, visible(item.workdir ?? "")),
       el("td", {}, item.started_at ?? ""),
       el("td", {}, duration(item.duration_seconds)),
-      el("td", { className: "status" }, item.status ?? ""),
+      el("td", { className: "state" }, item.status ?? ""),
       el(
         "td",
         {},
