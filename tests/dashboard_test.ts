@@ -14,9 +14,7 @@ import { startServer } from "./helpers/server.ts";
 /** The page's global, as the functions puppeteer runs in the browser use it. */
 declare const document: {
   cookie: string;
-  querySelector(
-    selector: string,
-  ): { textContent: string | null; getAttribute(name: string): string | null } | null;
+  querySelector(selector: string): { textContent: string | null } | null;
 };
 
 const CHROMIUM = "/usr/bin/chromium";
@@ -248,10 +246,7 @@ Deno.test({
         await page.waitForSelector("#history-table tbody tr");
         await page.click('#history-filters input[name="denied"]');
         await page.click('#history-filters button[type="submit"]');
-        await page.waitForFunction(() =>
-          document.querySelector("#history-table tbody tr")?.getAttribute("data-status") ===
-            "denied"
-        );
+        await page.waitForSelector('#history-table[data-query="status=denied&limit=50"]');
         const rows = await page.$$eval(
           "#history-table tbody tr",
           (trs) => trs.map((tr) => [tr.getAttribute("data-status"), tr.children[2].textContent]),

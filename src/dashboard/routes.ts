@@ -14,8 +14,13 @@
  */
 
 import type { Context, Hono } from "hono";
-import { SandboxedPeerError } from "../http/auth.ts";
-import { checkCookieOrigin, sessionCookie, sessionCookieName } from "../http/auth.ts";
+import {
+  checkCookieOrigin,
+  SandboxedPeerError,
+  sessionCookie,
+  sessionCookieName,
+} from "../http/auth.ts";
+import { ForbiddenError } from "../service/principal.ts";
 import type { Service } from "../service/service.ts";
 import { ASSETS, INDEX_HTML, SIGNIN_HTML } from "./assets.ts";
 
@@ -87,7 +92,7 @@ export function dashboardRoutes(
     try {
       opened = service.signIn(token);
     } catch (err) {
-      if ((err as { status?: number }).status !== 403) throw err;
+      if (!(err instanceof ForbiddenError)) throw err;
       return signInPage(403, "This token may not open the dashboard: it is not the operator's.");
     }
     if (!opened) return signInPage(401, "This sign-in link is not valid (wrong or old token).");

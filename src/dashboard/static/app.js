@@ -34,20 +34,26 @@ function show(view) {
   }
 }
 
-/** Resolves once the stream is open, so lists loaded afterwards miss no event. */
-function openEvents(handlers) {
+/**
+ * Resolves once the stream is open, so lists loaded afterwards miss no event. When the browser
+ * reconnects it by itself (a server restart), `reopened` reloads what may have been missed.
+ */
+function openEvents(handlers, reopened) {
   const events = new EventSource("/v1/events");
   const { promise, resolve } = Promise.withResolvers();
+  let opened = false;
   events.addEventListener("open", () => {
     fill(status, "live");
     status.className = "status live";
+    if (opened) reopened();
+    opened = true;
     resolve();
   });
   events.addEventListener("error", () => {
     fill(status, events.readyState === EventSource.CLOSED ? "disconnected" : "reconnecting…");
     status.className = "status down";
   });
-  for (const type of ["begin", "end", "approval_requested", "approval_decided", "interaction"]) {
+  for (const type of ["begin", "end", "approval_requested", "approval_decided"]) {
     events.addEventListener(type, (e) => {
       const data = JSON.parse(e.data);
       for (const handle of handlers) handle(type, data);
@@ -88,11 +94,12 @@ async function main() {
     location.replace("/");
   });
   show("sessions");
-  await openEvents([
-    (type, data) => sessions.event(type, data),
-    (type, data) => approvals.event(type, data),
-  ]);
-  await Promise.all([sessions.load(), approvals.load(), agents.load()]);
+  const load = () => Promise.all([sessions.load(), approvals.load(), agents.load()]);
+  await openEvents(
+    [(type, data) => sessions.event(type, data), (type, data) => approvals.event(type, data)],
+    () => load().catch((err) => showNotice(`Reloading after a reconnect: ${err.message}`)),
+  );
+  await load();
   document.body.dataset.ready = "true";
 }
 

@@ -22,9 +22,13 @@ export class ApprovalsView {
     this.#onError = onError;
   }
 
-  /** Load the pending approvals (after the event stream is open). */
+  /** Load the pending approvals (after the event stream opened or reopened). */
   async load() {
+    const known = [...this.#pending.keys()];
     const { approvals } = await api("GET", "/v1/approvals");
+    const listed = new Set(approvals.map((a) => a.id));
+    // Known before the list was asked for and not in it: decided while no event could tell.
+    for (const id of known) if (!listed.has(id)) this.#pending.delete(id);
     for (const a of approvals) {
       if (a.status === "pending" && !this.#decided.has(a.id)) this.#pending.set(a.id, a);
     }

@@ -15,6 +15,8 @@ const PAGE = 50;
 export class HistoryView {
   #cursor = null;
   #filters = new URLSearchParams();
+  /** The latest request; an older one's late reply is dropped. */
+  #latest = 0;
 
   constructor() {
     document.getElementById("history-filters").addEventListener("submit", (e) => {
@@ -45,10 +47,12 @@ export class HistoryView {
     if (more && this.#cursor) params.set("cursor", this.#cursor);
     const body = document.querySelector("#history-table tbody");
     const message = document.getElementById("history-message");
+    const request = ++this.#latest;
     let reply;
     try {
       reply = await api("GET", `/v1/history?${params}`);
     } catch (err) {
+      if (request !== this.#latest) return;
       const text = err instanceof ApiError && err.status === 404 && err.code === "not_found"
         ? "History is not available on this server (GET /v1/history answered 404)."
         : `History: ${err.message}`;
@@ -58,12 +62,15 @@ export class HistoryView {
       document.getElementById("history-more").hidden = true;
       return;
     }
+    if (request !== this.#latest) return;
     const rows = reply.items.map((item) => this.#row(item));
     if (more) body.append(...rows);
     else fill(body, ...rows);
     message.hidden = body.children.length > 0;
     fill(message, "No matching sessions.");
     this.#cursor = reply.next_cursor ?? null;
+    // Which search the table shows (for tests and for anyone reading the DOM).
+    document.getElementById("history-table").dataset.query = String(this.#filters);
     document.getElementById("history-more").hidden = !this.#cursor;
   }
 

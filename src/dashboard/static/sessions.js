@@ -38,9 +38,13 @@ export class SessionsView {
     });
   }
 
-  /** Load the current sessions (after the event stream is open, so nothing is missed). */
+  /** Load the current sessions (after the event stream opened or reopened). */
   async load() {
+    const known = [...this.#sessions.keys()];
     const { sessions } = await api("GET", "/v1/sessions");
+    const listed = new Set(sessions.map((info) => info.session_id));
+    // Known before the list was asked for and not in it: ended while no event could tell.
+    for (const id of known) if (!listed.has(id)) this.#sessions.delete(id);
     for (const info of sessions) {
       if (!this.#ended.has(info.session_id)) this.#sessions.set(info.session_id, info);
     }
