@@ -240,6 +240,25 @@ Deno.test("dashboard sign-in: the operator's token, once, for a cookie", async (
   }
 });
 
+Deno.test("a sandboxed command cannot sign in, even with the operator's token", async () => {
+  const server = await startServer();
+  try {
+    const r = await server.post("/v1/exec_command", {
+      cmd: `curl -s -i '${server.url}/?token=${server.operatorToken}'`,
+      login: false,
+      tty: false,
+      profile: "workspace-write-net",
+    });
+    assert.equal(r.status, 200);
+    const [head, body] = r.body.output.split("\r\n\r\n");
+    assert.match(head, /^HTTP\/1\.1 403 Forbidden\r\n/);
+    assert.doesNotMatch(head, /set-cookie/i);
+    assert.equal(JSON.parse(body).error.code, "forbidden_peer");
+  } finally {
+    await server.stop();
+  }
+});
+
 Deno.test("dashboard off: no page, no sign-in, no URL printed", async () => {
   const server = await startServer({ UEXEC_DASHBOARD: "off" });
   try {
