@@ -26,6 +26,7 @@ import { concurrentCats } from "./workloads/concurrent.ts";
 import { truncation } from "./workloads/truncation.ts";
 import { idleSessions } from "./workloads/idle.ts";
 import { unpolledFlood } from "./workloads/flood.ts";
+import { outputModes } from "./workloads/output_modes.ts";
 
 /** The whole bench stays under 5 minutes: workloads not started by then are skipped. */
 const BUDGET_MS = 280_000;
@@ -39,6 +40,7 @@ const WORKLOADS: { name: string; run: (ctx: Context) => Promise<Outcome>; limitM
   { name: "truncation", run: truncation, limitMs: 30_000 },
   { name: "live idle sessions", run: idleSessions, limitMs: 60_000 },
   { name: "output no one polls", run: unpolledFlood, limitMs: 120_000 },
+  { name: "output modes", run: outputModes, limitMs: 90_000 },
 ];
 
 function parseArgs(

@@ -19,6 +19,9 @@ export interface ExecRequest {
   until?: string;
   max_output_tokens?: number;
   profile?: string;
+  env?: Record<string, string>;
+  output_mode?: "raw" | "plain" | "screen";
+  screen?: boolean;
 }
 
 /** Body of `POST /v1/write_stdin`. */
@@ -28,6 +31,7 @@ export interface WriteRequest {
   yield_time_ms?: number;
   until?: string;
   max_output_tokens?: number;
+  output_mode?: "raw" | "plain" | "screen";
 }
 
 /** The 200 answer of both routes (the server's own result type). */
@@ -83,6 +87,11 @@ export class UexecClient {
     } catch (e) {
       if (!(e instanceof HttpError && e.status === 404)) throw e;
     }
+  }
+
+  /** `GET /v1/sessions/{id}/screen`. */
+  screen(sessionId: number): Promise<unknown> {
+    return this.#call("GET", `/v1/sessions/${sessionId}/screen`);
   }
 
   /** `GET /healthz`. */

@@ -17,7 +17,7 @@ import { Truncator } from "./output/truncator.ts";
 import { probeSandbox } from "./sandbox/apply.ts";
 import { deniedByProfile } from "./sandbox/confinement.ts";
 import { SandboxDomains } from "./sandbox/domains.ts";
-import { sandboxIdentity } from "./sandbox/identity.ts";
+import { sandboxIds } from "./sandbox/identity.ts";
 import { AgentRegistry, type TokenSources } from "./service/agents.ts";
 import { Service } from "./service/service.ts";
 import { StateDir } from "./service/state_dir.ts";
@@ -165,14 +165,14 @@ function peerCheck(
 ): (info: Deno.ServeHandlerInfo | undefined) => boolean {
   const never = () => false;
   if (addr.transport !== "tcp" || Deno.uid() !== 0) return never;
-  let identity;
+  let ids;
   try {
-    identity = sandboxIdentity();
+    ids = sandboxIds();
   } catch {
     return never; // No usable sandbox uid: nothing sandboxed can run (see /healthz).
   }
-  if (!identity) return never;
-  return sandboxedPeerCheck(addr, (uid) => uid === identity.uid);
+  if (!ids) return never;
+  return sandboxedPeerCheck(addr, (uid) => uid >= ids.spawner && uid <= ids.last);
 }
 
 /**

@@ -14,7 +14,15 @@ import assert from "node:assert/strict";
 import { startServer, type TestServer } from "./helpers/server.ts";
 import { connectSse, type SseClient, type SseEvent } from "./helpers/sse.ts";
 
-const SANDBOX_UID = 65534;
+/** A uid of the default session range (2000000001-2000065535). */
+const SESSION_UID = /^20000\d{5}$/;
+/** A file holding what `id -u` printed in a session. */
+const SESSION_UID_FILE = /^20000\d{5}\n$/;
+
+/** `output` with a leading session uid line replaced by "UID". */
+function uidLine(output: string): string {
+  return output.replace(/^20000\d{5}\r\n/, "UID\r\n");
+}
 const RETRY_REASON = "command failed in the sandbox; retry it with the access shown?";
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
@@ -195,7 +203,7 @@ Deno.test("on-failure: denied, asked, then retried, refused or remembered", asyn
         denied: false,
         retried: true,
       });
-      assert.equal(await Deno.readTextFile(`${out}/approved`), `${SANDBOX_UID}\n`);
+      assert.match(await Deno.readTextFile(`${out}/approved`), SESSION_UID_FILE);
       assert.deepEqual((await h.server.get("/v1/approvals")).body, { approvals: [] });
       const events = await h.eventsUntilMarker();
       assert.deepEqual(kinds(events), [
@@ -277,14 +285,14 @@ Deno.test("on-failure: denied, asked, then retried, refused or remembered", asyn
       const first = await pending;
       const retried = { profile: "workspace-write", denied: false, retried: true };
       assert.deepEqual(first.body.sandbox, retried);
-      assert.equal(await Deno.readTextFile(target), `${SANDBOX_UID}\n`);
+      assert.match(await Deno.readTextFile(target), SESSION_UID_FILE);
       await h.eventsUntilMarker();
       await Deno.remove(target);
 
       const second = await h.exec(cmd);
       assert.equal(second.body.exit_code, 0);
       assert.deepEqual(second.body.sandbox, retried);
-      assert.equal(await Deno.readTextFile(target), `${SANDBOX_UID}\n`);
+      assert.match(await Deno.readTextFile(target), SESSION_UID_FILE);
       const events = await h.eventsUntilMarker();
       assert.deepEqual(kinds(events), ["begin", "end", "begin", "end"]);
       assert.equal(events[1].data.exit_code, 1);
@@ -423,8 +431,8 @@ Deno.test("on-request: require_escalated asks with the justification", async (t)
       const r = await h.exec(`id -u; echo x > ${target}`);
       assert.equal(r.status, 200);
       assert.equal(
-        r.body.output,
-        `${SANDBOX_UID}\r\n/bin/bash: line 1: ${target}: Permission denied\r\n`,
+        uidLine(r.body.output),
+        `UID\r\n/bin/bash: line 1: ${target}: Permission denied\r\n`,
       );
       assert.equal(r.body.sandbox.denied, true);
       assert.equal(r.body.sandbox.retried, undefined);
@@ -463,8 +471,8 @@ Deno.test("never: no prompts, and escalation is rejected", async (t) => {
       const r = await h.exec(`id -u; touch ${target}`);
       assert.equal(r.status, 200);
       assert.equal(
-        r.body.output,
-        `${SANDBOX_UID}\r\ntouch: cannot touch '${target}': Permission denied\r\n`,
+        uidLine(r.body.output),
+        `UID\r\ntouch: cannot touch '${target}': Permission denied\r\n`,
       );
       assert.equal(r.body.sandbox.denied, true);
       await assert.rejects(Deno.stat(target), Deno.errors.NotFound);
@@ -488,7 +496,7 @@ Deno.test("untrusted: known-safe commands run, others ask", async (t) => {
       const ls = await h.exec("ls");
       assert.equal(ls.body.output, "listed.txt\r\n");
       const id = await h.exec("id -u");
-      assert.equal(id.body.output, `${SANDBOX_UID}\r\n`);
+      assert.equal(uidLine(id.body.output), "UID\r\n");
       const events = await h.eventsUntilMarker();
       assert.deepEqual(kinds(events), ["begin", "end", "begin", "end"]);
     });
@@ -509,7 +517,7 @@ Deno.test("untrusted: known-safe commands run, others ask", async (t) => {
       const r = await pending;
       assert.equal(r.body.exit_code, 0);
       assert.deepEqual(r.body.sandbox, { profile: "workspace-write", denied: false });
-      assert.equal((await Deno.stat(`${ws}/made.txt`)).uid, SANDBOX_UID);
+      assert.match(String((await Deno.stat(`${ws}/made.txt`)).uid), SESSION_UID);
     });
 
     await t.step("after a denial it asks again before running with more access", async () => {
@@ -529,7 +537,7 @@ Deno.test("untrusted: known-safe commands run, others ask", async (t) => {
         denied: false,
         retried: true,
       });
-      assert.equal(await Deno.readTextFile(target), `${SANDBOX_UID}\n`);
+      assert.match(await Deno.readTextFile(target), SESSION_UID_FILE);
       const events = await h.eventsUntilMarker();
       assert.deepEqual(kinds(events).filter((k) => k.startsWith("approval")), [
         "approval_requested",

@@ -12,7 +12,8 @@ import assert from "node:assert/strict";
 import { connectSse, type SseClient } from "./helpers/sse.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
 
-const SANDBOX_UID = 65534;
+/** A line holding a uid of the default session range (2000000001-2000065535). */
+const SESSION_UID = "20000\\d{5}\\r\\n";
 
 // deno-lint-ignore no-explicit-any
 type Body = any;
@@ -86,9 +87,9 @@ Deno.test("narrow escalation: a profile, writable directories, TCP ports", async
       assert.equal(approval.can_choose_unsandboxed, false);
       await server.operator.post(`/v1/approvals/${approval.id}`, { decision: "approved" });
       const r = await pending;
-      assert.equal(
+      assert.match(
         r.body.output,
-        `${SANDBOX_UID}\r\ntouch: cannot touch '${other}/w': Permission denied\r\n`,
+        new RegExp(`^${SESSION_UID}touch: cannot touch '${other}/w': Permission denied\\r\\n$`),
       );
       assert.equal(r.body.sandbox.profile, "workspace-write");
     });
@@ -119,12 +120,14 @@ Deno.test("narrow escalation: a profile, writable directories, TCP ports", async
       );
       await server.operator.post(`/v1/approvals/${approval.id}`, { decision: "approved" });
       const r = await pending;
-      assert.equal(r.body.output, `hello\r\n${SANDBOX_UID}\r\n`);
+      assert.match(r.body.output, new RegExp(`^hello\\r\\n${SESSION_UID}$`));
       assert.equal(r.body.sandbox.profile, "workspace-write-net");
     });
 
     await t.step("approved_for_session remembers that widening alone", async () => {
-      const body = { cmd: `touch ${out}/s && echo ok`, escalate: { write: [out] } };
+      // A file per run: each run is a session of its own uid, and touching another uid's file
+      // would need write access to it.
+      const body = { cmd: `touch ${out}/s$$ && echo ok`, escalate: { write: [out] } };
       const first = await asked(server, events, body, ++n);
       await server.operator.post(`/v1/approvals/${first.approval.id}`, {
         decision: "approved_for_session",

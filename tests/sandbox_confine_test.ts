@@ -1,8 +1,8 @@
 /**
  * Kernel-level tests of what every enforcing profile confines beyond files: socket families,
  * namespaces, keyrings, bpf, userfaultfd, perf_event_open, personality, and pathname unix
- * sockets of root services. Real children run as uid 65534 under the real seccomp filter and
- * mount namespace. Each refused call below succeeds (or fails differently) for the same uid
+ * sockets of root services. Real children run as a session uid under the real seccomp filter
+ * and mount namespace. Each refused call below succeeds (or fails differently) for the same uid
  * without the sandbox, so no assertion could hold with the filter or the hiding silently off.
  *
  * @module
@@ -10,10 +10,11 @@
 
 import assert from "node:assert/strict";
 import {
+  createDomainDir,
   createPrivateDir,
   privateEnv,
   removePrivateDir,
-  sandboxIdentity,
+  sandboxIds,
 } from "../src/sandbox/identity.ts";
 import type { NetworkMode, ResolvedPolicy } from "../src/sandbox/policy.ts";
 import type { CommandResult } from "./fixtures/sandbox/enforce_worker.ts";
@@ -122,8 +123,13 @@ for path in sys.argv[1:]:
 interface Fixture {
   base: string;
   ws: string;
+  domainDir: string;
   priv: Awaited<ReturnType<typeof createPrivateDir>>;
 }
+
+/** The sandbox ids of this (root) test process, and the session uid its commands run as. */
+const IDS = sandboxIds()!;
+const UID = IDS.last;
 
 function policyFor(
   f: Fixture,
@@ -151,6 +157,7 @@ async function run(
   const reply = await runSandboxed({
     policy,
     opts: {},
+    uid: UID,
     cwd: f.ws,
     env: { PATH: "/usr/bin:/bin", ...privateEnv(f.priv) },
     commands,
@@ -186,7 +193,9 @@ Deno.test("every enforcing profile confines sockets, namespaces and kernel inter
   const ws = `${base}/ws`;
   Deno.mkdirSync(ws, { mode: 0o777 });
   Deno.chmodSync(ws, 0o777);
-  const f: Fixture = { base, ws, priv: await createPrivateDir(sandboxIdentity()) };
+  const domainDir = await createDomainDir(IDS.gid);
+  const priv = await createPrivateDir({ uid: UID, gid: IDS.gid }, domainDir);
+  const f: Fixture = { base, ws, domainDir, priv };
   try {
     for (const network of ["none", "loopback", "all"] as const) {
       await t.step(
@@ -273,6 +282,6 @@ Deno.test("every enforcing profile confines sockets, namespaces and kernel inter
     });
   } finally {
     Deno.removeSync(base, { recursive: true });
-    await removePrivateDir(f.priv);
+    await removePrivateDir(f.domainDir);
   }
 });

@@ -11,11 +11,12 @@ import assert from "node:assert/strict";
 import { libc } from "../src/ffi/libc.ts";
 import { openPty } from "../src/pty/open.ts";
 import {
+  createDomainDir,
   createPrivateDir,
   prepareWorkdir,
   privateEnv,
   removePrivateDir,
-  sandboxIdentity,
+  sandboxIds,
 } from "../src/sandbox/identity.ts";
 import { withLimits } from "../src/sandbox/limits.ts";
 import { FS, landlockAbi, planRuleset } from "../src/sandbox/landlock.ts";
@@ -36,8 +37,14 @@ interface Fixture {
   ws: string;
   outside: string;
   secret: string;
+  domainDir: string;
   priv: Awaited<ReturnType<typeof createPrivateDir>>;
 }
+
+/** The sandbox ids of this (root) test process, and the session uid its commands run as. */
+const IDS = sandboxIds()!;
+const UID = IDS.last;
+const GID = IDS.gid;
 
 /** A root-owned tree: base (0700 at first) / ws (0755, with a 0777 `.git`), outside (0777), secret. */
 async function makeFixture(): Promise<Fixture> {
@@ -55,7 +62,9 @@ async function makeFixture(): Promise<Fixture> {
   const secret = `${base}/secret`;
   Deno.mkdirSync(secret, { mode: 0o755 });
   Deno.writeTextFileSync(`${secret}/key`, "s3cr3t\n", { mode: 0o644 });
-  return { base, ws, outside, secret, priv: await createPrivateDir(sandboxIdentity()) };
+  const domainDir = await createDomainDir(GID);
+  const priv = await createPrivateDir({ uid: UID, gid: GID }, domainDir);
+  return { base, ws, outside, secret, domainDir, priv };
 }
 
 function policyFor(
@@ -91,6 +100,7 @@ async function sandboxed(
     const req: WorkerRequest = {
       policy,
       opts,
+      uid: UID,
       cwd: f.ws,
       env: { PATH: "/usr/bin:/bin", ...privateEnv(f.priv) },
       commands,
@@ -180,26 +190,26 @@ Deno.test("sandbox enforcement on the real kernel", async (t) => {
   assert.ok(landlockAbi() >= 6, "these tests need Landlock ABI 6+");
   const f = await makeFixture();
   try {
-    await t.step("probe reports an enforceable sandbox that drops to 65534", () => {
+    await t.step("probe reports an enforceable sandbox with a uid per session", () => {
       assert.deepEqual(probeSandbox(), {
         landlock_abi: landlockAbi(),
         seccomp: true,
         drops_uid: true,
-        uid: 65534,
+        uid_range: "2000000001-2000065535",
+        gid: 2000000000,
         loopback: true,
         enforceable: true,
       });
     });
 
     await t.step("an unreachable workdir is refused with the reason and the fix", () => {
-      const identity = sandboxIdentity()!;
+      const identity = IDS;
       assert.throws(() => prepareWorkdir(f.ws, identity, [`${f.ws}/.git`]), {
         name: "SandboxUnavailableError",
         message:
-          `workdir ${f.ws} cannot be used by the sandbox uid 65534: its ancestor ${f.base} ` +
-          `(owner 0:0, mode 0700) does not let uid 65534 search it. Fix: move the workspace elsewhere, ` +
-          `or allow search with "setfacl -m u:65534:x ${f.base}" (or "chmod o+x ${f.base}"), ` +
-          `or set UEXEC_SANDBOX_UID to a uid that can reach it`,
+          `workdir ${f.ws} cannot be used by the sandbox group ${GID}: its ancestor ${f.base} ` +
+          `(owner 0:0, mode 0700) does not let group ${GID} search it. Fix: move the workspace ` +
+          `elsewhere, or allow search with "setfacl -m g:${GID}:x ${f.base}" (or "chmod o+x ${f.base}")`,
       });
       Deno.chmodSync(f.base, 0o755);
       assert.equal(prepareWorkdir(f.ws, identity, [`${f.ws}/.git`]), 3);
@@ -216,8 +226,8 @@ Deno.test("sandbox enforcement on the real kernel", async (t) => {
         [SH, "-c", `echo x > ${f.outside}/x`],
         [SH, "-c", "echo x > .git/HEAD; echo y > .git/new; mkdir .git/d; cat .git/HEAD"],
       ]);
-      assert.deepEqual(inside, ok("65534\n65534\nold\nmore\n"));
-      assert.equal(Deno.statSync(`${f.ws}/new.txt`).uid, 65534);
+      assert.deepEqual(inside, ok(`${UID}\n${GID}\nold\nmore\n`));
+      assert.equal(Deno.statSync(`${f.ws}/new.txt`).uid, UID);
       assert.equal(Deno.readTextFileSync(`${f.ws}/sub/f`), "x\n");
       assert.deepEqual(outside, {
         code: 2,
@@ -456,7 +466,7 @@ print("reaped")
     await t.step("host terminals are out of reach: the domain has its own devpts", async () => {
       const host = openPty({ cols: 80, rows: 24 });
       try {
-        Deno.chownSync(host.slavePath, 65534, 65534);
+        Deno.chownSync(host.slavePath, UID, GID);
         // Control: the host terminal is writable from outside the sandbox.
         await Deno.writeTextFile(host.slavePath, "from-host\n");
         const reply = await sandboxed(f, policyFor(f, "none"), [
@@ -506,6 +516,6 @@ print("reaped")
     });
   } finally {
     Deno.removeSync(f.base, { recursive: true });
-    await removePrivateDir(f.priv);
+    await removePrivateDir(f.domainDir);
   }
 });

@@ -1,7 +1,7 @@
 /**
  * The sandbox policy cases end to end: real servers, real HTTP, real sandboxed children.
  *
- * Every refusal is paired with a control showing that the same action, by the same uid 65534,
+ * Every refusal is paired with a control showing that the same action, by a uid of the same range,
  * succeeds where the policy allows it (a `control` profile that differs only in the policy), so
  * no assertion here could hold if the kernel sandbox were silently off: files and directories
  * the sandbox must protect are made world-accessible, so plain DAC would let the child through.
@@ -14,7 +14,23 @@ import dgram from "node:dgram";
 import { startServer, type TestServer } from "./helpers/server.ts";
 import { connectSse } from "./helpers/sse.ts";
 
-const SANDBOX_UID = 65534;
+/** The default session uid range and the group every session runs in. */
+const FIRST_UID = 2000000001;
+const LAST_UID = 2000065535;
+const GID = 2000000000;
+
+/** The session uid a command printed first (with `id -u`), checked to be in the range. */
+function sessionUid(output: string): number {
+  const uid = Number(/^(\d+)\r\n/.exec(output)?.[1]);
+  assert.ok(uid >= FIRST_UID && uid <= LAST_UID, output);
+  return uid;
+}
+
+/** `output` with its leading session uid line replaced by "UID". */
+function uidLine(output: string): string {
+  sessionUid(output);
+  return output.replace(/^\d+\r\n/, "UID\r\n");
+}
 const FIXTURES = new URL("./fixtures/http/", import.meta.url).pathname;
 const SHIPPED = ["read-only", "workspace-write", "workspace-write-net"] as const;
 const DNS_NAME = "uexec-probe.test";
@@ -164,7 +180,8 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
         drops_uid: true,
         loopback: true,
         enforceable: true,
-        uid: SANDBOX_UID,
+        uid_range: `${FIRST_UID}-${LAST_UID}`,
+        gid: GID,
         default_profile: "workspace-write",
         approval_policy: "on-request",
         profiles: {
@@ -178,28 +195,31 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
       });
     });
 
-    await t.step("children run as 65534 with no groups and a private HOME and TMPDIR", async () => {
-      // workspace-write first: its domain grants the sandbox uid the workspace ACL, which
-      // read-only needs to enter a root-owned 0700 workspace (on its own, read-only cannot).
-      for (const profile of ["workspace-write", ...SHIPPED]) {
-        const r = await run(
-          server,
-          'id -u; id -G; case "$HOME" in "$TMPDIR"/*) echo private;; esac',
-          {
-            profile,
-          },
-        );
-        assert.equal(r.output, `${SANDBOX_UID}\r\n${SANDBOX_UID}\r\nprivate\r\n`, profile);
-        assert.deepEqual(r.sandbox, { profile, denied: false });
-      }
-    });
+    await t.step(
+      "children run as their own uids with no groups and a private HOME and TMPDIR",
+      async () => {
+        // workspace-write first: its domain grants the sandbox uid the workspace ACL, which
+        // read-only needs to enter a root-owned 0700 workspace (on its own, read-only cannot).
+        for (const profile of ["workspace-write", ...SHIPPED]) {
+          const r = await run(
+            server,
+            'id -u; id -G; case "$HOME" in "$TMPDIR"/*) echo private;; esac',
+            {
+              profile,
+            },
+          );
+          assert.equal(uidLine(r.output), `UID\r\n${GID}\r\nprivate\r\n`, profile);
+          assert.deepEqual(r.sandbox, { profile, denied: false });
+        }
+      },
+    );
 
     await t.step("writes inside the allowed roots succeed", async () => {
       for (const profile of ["workspace-write", "workspace-write-net"]) {
         const r = await run(server, `echo in > ${profile}.txt && cat ${profile}.txt`, { profile });
         assert.equal(r.output, "in\r\n");
         assert.equal(r.exit_code, 0);
-        assert.equal((await Deno.stat(`${ws}/${profile}.txt`)).uid, SANDBOX_UID);
+        sessionUid(`${(await Deno.stat(`${ws}/${profile}.txt`)).uid}\r\n`);
       }
       for (const profile of SHIPPED) {
         const r = await run(server, 'echo tmp > "$TMPDIR/t" && cat "$TMPDIR/t"', { profile });
@@ -229,7 +249,7 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
       const c = await run(server, `echo out > ${outside}/control.txt; id -u`, {
         profile: "control",
       });
-      assert.equal(c.output, `${SANDBOX_UID}\r\n`);
+      assert.equal(uidLine(c.output), "UID\r\n");
       assert.equal(await Deno.readTextFile(`${outside}/control.txt`), "out\n");
     });
 
@@ -384,33 +404,33 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
       assert.match(await Deno.readTextFile(`/proc/${pid}/environ`), /UEXEC_WORKSPACE=/);
     });
 
-    await t.step("signals are scoped to the sandbox domain, even for the same uid", async () => {
-      const target = await run(server, "echo pid=$$; exec sleep 30", {
-        profile: "read-only",
-        until: "pid=\\d+\\r\\n",
-        yield_time_ms: 10000,
-      });
-      const pid = Number(/^pid=(\d+)\r\n$/.exec(target.output)![1]);
-      const sameDomain = await run(server, `kill -0 ${pid} && echo same-domain-ok`, {
-        profile: "read-only",
-      });
-      assert.equal(sameDomain.output, "same-domain-ok\r\n");
-      const otherDomain = await run(server, `id -u; kill -0 ${pid}`);
-      const message = `/bin/bash: line 1: kill: (${pid}) - Operation not permitted`;
-      assert.equal(otherDomain.output, `${SANDBOX_UID}\r\n${message}\r\n`);
-      assert.deepEqual(otherDomain.sandbox, denied("workspace-write", "signal", message));
-      // Same uid, so only Landlock's ptrace scoping (which hidepid follows) hides another
-      // domain's processes.
-      const environ = `tr '\\0' '\\n' < /proc/${pid}/environ | grep -c '^HOME='`;
-      const ownEnviron = await run(server, environ, { profile: "read-only" });
-      assert.equal(ownEnviron.output, "1\r\n");
-      const otherEnviron = await run(server, environ);
-      assert.equal(
-        otherEnviron.output,
-        `/bin/bash: line 1: /proc/${pid}/environ: No such file or directory\r\n0\r\n`,
-      );
-      assert.equal((await server.del(`/v1/sessions/${target.session_id}`)).status, 200);
-    });
+    await t.step(
+      "no other session can signal or see a session, in its domain or another",
+      async () => {
+        const target = await run(server, "echo pid=$$; exec sleep 30", {
+          profile: "read-only",
+          until: "pid=\\d+\\r\\n",
+          yield_time_ms: 10000,
+        });
+        const pid = Number(/^pid=(\d+)\r\n$/.exec(target.output)![1]);
+        const message = `/bin/bash: line 1: kill: (${pid}) - Operation not permitted`;
+        const environ = `tr '\\0' '\\n' < /proc/${pid}/environ | grep -c '^HOME='`;
+        const hidden =
+          `/bin/bash: line 1: /proc/${pid}/environ: No such file or directory\r\n0\r\n`;
+        for (const profile of ["read-only", "workspace-write"]) {
+          const kill = await run(server, `id -u; kill -0 ${pid}`, { profile });
+          assert.equal(uidLine(kill.output), `UID\r\n${message}\r\n`, profile);
+          assert.deepEqual(kill.sandbox, denied(profile, "signal", message), profile);
+          assert.equal((await run(server, environ, { profile })).output, hidden, profile);
+        }
+        // Control: a session may signal its own processes and read their environ.
+        const own = await run(server, `kill -0 $$ && ${environ.replace(String(pid), () => "$$")}`, {
+          profile: "read-only",
+        });
+        assert.equal(own.output, "1\r\n");
+        assert.equal((await server.del(`/v1/sessions/${target.session_id}`)).status, 200);
+      },
+    );
 
     await t.step("a foreign-architecture system call is killed by SIGSYS", async () => {
       const r = await run(server, `python3 ${FIXTURES}int80.py`);
@@ -463,7 +483,7 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
       assert.equal(typeof id, "number");
       assert.ok(!start.output.includes("no job control"), start.output);
       const flags = await write("echo flags=$- uid=$(id -u)\n", "uid=\\d+\\r\\n");
-      assert.match(flags.body.output, new RegExp(`flags=\\w*m\\w* uid=${SANDBOX_UID}\\r\\n`));
+      assert.match(flags.body.output, /flags=\w*m\w* uid=20000\d{5}\r\n/);
       const bg = await write("sleep 30 &\njobs\n", "Running");
       assert.match(bg.body.output, /\[1\]\+\s+Running\s+sleep 30 &/);
       const killed = await write("kill %1; wait\njobs\n", "Terminated");
@@ -542,17 +562,11 @@ Deno.test("resource limits stop a fork bomb and a huge file without harming the 
   const dir = await profilesDir({
     tight: (p) => ({ ...p, limits: { max_processes: 20, max_file_size_bytes: 1048576 } }),
   });
-  // RLIMIT_NPROC counts every process of the uid, so this server gets a uid of its own.
-  const uid = 40000 + Deno.pid % 20000;
-  const server = await startServer({
-    UEXEC_PROFILES_DIR: dir,
-    UEXEC_SANDBOX_UID: String(uid),
-    UEXEC_SANDBOX_GID: String(uid),
-  });
+  const server = await startServer({ UEXEC_PROFILES_DIR: dir });
   try {
     await t.step("the fork bomb stops at max_processes", async () => {
       const control = await run(server, `id -u; python3 ${FIXTURES}fork_many.py 40`);
-      assert.equal(control.output, `${uid}\r\nforked 40\r\n`);
+      assert.equal(uidLine(control.output), "UID\r\nforked 40\r\n");
       const r = await run(server, `python3 ${FIXTURES}fork_many.py 200`, { profile: "tight" });
       const m = /^fork failed after (\d+): Resource temporarily unavailable\r\n$/.exec(r.output);
       assert.ok(m, r.output);
@@ -586,8 +600,10 @@ Deno.test("resource limits stop a fork bomb and a huge file without harming the 
   }
 });
 
+const BAD_RANGE = 'UEXEC_UID_RANGE=0-10 is not a range "first-last" of at least two non-root uids';
+
 Deno.test("fail closed: a sandbox that cannot be applied runs nothing", async (t) => {
-  const server = await startServer({ UEXEC_SANDBOX_UID: "0" });
+  const server = await startServer({ UEXEC_UID_RANGE: "0-10" });
   try {
     await t.step("sandboxed requests answer 500 sandbox_unavailable", async () => {
       for (const profile of SHIPPED) {
@@ -601,7 +617,7 @@ Deno.test("fail closed: a sandbox that cannot be applied runs nothing", async (t
         assert.deepEqual(r.body, {
           error: {
             code: "sandbox_unavailable",
-            message: "UEXEC_SANDBOX_UID=0 is not a valid non-root id",
+            message: BAD_RANGE,
           },
         });
         await assert.rejects(Deno.stat(marker), Deno.errors.NotFound);
@@ -611,7 +627,7 @@ Deno.test("fail closed: a sandbox that cannot be applied runs nothing", async (t
     await t.step("healthz says the profiles are not enforceable", async () => {
       const { sandbox } = (await server.get("/healthz")).body;
       assert.equal(sandbox.enforceable, false);
-      assert.equal(sandbox.error, "UEXEC_SANDBOX_UID=0 is not a valid non-root id");
+      assert.equal(sandbox.error, BAD_RANGE);
       assert.deepEqual(sandbox.profiles, {
         "full-access": true,
         "read-only": false,
@@ -635,7 +651,7 @@ Deno.test("domains follow the workspace: read-only first, late .git and .uexec, 
       async () => {
         assert.equal((await Deno.stat(ws)).mode! & 0o777, 0o700);
         const r = await run(server, "ls -A; id -u", { profile: "read-only" });
-        assert.equal(r.output, `${SANDBOX_UID}\r\n`);
+        assert.equal(uidLine(r.output), "UID\r\n");
         assert.equal(r.exit_code, 0);
       },
     );
@@ -678,15 +694,14 @@ Deno.test("domains follow the workspace: read-only first, late .git and .uexec, 
           assert.equal(r.body.error.code, "sandbox_unavailable");
           assert.equal(
             r.body.error.message,
-            `workdir ${outside} cannot be used by the sandbox uid ${SANDBOX_UID}: the directory ${outside} ` +
-              `(owner 0:0, mode 0700) does not let uid ${SANDBOX_UID} search it. Fix: move the workspace ` +
-              `elsewhere, or allow search with "setfacl -m u:${SANDBOX_UID}:x ${outside}" (or "chmod o+x ${outside}"), ` +
-              `or set UEXEC_SANDBOX_UID to a uid that can reach it`,
+            `workdir ${outside} cannot be used by the sandbox group ${GID}: the directory ${outside} ` +
+              `(owner 0:0, mode 0700) does not let group ${GID} search it. Fix: move the workspace ` +
+              `elsewhere, or allow search with "setfacl -m g:${GID}:x ${outside}" (or "chmod o+x ${outside}")`,
           );
           assert.equal((await Deno.stat(outside)).mode! & 0o777, 0o700);
           await Deno.chmod(outside, 0o755);
           const ok = await run(server, "pwd; id -u", { workdir: outside, profile: "read-only" });
-          assert.equal(ok.output, `${outside}\r\n${SANDBOX_UID}\r\n`);
+          assert.equal(ok.output.replace(/\r\n20000\d{5}\r\n$/, ""), outside);
         } finally {
           await Deno.remove(outside, { recursive: true });
         }

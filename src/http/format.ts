@@ -13,6 +13,14 @@ export function resultText(r: CallResult): string {
   if (r.exit_code !== undefined) lines.push(`Process exited with code ${r.exit_code}`);
   if (r.session_id !== undefined) lines.push(`Process running with session ID ${r.session_id}`);
   lines.push(`Original token count: ${r.original_token_count}`, "Output:", r.output);
+  if (r.screen) {
+    const { rows, cols, cursor } = r.screen;
+    lines.push(
+      `Screen (${rows} rows, ${cols} columns, cursor at row ${cursor.row + 1}, ` +
+        `column ${cursor.col + 1}):`,
+      ...r.screen.lines,
+    );
+  }
   return lines.join("\n");
 }
 

@@ -35,6 +35,7 @@ import {
 } from "./auth.ts";
 import { readJson } from "./body.ts";
 import { resultText, wantsText } from "./format.ts";
+import { screenRoutes } from "./screen_routes.ts";
 import { sseResponse } from "./sse.ts";
 
 /** What the routes need from the rest of the server. */
@@ -192,6 +193,8 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
     who(c);
     return c.json({ tools: toolDefinitions() });
   });
+
+  screenRoutes(app, who, sessionId, service);
 
   app.get("/v1/approvals", (c) => c.json({ approvals: service.approvals(who(c)) }));
   app.post("/v1/approvals/:id", async (c) => {

@@ -81,6 +81,8 @@ export class Child {
   #exit?: ExitStatus;
   #graceTimer?: ReturnType<typeof setTimeout>;
   #closed = false;
+  /** Output is not read while paused (a slow consumer's backpressure). */
+  #paused = false;
 
   constructor(reactor: Reactor, fds: ChildFds, sink: ChildSink) {
     this.pid = fds.pid;
@@ -91,10 +93,33 @@ export class Child {
     this.#input = fds.input;
     this.#pidfd = check("pidfd_open", rawSyscall(SYS_PIDFD_OPEN, fds.pid, 0));
     this.#pidReg = reactor.add(this.#pidfd, EPOLLIN, { readable: () => this.#reap() });
-    this.#outReg = reactor.add(this.#output, EPOLLIN, {
+    this.#watchOutput();
+  }
+
+  #watchOutput(): void {
+    const events = this.tty && this.#waitingWritable ? EPOLLIN | EPOLLOUT : EPOLLIN;
+    this.#outReg = this.#reactor.add(this.#output, events, {
       readable: () => this.#drain(),
       writable: () => this.#flush(),
     });
+  }
+
+  /**
+   * Stop reading output until `resume`: the kernel buffer fills and the child blocks on its
+   * writes, as behind a slow terminal. (A PTY's queued input waits too; it shares the watch.)
+   */
+  pause(): void {
+    if (this.#paused || this.#eof || this.#closed) return;
+    this.#paused = true;
+    if (this.#outReg) this.#reactor.remove(this.#outReg);
+    this.#outReg = undefined;
+  }
+
+  /** Read output again after `pause`. */
+  resume(): void {
+    if (!this.#paused) return;
+    this.#paused = false;
+    if (!this.#eof && !this.#closed) this.#watchOutput();
   }
 
   /** True once the end has been reported. */
@@ -168,7 +193,7 @@ export class Child {
 
   #drain(): void {
     const c = libc();
-    for (let i = 0; i < MAX_READS_PER_WAKE && !this.#eof; i++) {
+    for (let i = 0; i < MAX_READS_PER_WAKE && !this.#eof && !this.#paused; i++) {
       const n = Number(c.read(this.#output, readBuf, READ_SIZE_BIG));
       if (n > 0) {
         this.#sink.output(readBuf.subarray(0, n));
@@ -209,6 +234,7 @@ export class Child {
     if (this.#closed) return;
     // Closed first: the last drain may reach EOF, whose handler must not finish a second time.
     this.#closed = true;
+    this.#paused = false;
     if (!this.#eof) this.#drain();
     clearTimeout(this.#graceTimer);
     const c = libc();

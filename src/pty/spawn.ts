@@ -31,6 +31,8 @@ export interface Spawned {
 
 /** Everything needed to start one child. */
 export interface SpawnSpec {
+  /** The session's own uid, which a root server's spawner switches to for this spawn. */
+  uid?: number;
   argv: string[];
   env: string[];
   cwd: string;

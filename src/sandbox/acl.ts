@@ -1,11 +1,11 @@
 /**
  * POSIX ACLs read and written as raw `system.posix_acl_*` extended attributes, plus the
- * kernel's permission algorithm, so the server (as root) can grant the sandbox uid access to a
- * workspace and explain exactly which path stops it.
+ * kernel's permission algorithm, so the server (as root) can grant the sandbox group access to
+ * a workspace and explain exactly which path stops it.
  *
  * The encoding is the kernel's xattr format: a little-endian u32 version (2) followed by
  * {u16 tag, u16 perm, u32 id} entries sorted by tag then id. This module must never remove or
- * weaken an existing entry: it only adds or widens the entry for one user and the mask.
+ * weaken an existing entry: it only adds or widens the entry for one user or group and the mask.
  *
  * @module
  */
@@ -111,11 +111,14 @@ export function writeAcl(path: string, kind: "access" | "default", entries: AclE
   );
 }
 
-/** `entries` with `uid` granted at least `perm`, and the mask widened to cover every group-class entry. */
-export function withUserGrant(entries: AclEntry[], uid: number, perm: number): AclEntry[] {
-  const others = entries.filter((e) => e.tag !== TAG.MASK && !(e.tag === TAG.USER && e.id === uid));
-  const current = entries.find((e) => e.tag === TAG.USER && e.id === uid)?.perm ?? 0;
-  const granted = [...others, { tag: TAG.USER, perm: current | perm, id: uid }];
+/**
+ * `entries` with the named user or group (`tag` USER or GROUP) `id` granted at least `perm`,
+ * and the mask widened to cover every group-class entry.
+ */
+export function withGrant(entries: AclEntry[], tag: number, id: number, perm: number): AclEntry[] {
+  const others = entries.filter((e) => e.tag !== TAG.MASK && !(e.tag === tag && e.id === id));
+  const current = entries.find((e) => e.tag === tag && e.id === id)?.perm ?? 0;
+  const granted = [...others, { tag, perm: current | perm, id }];
   const groupClass = granted.filter((e) =>
     e.tag === TAG.USER || e.tag === TAG.GROUP_OBJ || e.tag === TAG.GROUP
   );

@@ -17,7 +17,7 @@ import { sandboxStep, SandboxUnavailableError } from "./errors.ts";
 import { createRuleset, landlockAbi, planRuleset, restrictThread } from "./landlock.ts";
 import { enterNamespaces } from "./namespaces.ts";
 import { installFilter, seccompSupported } from "./seccomp.ts";
-import { dropThreadIdentity, sandboxIdentity } from "./identity.ts";
+import { enterSpawnerIdentity, sandboxIdentity, sandboxIds } from "./identity.ts";
 import { DASH, limitWrapper, PRLIMIT } from "./limits.ts";
 import { existingPaths } from "./fsinfo.ts";
 import { boundUnixSockets, socketReachable, socketsToHide } from "./unix_sockets.ts";
@@ -30,9 +30,9 @@ export const MIN_LANDLOCK_ABI = 6;
 
 /** Options of {@link applySandbox}. */
 export interface ApplyOptions {
-  /** Uid children run as when the server is root (default: `UEXEC_SANDBOX_UID` or 65534). */
+  /** Uid the thread rests as between spawns when the server is root (default: the range's first). */
   uid?: number;
-  /** Gid children run as when the server is root (default: `UEXEC_SANDBOX_GID` or 65534). */
+  /** Gid children run as when the server is root (default: `UEXEC_SANDBOX_GID`). */
   gid?: number;
 }
 
@@ -88,7 +88,7 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): v
     return createRuleset(plan);
   });
   try {
-    if (identity) sandboxStep("identity drop", () => dropThreadIdentity(identity));
+    if (identity) sandboxStep("identity drop", () => enterSpawnerIdentity(identity));
   } catch (e) {
     closeFd(rulesetFd);
     throw e;
@@ -103,8 +103,10 @@ export interface SandboxProbe {
   seccomp: boolean;
   /** True when children drop to an unprivileged uid (the server runs as root). */
   drops_uid: boolean;
-  /** The uid children run as, when they drop. */
-  uid?: number;
+  /** The uids sessions run as, one each, when they drop ("first-last"). */
+  uid_range?: string;
+  /** The group every session runs in, when they drop. */
+  gid?: number;
   /** The `loopback` network mode needs a root server. */
   loopback: boolean;
   /** Whether `applySandbox` can enforce an ordinary profile here. */
@@ -126,8 +128,8 @@ export function probeSandbox(): SandboxProbe {
     enforceable: false,
   };
   try {
-    const identity = sandboxIdentity();
-    if (identity) probe.uid = identity.uid;
+    const ids = sandboxIds();
+    if (ids) Object.assign(probe, { uid_range: `${ids.first}-${ids.last}`, gid: ids.gid });
   } catch (e) {
     probe.error = (e as Error).message;
     return probe;

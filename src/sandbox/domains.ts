@@ -1,42 +1,49 @@
 /**
- * Sandbox domains: a profile resolved for a workdir and uid, the unit one spawner worker is
- * restricted to and shared by. A domain owns a private directory (the profile's `{tmp}`, owned
- * by the sandbox uid); each session gets its own HOME and TMPDIR beneath it. The workspace is
- * made usable for the sandbox uid once per domain.
+ * Sandbox domains: a profile resolved for a workdir, the unit one spawner worker is restricted
+ * to and shared by. A domain owns a directory (the profile's `{tmp}`), and each session gets a
+ * private directory of its own beneath it for HOME and TMPDIR, created for it and removed after
+ * it ended. When the server is root each session also gets a uid of its own (see `uids.ts`):
+ * its private directory is 0700 and owned by that uid, and the workspace is granted once to
+ * the group all session uids share.
  *
- * A domain is keyed by profile, approved widening, agent, workdir and uid: agents never share
- * one. Sessions of one domain share a Landlock domain, so they can reach each other's temp
- * directories; sessions of different domains cannot. This module must never hand out an
- * enforcing choice whose preparation failed: it throws `SandboxUnavailableError` instead.
+ * A domain is keyed by profile, approved widening, agent and workdir: agents never share one.
+ * Sessions of one domain share a Landlock domain; their own uids keep them from signalling,
+ * tracing or reading each other. This module must never hand out an enforcing choice whose
+ * preparation failed (it throws `SandboxUnavailableError` instead), nor one private directory
+ * or uid to two live sessions.
  *
  * @module
  */
 
 import { InvalidRequestError } from "../sessions/errors.ts";
-import type { Restriction } from "../workers/pool.ts";
+import { type Restriction, Spawner } from "../workers/pool.ts";
 import { existingPaths } from "./fsinfo.ts";
 import {
   assertReachable,
+  createDomainDir,
   createPrivateDir,
   prepareWorkdir,
   type PrivateDir,
   privateEnv,
   removePrivateDir,
-  type SandboxIdentity,
-  sandboxIdentity,
+  type SandboxIds,
+  sandboxIds,
 } from "./identity.ts";
 import { withLimits } from "./limits.ts";
 import type { ResolvedPolicy } from "./policy.ts";
 import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
+import { UidPool } from "./uids.ts";
 import { canonical, widen, type Widening } from "./widening.ts";
 import { SocketListing, socketsToHide } from "./unix_sockets.ts";
 
 /** The profile that means "no sandbox". */
 export const FULL_ACCESS = "full-access";
 
-/** A session's private environment (HOME, TMPDIR); `release` it when the session ends. */
+/** A session's private environment (HOME, TMPDIR) and uid; `release` it when the session ends. */
 export interface SessionDir {
   env: Record<string, string>;
+  /** The uid the session's child must run as (a root server only). */
+  uid?: number;
   release(): void;
 }
 
@@ -50,7 +57,7 @@ export interface SandboxChoice {
   restriction?: Restriction;
   /** Wrap the argv (resource limits). */
   wrap(argv: string[]): string[];
-  /** The session's private directory. */
+  /** The session's private directory and uid. */
   session(): Promise<SessionDir>;
 }
 
@@ -77,19 +84,33 @@ export interface DomainOptions {
 }
 
 interface Domain {
-  root: PrivateDir;
+  /** The profile's `{tmp}`: where its sessions' private directories are made. */
+  root: string;
   policy: ResolvedPolicy;
-  /** A session directory being made ahead of time, so the next session need not wait for it. */
-  spare?: Promise<PrivateDir | undefined>;
+  /** The next session's uid and directory, made ahead so that session need not wait. */
+  spare?: Promise<Reserved>;
+}
+
+/** A uid and private directory set aside for one session. */
+interface Reserved {
+  uid?: number;
+  dir: PrivateDir;
 }
 
 const NO_SESSION_DIR: SessionDir = { env: {}, release() {} };
 
-/** Resolves profiles into domains and owns their private directories. */
+/** The session uids of a root server, and the worker that reaps them. */
+interface Uids {
+  ids: SandboxIds;
+  pool: UidPool;
+  reaper: Spawner;
+}
+
+/** Resolves profiles into domains and owns their private directories and session uids. */
 export class SandboxDomains {
   #opts: DomainOptions;
   #sockets: SocketListing;
-  #identity?: SandboxIdentity | null;
+  #uids?: Uids | null;
   #domains = new Map<string, Promise<Domain>>();
   #prepared = false;
   #closed = false;
@@ -126,19 +147,13 @@ export class SandboxDomains {
     const profile = widen(base, widening, (n) => this.profile(n), FULL_ACCESS);
     name = widening.unsandboxed ? FULL_ACCESS : widening.profile ?? name;
     if (!profile.enforce) return this.#unenforced(name, profile, workdir);
-    const identity = this.#sandboxIdentity();
-    const key = JSON.stringify([
-      name,
-      widening,
-      opts.agent ?? null,
-      workdir,
-      identity?.uid ?? null,
-    ]);
-    let pending = this.#domains.get(key);
+    const uids = this.#sessionUids();
+    const id = JSON.stringify([name, widening, opts.agent ?? null, workdir]);
+    let pending = this.#domains.get(id);
     if (!pending) {
-      pending = this.#create(profile, workdir, identity);
-      this.#domains.set(key, pending);
-      pending.catch(() => this.#domains.delete(key));
+      pending = this.#create(profile, workdir, uids);
+      this.#domains.set(id, pending);
+      pending.catch(() => this.#domains.delete(id));
     }
     const domain = await pending;
     const protectedNow = existingPaths(domain.policy.readOnlySubpaths);
@@ -148,34 +163,60 @@ export class SandboxDomains {
     return {
       profile: name,
       policy: domain.policy,
-      domain: JSON.stringify([key, protectedNow, hiddenNow]),
-      restriction: { policy: domain.policy, uid: identity?.uid, gid: identity?.gid },
+      domain: JSON.stringify([id, protectedNow, hiddenNow]),
+      restriction: { policy: domain.policy, uid: uids?.ids.spawner, gid: uids?.ids.gid },
       wrap: (argv) => withLimits(argv, domain.policy.limits),
-      session: () => this.#sessionDir(domain, identity),
+      session: () => this.#session(domain, uids),
     };
   }
 
-  /** Remove every domain's private directory (server shutdown). */
+  /** Remove every domain's directory and stop the reaper (server shutdown). */
   async close(): Promise<void> {
     this.#closed = true;
+    this.#uids?.reaper.terminate();
     const domains = await Promise.allSettled(this.#domains.values());
     this.#domains.clear();
     for (const d of domains) if (d.status === "fulfilled") await removePrivateDir(d.value.root);
   }
 
-  /** A session directory: the spare made ahead if there is one; then the next spare is made. */
-  async #sessionDir(domain: Domain, identity: SandboxIdentity | null): Promise<SessionDir> {
-    const spare = await domain.spare;
-    const dir = spare ?? await createPrivateDir(identity, domain.root.dir);
-    domain.spare = this.#closed
-      ? undefined
-      : createPrivateDir(identity, domain.root.dir).catch(logged);
+  /**
+   * A session's own uid (root server) and private directory owned by it: the domain's spare,
+   * made ahead while the previous session ran (or a fresh one if there is none or it failed),
+   * never handed to a second session. Its release removes the directory, then returns the uid.
+   */
+  async #session(domain: Domain, uids: Uids | null): Promise<SessionDir> {
+    const spare = domain.spare;
+    domain.spare = undefined;
+    const fresh = () => this.#reserve(domain, uids);
+    const { uid, dir } = await (spare ? spare.catch(fresh) : fresh());
+    if (!this.#closed && !domain.spare) {
+      domain.spare = fresh();
+      domain.spare.catch(() => {}); // a failed spare is replaced by its taker
+    }
+    let released = false;
     return {
       env: privateEnv(dir),
+      uid,
       release: () => {
-        if (!this.#closed) removePrivateDir(dir).catch(logged);
+        if (released || this.#closed) return;
+        released = true;
+        const removed = removePrivateDir(dir.dir);
+        if (uid !== undefined) uids!.pool.give(uid, removed);
+        else removed.catch((err) => console.error(`uexec: cannot remove ${dir.dir}:`, err));
       },
     };
+  }
+
+  /** A uid (root server) and a private directory beneath the domain's, owned by it. */
+  async #reserve(domain: Domain, uids: Uids | null): Promise<Reserved> {
+    const uid = await uids?.pool.take();
+    try {
+      const owner = uid === undefined ? null : { uid, gid: uids!.ids.gid };
+      return { uid, dir: await createPrivateDir(owner, domain.root) };
+    } catch (err) {
+      if (uid !== undefined) uids!.pool.give(uid);
+      throw err;
+    }
   }
 
   #unenforced(name: string, profile: Profile, workdir: string): SandboxChoice {
@@ -189,34 +230,37 @@ export class SandboxDomains {
     };
   }
 
-  #sandboxIdentity(): SandboxIdentity | null {
-    this.#identity ??= sandboxIdentity();
-    return this.#identity;
+  /** The session uids, set up on first use; null when the server is not root. */
+  #sessionUids(): Uids | null {
+    if (this.#uids !== undefined) return this.#uids;
+    const ids = sandboxIds();
+    if (!ids) return this.#uids = null;
+    const reaper = new Spawner();
+    const pool = new UidPool(ids.first, ids.last, (batch) => reaper.reap(batch));
+    this.#uids = { ids, pool, reaper };
+    return this.#uids;
   }
 
-  async #create(
-    profile: Profile,
-    workdir: string,
-    identity: SandboxIdentity | null,
-  ): Promise<Domain> {
-    if (identity) this.#makeReachable(workdir, identity, profile);
-    const root = await createPrivateDir(identity);
-    const policy = this.#resolve(profile, workdir, root.dir);
+  async #create(profile: Profile, workdir: string, uids: Uids | null): Promise<Domain> {
+    if (uids) this.#makeReachable(workdir, uids.ids, profile);
+    const root = await createDomainDir(uids?.ids.gid ?? null);
+    const policy = this.#resolve(profile, workdir, root);
     return { root, policy };
   }
 
   /**
-   * Make the workdir usable by the sandbox uid. Inside the server's workspace, the whole
-   * workspace is granted once (so ancestors up to it are searchable too, and new files inherit
-   * the grant). Outside it nothing is changed: the workdir must already be reachable.
+   * Make the workdir usable by every session uid. Inside the server's workspace, the whole
+   * workspace is granted to the sandbox group once (so ancestors up to it are searchable too,
+   * and new files inherit the grant). Outside it nothing is changed: the workdir must already
+   * be reachable.
    */
-  #makeReachable(workdir: string, identity: SandboxIdentity, profile: Profile): void {
+  #makeReachable(workdir: string, ids: SandboxIds, profile: Profile): void {
     const workspace = this.#opts.workspace;
-    if (!isWithin(workdir, workspace)) return assertReachable(workdir, identity, true);
+    if (!isWithin(workdir, workspace)) return assertReachable(workdir, ids, true);
     if (this.#prepared) return;
     prepareWorkdir(
       workspace,
-      identity,
+      ids,
       profile.readOnlySubpaths.map((sub) => `${workspace}/${sub}`),
     );
     this.#prepared = true;
@@ -234,10 +278,4 @@ export class SandboxDomains {
       denyRead: [...new Set([...policy.denyRead, ...(this.#opts.hidden ?? [])])],
     };
   }
-}
-
-/** Log a failed background upkeep step; the next session makes its directory itself. */
-function logged(err: unknown): undefined {
-  console.error("uexec: private directory upkeep failed:", err);
-  return undefined;
 }

@@ -1,12 +1,17 @@
 /**
  * Who sandboxed children run as, and the files they need to own or reach.
  *
- * When the server runs as root, children run as an unprivileged uid/gid (`UEXEC_SANDBOX_UID` /
- * `UEXEC_SANDBOX_GID`, default 65534) with no supplementary groups and no capabilities. The
- * spawning worker drops to it with raw per-thread system calls (glibc's wrappers would change
- * every thread of the server). The server, still root, gives that uid a private per-session
- * directory and a POSIX ACL grant on the workspace. This module must never drop the identity
- * of a thread other than the caller's, and never grant anything outside the workspace.
+ * When the server runs as root, every session runs as a uid of its own, taken from
+ * `UEXEC_UID_RANGE` (default 2000000000-2000065535), in one shared group (`UEXEC_SANDBOX_GID`,
+ * default: the range's first id) with no supplementary groups and no capabilities. The range's
+ * first uid is never a session's: it is what spawning threads rest as between spawns. A
+ * spawning worker keeps only CAP_SETUID and CAP_SETGID, permitted but not effective, and
+ * switches its own thread to the session's uid just around one spawn, with raw per-thread
+ * system calls (glibc's wrappers would change every thread of the server). The server, still
+ * root, gives each session a private directory owned by its uid (mode 0700) and grants the
+ * group a POSIX ACL entry on the workspace. This module must never change the credentials of a
+ * thread other than the caller's, never let a child keep a capability, and never grant
+ * anything outside the workspace.
  *
  * @module
  */
@@ -18,42 +23,110 @@ import {
   permits,
   readAcl,
   TAG,
-  withUserGrant,
+  withGrant,
   writeAcl,
 } from "./acl.ts";
 import { SandboxUnavailableError } from "./errors.ts";
 import { realPathOrSelf } from "./fsinfo.ts";
-import { E, OsError } from "../ffi/libc.ts";
-import { checkedSyscall, SYS, threadEuid } from "./syscalls.ts";
+import { E, errno, libc, OsError, rawSyscall } from "../ffi/libc.ts";
+import { checkedSyscall, prctl, SYS, threadEuid } from "./syscalls.ts";
 
-/** The credentials sandboxed children run as. */
+/** The credentials one sandboxed session runs as. */
 export interface SandboxIdentity {
   uid: number;
   gid: number;
 }
 
-const NOBODY = 65534;
+/** The ids a root server hands out: a uid per session from a range, one shared group. */
+export interface SandboxIds {
+  /** The uid spawning threads rest as between spawns (the range's first); never a session's. */
+  spawner: number;
+  /** The first and last uid handed to sessions. */
+  first: number;
+  last: number;
+  /** The group every session runs in; the workspace ACL grants it. */
+  gid: number;
+}
 
-function idFromEnv(name: string): number {
-  const raw = Deno.env.get(name);
-  if (raw === undefined || raw === "") return NOBODY;
+/** The default uid range: above systemd's container ranges, below its "foreign" range. */
+export const DEFAULT_UID_RANGE = "2000000000-2000065535";
+
+function validId(raw: string): number | undefined {
+  if (!/^\d+$/.test(raw)) return undefined;
   const id = Number(raw);
-  if (!Number.isInteger(id) || id <= 0 || id >= 0xffffffff) {
-    throw new SandboxUnavailableError(`${name}=${raw} is not a valid non-root id`);
+  return id > 0 && id < 0xffffffff ? id : undefined;
+}
+
+/** The ids of an /etc/passwd or /etc/group style file in [first, last]; none if it is absent. */
+function idsInFile(path: string, first: number, last: number): string[] {
+  let text = "";
+  try {
+    text = Deno.readTextFileSync(path);
+  } catch (e) {
+    if (!(e instanceof Deno.errors.NotFound)) throw e;
   }
-  return id;
+  const found: string[] = [];
+  for (const line of text.split("\n")) {
+    const [name, , id] = line.split(":");
+    if (id === undefined || !/^\d+$/.test(id)) continue;
+    const n = Number(id);
+    if (n >= first && n <= last) found.push(`${name} (${n})`);
+  }
+  return found;
 }
 
 /**
- * The identity children drop to: null when the server is not root (children keep the server's
- * uid, which already has no privileges to lose). Explicit values win over the environment.
+ * The ids sessions run as: null when the server is not root (children keep the server's uid,
+ * which has no privileges to lose, and sessions are not isolated from each other). Reads
+ * `UEXEC_UID_RANGE` ("first-last", at least two ids) and `UEXEC_SANDBOX_GID`, and refuses a
+ * range that holds a user of /etc/passwd, or a default group id that /etc/group already uses.
+ */
+export function sandboxIds(
+  env: (name: string) => string | undefined = Deno.env.get,
+): SandboxIds | null {
+  if (threadEuid() !== 0) return null;
+  const rawRange = env("UEXEC_UID_RANGE") || DEFAULT_UID_RANGE;
+  const m = /^(\d+)-(\d+)$/.exec(rawRange);
+  const first = m ? validId(m[1]) : undefined;
+  const last = m ? validId(m[2]) : undefined;
+  if (first === undefined || last === undefined || last <= first) {
+    throw new SandboxUnavailableError(
+      `UEXEC_UID_RANGE=${rawRange} is not a range "first-last" of at least two non-root uids`,
+    );
+  }
+  const users = idsInFile("/etc/passwd", first, last);
+  if (users.length > 0) {
+    throw new SandboxUnavailableError(
+      `UEXEC_UID_RANGE=${rawRange} overlaps existing users: ${users.slice(0, 3).join(", ")}`,
+    );
+  }
+  const rawGid = env("UEXEC_SANDBOX_GID");
+  let gid = first;
+  if (rawGid) {
+    const id = validId(rawGid);
+    if (id === undefined) {
+      throw new SandboxUnavailableError(`UEXEC_SANDBOX_GID=${rawGid} is not a valid non-root id`);
+    }
+    gid = id;
+  } else {
+    const groups = idsInFile("/etc/group", gid, gid);
+    if (groups.length > 0) {
+      throw new SandboxUnavailableError(
+        `the default sandbox group ${gid} is taken by ${groups[0]}; set UEXEC_SANDBOX_GID`,
+      );
+    }
+  }
+  return { spawner: first, first: first + 1, last, gid };
+}
+
+/**
+ * The identity a spawning thread rests as: the range's first uid and the sandbox group unless
+ * `explicit` says otherwise; null when the server is not root.
  */
 export function sandboxIdentity(explicit: Partial<SandboxIdentity> = {}): SandboxIdentity | null {
-  if (threadEuid() !== 0) return null;
-  const identity = {
-    uid: explicit.uid ?? idFromEnv("UEXEC_SANDBOX_UID"),
-    gid: explicit.gid ?? idFromEnv("UEXEC_SANDBOX_GID"),
-  };
+  const ids = sandboxIds();
+  if (!ids) return null;
+  const identity = { uid: explicit.uid ?? ids.spawner, gid: explicit.gid ?? ids.gid };
   if (identity.uid === 0 || identity.gid === 0) {
     throw new SandboxUnavailableError("the sandbox uid and gid must not be 0");
   }
@@ -61,6 +134,17 @@ export function sandboxIdentity(explicit: Partial<SandboxIdentity> = {}): Sandbo
 }
 
 const CAPABILITY_VERSION_3 = 0x20080522;
+const CAP_SETGID = 6;
+const CAP_SETUID = 7;
+/** CAP_SETUID and CAP_SETGID as a capability bit set (low word). */
+const SWITCH_CAPS = (1 << CAP_SETGID) | (1 << CAP_SETUID);
+const PR_SET_KEEPCAPS = 8;
+const PR_CAPBSET_READ = 23;
+const PR_CAPBSET_DROP = 24;
+const PR_CAP_AMBIENT = 47;
+const PR_CAP_AMBIENT_IS_SET = 1;
+const PR_CAP_AMBIENT_CLEAR_ALL = 4;
+const SIGKILL = 9;
 
 /** The calling thread's real, effective and saved ids, read with `getres[ug]id`. */
 function threadIds(nr: number, name: string): string {
@@ -78,62 +162,160 @@ function threadCapabilities(): string {
   return Array.from(data, (n) => n.toString(16)).join(" ");
 }
 
-/**
- * Drops the calling thread (and the children it spawns afterwards) to `identity`: no
- * supplementary groups, then real/effective/saved gid and uid. Verifies the result with system
- * calls (not /proc, which may be mounted with hidepid by then): the ids, no groups, and every
- * capability set empty (the ambient set cannot outgrow the empty permitted set).
- */
-export function dropThreadIdentity(identity: SandboxIdentity): void {
-  const { uid, gid } = identity;
-  checkedSyscall("setgroups(0)", SYS.setgroups, 0, null);
-  checkedSyscall("setresgid", SYS.setresgid, gid, gid, gid);
-  checkedSyscall("setresuid", SYS.setresuid, uid, uid, uid);
-  const checks: [string, string, string][] = [
-    ["uids", threadIds(SYS.getresuid, "getresuid"), `${uid} ${uid} ${uid}`],
-    ["gids", threadIds(SYS.getresgid, "getresgid"), `${gid} ${gid} ${gid}`],
-    ["supplementary groups", String(checkedSyscall("getgroups", SYS.getgroups, 0, null)), "0"],
-    ["capabilities", threadCapabilities(), "0 0 0 0 0 0"],
-  ];
-  for (const [what, got, want] of checks) {
+const capHeader = new Uint8Array(new Uint32Array([CAPABILITY_VERSION_3, 0]).buffer);
+const capsRaised = new Uint8Array(new Uint32Array([SWITCH_CAPS, SWITCH_CAPS, 0, 0, 0, 0]).buffer);
+const capsLowered = new Uint8Array(new Uint32Array([0, SWITCH_CAPS, 0, 0, 0, 0]).buffer);
+
+/** Sets the calling thread's capabilities: only the switch caps permitted, effective if `raised`. */
+function setSwitchCaps(raised: boolean): void {
+  checkedSyscall("capset", SYS.capset, capHeader, raised ? capsRaised : capsLowered);
+}
+
+/** Capabilities still in the calling thread's bounding or ambient set, as numbers. */
+function boundingAndAmbient(): number[] {
+  const left: number[] = [];
+  for (let cap = 0; cap < 64; cap++) {
+    const bounded = rawSyscall(SYS.prctl, PR_CAPBSET_READ, cap);
+    if (bounded === -1) break;
+    if (bounded === 1 || rawSyscall(SYS.prctl, PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, cap) === 1) {
+      left.push(cap);
+    }
+  }
+  return left;
+}
+
+function verify(checks: [string, string, string][], what: string): void {
+  for (const [name, got, want] of checks) {
     if (got !== want) {
       throw new SandboxUnavailableError(
-        `identity drop did not hold: ${what} are "${got}", expected "${want}"`,
+        `${what} did not hold: ${name} are "${got}", expected "${want}"`,
       );
     }
   }
 }
 
+/** The uid the calling thread rests as, once it entered the spawner identity. */
+let restingUid: number | undefined;
+/** Why the thread could not return to rest after a spawn; it must never spawn again. */
+let stuck: string | undefined;
+
+/**
+ * Turns the calling (root) thread into a spawner that can switch to session uids and nothing
+ * else: an empty bounding and ambient set (so no child can ever gain a capability, even as
+ * root), KEEPCAPS, then no supplementary groups, gid `ids.gid` and uid `ids.spawner` for real,
+ * effective and saved ids, keeping only CAP_SETUID and CAP_SETGID, permitted but not
+ * effective. Verifies the result with system calls (not /proc, which may be mounted with
+ * hidepid by then). Call it once, before Landlock and seccomp.
+ */
+export function enterSpawnerIdentity(ids: { uid: number; gid: number }): void {
+  const { uid, gid } = ids;
+  for (let cap = 0; rawSyscall(SYS.prctl, PR_CAPBSET_READ, cap) !== -1; cap++) {
+    prctl(`PR_CAPBSET_DROP(${cap})`, PR_CAPBSET_DROP, cap);
+  }
+  prctl("PR_CAP_AMBIENT_CLEAR_ALL", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  prctl("PR_SET_KEEPCAPS", PR_SET_KEEPCAPS, 1);
+  checkedSyscall("setgroups(0)", SYS.setgroups, 0, null);
+  checkedSyscall("setresgid", SYS.setresgid, gid, gid, gid);
+  checkedSyscall("setresuid", SYS.setresuid, uid, uid, uid);
+  setSwitchCaps(false);
+  verify([
+    ["uids", threadIds(SYS.getresuid, "getresuid"), `${uid} ${uid} ${uid}`],
+    ["gids", threadIds(SYS.getresgid, "getresgid"), `${gid} ${gid} ${gid}`],
+    ["supplementary groups", String(checkedSyscall("getgroups", SYS.getgroups, 0, null)), "0"],
+    ["capabilities", threadCapabilities(), `0 ${SWITCH_CAPS.toString(16)} 0 0 0 0`],
+    ["bounding or ambient capabilities", boundingAndAmbient().join(" "), ""],
+  ], "spawner identity");
+  restingUid = uid;
+}
+
+/** Whether the calling thread entered the spawner identity (so every spawn needs a uid). */
+export function switchesUid(): boolean {
+  return restingUid !== undefined;
+}
+
+/**
+ * Runs `fn` with the calling spawner thread switched to `uid` (real, effective and saved), so
+ * what it spawns runs as `uid`; the thread returns to its resting uid afterwards. Children keep
+ * no capability: execve of a non-root program with no file capabilities empties every set.
+ */
+export function withThreadUid<T>(uid: number, fn: () => T): T {
+  const rest = restingUid;
+  if (rest === undefined) throw new Error("this thread has not entered the spawner identity");
+  if (stuck) throw new SandboxUnavailableError(`spawner credentials are stuck: ${stuck}`);
+  if (uid === 0 || uid === rest) throw new Error(`uid ${uid} is not a session uid`);
+  setSwitchCaps(true);
+  try {
+    checkedSyscall("setresuid(session)", SYS.setresuid, uid, uid, uid);
+    return fn();
+  } finally {
+    try {
+      checkedSyscall("setresuid(rest)", SYS.setresuid, rest, rest, rest);
+      setSwitchCaps(false);
+    } catch (e) {
+      stuck = String(e);
+    }
+  }
+}
+
+/**
+ * Sends SIGKILL to every process of `uid` (what `kill(-1)` reaches as that uid: its own
+ * processes, not the calling process). Call it on an unrestricted root thread that spawns
+ * nothing: it takes the uid as real and effective id for the call only, keeping root as saved
+ * id to return to. A fork under way is covered: the kernel hands such a signal to the new child.
+ */
+export function killAllOf(uid: number): void {
+  if (uid === 0) throw new Error("refusing to kill every process of root");
+  checkedSyscall("setresuid(reap)", SYS.setresuid, uid, uid, 0);
+  const rc = libc().kill(-1, SIGKILL);
+  const code = rc === -1 ? errno() : 0;
+  checkedSyscall("setresuid(root)", SYS.setresuid, 0, 0, 0);
+  if (rc === -1 && code !== E.ESRCH) throw new OsError(`kill(-1) as ${uid}`, code);
+}
+
 /** A session's private directory: HOME and TMPDIR for its children. */
 export interface PrivateDir {
-  /** The directory itself (mode 0700, owned by the sandbox identity): TMPDIR, and a writable root. */
+  /** The directory itself (mode 0700, owned by the session's uid): TMPDIR. */
   dir: string;
   /** HOME, a subdirectory of `dir`. */
   home: string;
 }
 
 /**
- * Creates a private directory for one session beneath `base` (default: the system temp dir),
- * owned by `identity` when given, mode 0700, with a `home` subdirectory. The file operations
- * run off the calling thread.
+ * Creates the directory a domain's sessions get their private directories in (the profile's
+ * `{tmp}`): owned by root and the sandbox group with mode 0710 when `gid` is given (sessions
+ * may pass through it but neither list nor change it), else owned by the server, mode 0700.
+ */
+export async function createDomainDir(gid: number | null): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "uexec-domain-" });
+  if (gid !== null) {
+    await Deno.chown(dir, 0, gid);
+    await Deno.chmod(dir, 0o710);
+  }
+  return dir;
+}
+
+/**
+ * Creates a private directory for one session beneath `base`, mode 0700, with a `home`
+ * subdirectory, both owned by `owner` when given. The file operations run off the calling
+ * thread.
  */
 export async function createPrivateDir(
-  identity: SandboxIdentity | null,
-  base?: string,
+  owner: SandboxIdentity | null,
+  base: string,
 ): Promise<PrivateDir> {
   const dir = await Deno.makeTempDir({ prefix: "uexec-session-", dir: base });
   const home = `${dir}/home`;
   await Deno.mkdir(home, { mode: 0o700 });
   for (const path of [dir, home]) {
     await Deno.chmod(path, 0o700);
-    if (identity) await Deno.chown(path, identity.uid, identity.gid);
+    if (owner) await Deno.chown(path, owner.uid, owner.gid);
   }
   return { dir, home };
 }
 
-/** Removes a session's private directory and everything in it, off the calling thread. */
-export async function removePrivateDir(dir: PrivateDir): Promise<void> {
-  await Deno.remove(dir.dir, { recursive: true });
+/** Removes a private directory and everything in it, off the calling thread. */
+export async function removePrivateDir(dir: string): Promise<void> {
+  await Deno.remove(dir, { recursive: true });
 }
 
 /** The environment entries that point a child at its private directory. */
@@ -145,9 +327,10 @@ function ownerOf(info: Deno.FileInfo): Owner {
   return { uid: info.uid ?? 0, gid: info.gid ?? 0, mode: (info.mode ?? 0) & 0o7777 };
 }
 
-function canAccess(path: string, identity: SandboxIdentity, want: number): boolean {
+/** Whether any session (a uid of the range that owns nothing, in the group) gets `want`. */
+function canAccess(path: string, ids: SandboxIds, want: number): boolean {
   const owner = ownerOf(Deno.statSync(path));
-  return permits(owner, readAcl(path, "access"), identity.uid, identity.gid, want);
+  return permits(owner, readAcl(path, "access"), ids.first, ids.gid, want);
 }
 
 function parentsOf(path: string): string[] {
@@ -162,23 +345,23 @@ function describe(path: string): string {
   })`;
 }
 
-function grant(path: string, info: Deno.FileInfo, identity: SandboxIdentity): number {
+function grant(path: string, info: Deno.FileInfo, gid: number): number {
   const owner = ownerOf(info);
   const perm = info.isDirectory ? 7 : PERM.R | PERM.W | ((owner.mode >> 6) & PERM.X);
   let changed = 0;
   const access = readAcl(path, "access");
-  if (!permits(owner, access, identity.uid, identity.gid, perm)) {
-    writeAcl(path, "access", withUserGrant(access ?? aclFromMode(owner.mode), identity.uid, perm));
+  if (!permits(owner, access, -1, gid, perm)) {
+    writeAcl(path, "access", withGrant(access ?? aclFromMode(owner.mode), TAG.GROUP, gid, perm));
     changed++;
   }
   if (info.isDirectory) {
     const defaults = readAcl(path, "default");
-    const named = defaults?.find((e) => e.tag === TAG.USER && e.id === identity.uid);
+    const named = defaults?.find((e) => e.tag === TAG.GROUP && e.id === gid);
     if (named?.perm !== 7) {
       writeAcl(
         path,
         "default",
-        withUserGrant(defaults ?? aclFromMode(owner.mode), identity.uid, 7),
+        withGrant(defaults ?? aclFromMode(owner.mode), TAG.GROUP, gid, 7),
       );
       changed++;
     }
@@ -186,80 +369,72 @@ function grant(path: string, info: Deno.FileInfo, identity: SandboxIdentity): nu
   return changed;
 }
 
-function grantTree(path: string, identity: SandboxIdentity, skip: Set<string>): number {
+function grantTree(path: string, gid: number, skip: Set<string>): number {
   if (skip.has(path)) return 0;
   const info = Deno.lstatSync(path);
   if (!info.isDirectory && !info.isFile) return 0;
-  let changed = grant(path, info, identity);
+  let changed = grant(path, info, gid);
   if (info.isDirectory) {
     for (const entry of Deno.readDirSync(path)) {
-      changed += grantTree(`${path}/${entry.name}`, identity, skip);
+      changed += grantTree(`${path}/${entry.name}`, gid, skip);
     }
   }
   return changed;
 }
 
-function unusable(
-  workdir: string,
-  identity: SandboxIdentity,
-  why: string,
-  fix: string,
-): SandboxUnavailableError {
+function unusable(workdir: string, ids: SandboxIds, why: string, fix: string) {
   return new SandboxUnavailableError(
-    `workdir ${workdir} cannot be used by the sandbox uid ${identity.uid}: ${why}. Fix: ${fix}`,
+    `workdir ${workdir} cannot be used by the sandbox group ${ids.gid}: ${why}. Fix: ${fix}`,
   );
 }
 
 /**
- * Checks, without changing anything, that `identity` can reach `workdir`: it must be an
- * existing directory whose ancestors (and, with `self`, itself) let the uid search them.
- * Throws a {@link SandboxUnavailableError} that says why and how to fix it.
+ * Checks, without changing anything, that every session can reach `workdir`: it must be an
+ * existing directory whose ancestors (and, with `self`, itself) let the sandbox group search
+ * them. Throws a {@link SandboxUnavailableError} that says why and how to fix it.
  */
-export function assertReachable(workdir: string, identity: SandboxIdentity, self = false): void {
+export function assertReachable(workdir: string, ids: SandboxIds, self = false): void {
   let info: Deno.FileInfo;
   try {
     info = Deno.statSync(workdir);
   } catch (e) {
     const why = e instanceof Deno.errors.NotFound ? "it does not exist" : String(e);
-    throw unusable(workdir, identity, why, "create it, or pass an existing workdir");
+    throw unusable(workdir, ids, why, "create it, or pass an existing workdir");
   }
   if (!info.isDirectory) {
-    throw unusable(workdir, identity, "it is not a directory", "pass a directory");
+    throw unusable(workdir, ids, "it is not a directory", "pass a directory");
   }
   const real = Deno.realPathSync(workdir);
   const dirs = [...parentsOf(workdir), ...parentsOf(real), ...(self ? [real] : [])];
   for (const parent of new Set(dirs)) {
-    if (!canAccess(parent, identity, PERM.X)) {
+    if (!canAccess(parent, ids, PERM.X)) {
       throw unusable(
         workdir,
-        identity,
+        ids,
         `${parent === real ? "the directory" : "its ancestor"} ${describe(parent)} ` +
-          `does not let uid ${identity.uid} search it`,
-        `move the workspace elsewhere, or allow search with "setfacl -m u:${identity.uid}:x ${parent}" ` +
-          `(or "chmod o+x ${parent}"), or set UEXEC_SANDBOX_UID to a uid that can reach it`,
+          `does not let group ${ids.gid} search it`,
+        `move the workspace elsewhere, or allow search with "setfacl -m g:${ids.gid}:x ${parent}" ` +
+          `(or "chmod o+x ${parent}")`,
       );
     }
   }
 }
 
 /**
- * Makes `workdir` usable by `identity` (call as root, before spawning): every ancestor must
- * already let it search (nothing outside the workspace is changed), then the workspace tree
- * gets an ACL entry granting the uid rw (rwx on directories, x on files whose owner has x) and
- * a default ACL so files created later inherit it. Paths in `skip` (read-only subpaths) are
- * left alone. Returns how many ACLs were written. Throws a {@link SandboxUnavailableError}
- * that says why and how to fix it when the workspace cannot be made usable.
+ * Makes `workdir` usable by every session (call as root, before spawning): every ancestor must
+ * already let the sandbox group search (nothing outside the workspace is changed), then the
+ * workspace tree gets an ACL entry granting the group rw (rwx on directories, x on files whose
+ * owner has x) and a default ACL, so files a session creates (owned by its own uid) stay
+ * writable by the next session's uid. Paths in `skip` (read-only subpaths) are left alone.
+ * Returns how many ACLs were written. Throws a {@link SandboxUnavailableError} that says why
+ * and how to fix it when the workspace cannot be made usable.
  */
-export function prepareWorkdir(
-  workdir: string,
-  identity: SandboxIdentity,
-  skip: string[] = [],
-): number {
-  assertReachable(workdir, identity);
+export function prepareWorkdir(workdir: string, ids: SandboxIds, skip: string[] = []): number {
+  assertReachable(workdir, ids);
   const real = Deno.realPathSync(workdir);
   try {
     const skipReal = skip.map(realPathOrSelf);
-    return grantTree(real, identity, new Set(skipReal));
+    return grantTree(real, ids.gid, new Set(skipReal));
   } catch (e) {
     if (!(e instanceof OsError)) throw e;
     const why = e.errno === E.EOPNOTSUPP
@@ -269,10 +444,10 @@ export function prepareWorkdir(
       : e.message;
     throw unusable(
       workdir,
-      identity,
+      ids,
       why,
-      `give uid ${identity.uid} write access yourself (e.g. "chown -R ${identity.uid}:${identity.gid} ${workdir}"), ` +
-        `or put the workspace on a file system with ACL support`,
+      `give group ${ids.gid} write access yourself (e.g. "chgrp -R ${ids.gid} ${workdir} && ` +
+        `chmod -R g+rwXs ${workdir}"), or put the workspace on a file system with ACL support`,
     );
   }
 }

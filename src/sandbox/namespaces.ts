@@ -56,6 +56,7 @@ export interface NamespacePlan {
   /**
    * Mount a new devpts instance over /dev/pts: terminals opened by this thread belong to it and
    * are invisible to every other domain (whose children could otherwise open them by path).
+   * Each terminal is mode 0600, owned by the uid that opened it: the session's own.
    */
   privateTerminals: boolean;
   /** Unix sockets to cover, when they still are sockets and `reachable` refuses their real path. */
@@ -178,7 +179,7 @@ export function enterNamespaces(plan: NamespacePlan): void {
       cString("/dev/pts"),
       cString("devpts"),
       MS_NOSUID | MS_NOEXEC,
-      cString("newinstance,ptmxmode=0666,mode=0620"),
+      cString("newinstance,ptmxmode=0666,mode=0600"),
     );
   }
   if (plan.hideProcesses) {

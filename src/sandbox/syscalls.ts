@@ -24,6 +24,7 @@ export const SYS = {
   getresuid: 118,
   getresgid: 120,
   capget: 125,
+  capset: 126,
   setresuid: 117,
   setresgid: 119,
   prctl: 157,

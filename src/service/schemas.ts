@@ -42,6 +42,14 @@ const size = z.number().int().min(1).max(1000);
 const maxTokens = z.number().int().min(1).max(MAX_OUTPUT_TOKENS).default(DEFAULT_MAX_OUTPUT_TOKENS);
 const yieldMs = z.number().int().min(0);
 
+/** How a call's output is shown (`output_mode`); front doors pick the default. */
+export const OutputMode = z.enum(["raw", "plain", "screen"]);
+const OUTPUT_MODE_HELP = "raw: the bytes as they came (escape sequences and all); plain: what a " +
+  "reader sees, line by line (colours and other escape sequences removed, carriage-return " +
+  "redraws and backspaces applied); screen: the terminal as it looks now, as `screen`, with " +
+  "`output` holding the lines that scrolled off since the last call (needs screen: true).";
+const outputMode = OutputMode.default("raw").describe(OUTPUT_MODE_HELP);
+
 /** `POST /v1/exec_command`. */
 export const ExecBody = z.strictObject({
   cmd: z.string().min(1).max(65_536).refine(noNul, "must not contain NUL")
@@ -89,6 +97,11 @@ export const ExecBody = z.strictObject({
     .describe("The question shown to the approver with require_escalated."),
   timeout_ms: z.number().int().min(1).max(86_400_000).optional()
     .describe("Kill the command this many milliseconds after it started."),
+  output_mode: outputMode,
+  screen: z.boolean().default(false).describe(
+    "Follow the session with a terminal emulator, so output_mode screen and " +
+      "GET /v1/sessions/{id}/screen can show it (tty only). Implied by output_mode screen.",
+  ),
 });
 
 /** `POST /v1/approvals/{id}`. */
@@ -116,6 +129,7 @@ export const WriteBody = z.strictObject({
   max_output_tokens: maxTokens.describe("Output token budget. Default 10000."),
   until: untilPattern.optional()
     .describe("JavaScript regular expression: return as soon as the output of this call matches."),
+  output_mode: outputMode,
 });
 
 /** `POST /v1/sessions/{id}/resize`. */

@@ -24,6 +24,7 @@ import { InvalidRequestError } from "../sessions/errors.ts";
 import type { CallResult, KillResult, SessionManager } from "../sessions/manager.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
 import { treeUsage, type Usage } from "../sessions/usage.ts";
+import type { ScreenSnapshot } from "../output/screen.ts";
 import type { AgentInfo, AgentRegistry } from "./agents.ts";
 import { ForbiddenError, ownerOf, type Principal, requireOperator } from "./principal.ts";
 import {
@@ -119,6 +120,8 @@ export class Service {
         maxOutputTokens: body.max_output_tokens,
         until: body.until,
         timeoutMs: body.timeout_ms,
+        screen: body.screen,
+        outputMode: body.output_mode,
       },
       profile,
       escalation,
@@ -135,6 +138,7 @@ export class Service {
       yieldMs: writeYield(body.chars, body.yield_time_ms),
       maxOutputTokens: body.max_output_tokens,
       until: body.until,
+      outputMode: body.output_mode,
     });
   }
 
@@ -236,6 +240,16 @@ export class Service {
     this.#deps.approvals.cancelAgent(name);
     const killed = await this.#deps.manager.killOwner(name);
     return { ...agent, sessions_killed: killed };
+  }
+
+  // Output modes (issue 12): the terminal screen of a session.
+
+  /**
+   * What one of the principal's sessions shows on its terminal now, with the lines scrolled
+   * off since the last look; 400 for a session started without `screen: true`.
+   */
+  screen(principal: Principal, id: number): Promise<ScreenSnapshot> {
+    return this.#deps.manager.screen(id, scope(principal));
   }
 
   // --- Dashboard: the operator's browser sign-in (token exchanged once for a cookie session).

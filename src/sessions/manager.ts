@@ -17,6 +17,7 @@ import { whenGone } from "../pty/gone.ts";
 import { killSessions, SIGNALS } from "../pty/signals.ts";
 import type { Spawned } from "../pty/spawn.ts";
 import type { Truncator } from "../output/truncator.ts";
+import { ScreenHost, type ScreenSnapshot, type ScreenView } from "../output/screen.ts";
 import type { SandboxChoice, SessionDir } from "../sandbox/domains.ts";
 import { type Denial, detectDenial } from "../sandbox/denial.ts";
 import { type SpawnerPool, SpawnFailure } from "../workers/pool.ts";
@@ -24,6 +25,12 @@ import { collect, type Collected } from "./collect.ts";
 import { childEnv } from "./env.ts";
 import { InvalidRequestError, SessionLimitError, UnknownSessionError } from "./errors.ts";
 import { Session, type SessionInfo } from "./session.ts";
+
+/**
+ * How a call's output is shown: `raw` as the bytes came (decoded), `plain` as a reader sees
+ * the lines, `screen` as the terminal shows it now (sessions with a screen only).
+ */
+export type OutputMode = "raw" | "plain" | "screen";
 
 /** A validated `exec_command` request. */
 export interface ExecRequest {
@@ -45,6 +52,9 @@ export interface ExecRequest {
   sandbox: SandboxChoice;
   /** Kill the session this long after it started. */
   timeoutMs?: number;
+  /** Follow the session with a terminal emulator (tty only), for `screen` output. */
+  screen?: boolean;
+  outputMode?: OutputMode;
 }
 
 /** A validated `write_stdin` request. */
@@ -56,6 +66,7 @@ export interface WriteRequest {
   yieldMs: number;
   maxOutputTokens: number;
   until?: RegExp;
+  outputMode?: OutputMode;
 }
 
 /** The result of one tool call. */
@@ -70,6 +81,8 @@ export interface CallResult {
   /** True when the session was killed because its `timeout_ms` expired. */
   timed_out?: boolean;
   sandbox: SandboxReport;
+  /** With `output_mode: "screen"`: the terminal now (`output` holds the lines scrolled off). */
+  screen?: ScreenView;
 }
 
 /** What the sandbox did to a command, as reported to the caller. */
@@ -98,6 +111,8 @@ export interface ManagerOptions {
   truncator: Truncator;
   /** How long a killed child gets between SIGTERM and SIGKILL. */
   killGraceMs?: number;
+  /** Where `screen` sessions' emulators run (one is made when absent). */
+  screens?: ScreenHost;
 }
 
 const PROTECTED_RECENT = 8;
@@ -141,9 +156,11 @@ export class SessionManager {
   /** Ids being started, with their owners. */
   #reserved = new Map<number, string>();
   #encoder = new TextEncoder();
+  #screens: ScreenHost;
 
   constructor(opts: ManagerOptions) {
     this.#opts = opts;
+    this.#screens = opts.screens ?? new ScreenHost();
   }
 
   /** Sessions in the store, oldest first: all, or `owner`'s only. */
@@ -166,6 +183,11 @@ export class SessionManager {
   /** Run `exec_command`. */
   async exec(req: ExecRequest): Promise<CallResult> {
     const started = performance.now();
+    if ((req.screen || req.outputMode === "screen") && !req.tty) {
+      throw new InvalidRequestError(
+        "screen: a screen follows a terminal; it needs tty: true (use output_mode plain instead)",
+      );
+    }
     const id = await this.#reserve(req.owner, req.maxSessions);
     let session: Session;
     try {
@@ -183,13 +205,14 @@ export class SessionManager {
       tty: req.tty,
     });
     const collected = await collect(session, { yieldMs: req.yieldMs, until: req.until });
-    return await this.#result(session, collected, started, req.maxOutputTokens);
+    return await this.#result(session, collected, started, req);
   }
 
   /** Run `write_stdin`. */
   async write(req: WriteRequest): Promise<CallResult> {
     const started = performance.now();
     const session = this.get(req.sessionId, req.owner);
+    if (req.outputMode === "screen") screenOf(session);
     session.touch();
     if (req.chars.length > 0) {
       this.#opts.bus.publish({
@@ -201,21 +224,31 @@ export class SessionManager {
       this.#send(session, req.chars);
     }
     const collected = await collect(session, { yieldMs: req.yieldMs, until: req.until });
-    return await this.#result(session, collected, started, req.maxOutputTokens);
+    return await this.#result(session, collected, started, req);
+  }
+
+  /**
+   * What a session's terminal shows now, with the lines scrolled off since the last look;
+   * `InvalidRequestError` for a session started without `screen: true`.
+   */
+  async screen(id: number, owner?: string): Promise<ScreenSnapshot> {
+    const session = this.get(id, owner);
+    session.touch();
+    return await screenOf(session).snapshot();
   }
 
   /** Kill a session's whole process tree and return what output was left. */
   async kill(id: number, owner?: string): Promise<KillResult> {
     const session = this.get(id, owner);
     await this.#terminate([session], "kill");
-    this.#sessions.delete(id);
+    this.#remove(session);
     return { exit_code: session.exit!.code, output: session.take().text };
   }
 
   /** Kill every session of `owner` (its credential was revoked); returns how many. */
   async killOwner(owner: string): Promise<number> {
     const sessions = this.#owned(owner);
-    for (const s of sessions) this.#sessions.delete(s.id);
+    for (const s of sessions) this.#remove(s);
     await this.#terminate(sessions, "revoke");
     return sessions.length;
   }
@@ -226,6 +259,7 @@ export class SessionManager {
     if (!session.tty) throw new InvalidRequestError("session is not a tty; it cannot be resized");
     session.touch();
     session.child.resize(size);
+    session.screen?.resize(size);
   }
 
   /** Send a signal to a session's process group. */
@@ -237,13 +271,21 @@ export class SessionManager {
 
   /** Kill every session (server shutdown). */
   async shutdown(): Promise<void> {
-    await this.#terminate([...this.#sessions.values()], "shutdown");
-    this.#sessions.clear();
+    const all = [...this.#sessions.values()];
+    await this.#terminate(all, "shutdown");
+    for (const s of all) this.#remove(s);
+    this.#screens.close();
   }
 
   /** Sessions in the store. */
   get size(): number {
     return this.#sessions.size;
+  }
+
+  /** Take a session out of the store and drop its emulator. */
+  #remove(session: Session): void {
+    this.#sessions.delete(session.id);
+    session.dispose();
   }
 
   /** Sessions of `owner` (all when undefined), oldest first. */
@@ -266,7 +308,7 @@ export class SessionManager {
             "end one with DELETE /v1/sessions/{id}",
         );
       }
-      this.#sessions.delete(victim.id);
+      this.#remove(victim);
       await this.#terminate([victim], "prune");
     }
     let id: number;
@@ -288,6 +330,7 @@ export class SessionManager {
       dir = await sandbox.session();
       pipes = req.tty ? undefined : openPipes();
       spawned = await lease.spawner.spawn({
+        uid: dir.uid,
         argv: command,
         env: childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env }),
         cwd: req.workdir,
@@ -314,6 +357,9 @@ export class SessionManager {
         tty: req.tty,
         profile: sandbox.profile,
         policy: sandbox.policy,
+        screen: req.screen || req.outputMode === "screen"
+          ? this.#screens.open(req.size)
+          : undefined,
       },
       (s, status) => {
         clearTimeout(timeout);
@@ -355,9 +401,19 @@ export class SessionManager {
     session: Session,
     got: Collected,
     started: number,
-    maxTokens: number,
+    req: { maxOutputTokens: number; outputMode?: OutputMode },
   ): Promise<CallResult> {
-    const fitted = await this.#opts.truncator.fit(got.text, maxTokens);
+    let text = got.text;
+    let screen: ScreenView | undefined;
+    if (req.outputMode === "plain") text = session.plain(got.text);
+    else session.forgetPlain();
+    if (req.outputMode === "screen") {
+      const { scrolled, scrolled_lost, ...view } = await screenOf(session).snapshot();
+      screen = view;
+      text = (scrolled_lost ? `${SCROLLED_LOST}\n` : "") +
+        scrolled.map((line) => `${line}\n`).join("");
+    }
+    const fitted = await this.#opts.truncator.fit(text, req.maxOutputTokens);
     const result: CallResult = {
       chunk_id: chunkId(),
       wall_time_seconds: (performance.now() - started) / 1000,
@@ -366,6 +422,7 @@ export class SessionManager {
       truncated: fitted.truncated,
       sandbox: { profile: session.profile, denied: false },
     };
+    if (screen) result.screen = screen;
     if (got.exited) {
       result.exit_code = session.exit!.code;
       if (session.endReason === "timeout") result.timed_out = true;
@@ -378,7 +435,7 @@ export class SessionManager {
       if (found.denied) {
         result.sandbox = { profile: session.profile, denied: true, denial: found.denial };
       }
-      this.#sessions.delete(session.id);
+      this.#remove(session);
     } else {
       result.session_id = session.id;
     }
@@ -404,6 +461,19 @@ export class SessionManager {
       whenGone(this.#opts.reactor, killed, KILLED_EXIT_LIMIT_MS),
     ]);
   }
+}
+
+/** In `screen` output, in front of the scrolled-off lines when the oldest of them are gone. */
+export const SCROLLED_LOST = "…older lines scrolled past the scrollback…";
+
+/** The session's screen, or a 400 saying it has none. */
+function screenOf(session: Session) {
+  const { screen } = session;
+  if (screen) return screen;
+  throw new InvalidRequestError(
+    `screen: session ${session.id} was started without screen: true, so no terminal emulator ` +
+      "follows it; start it with screen: true, or use output_mode raw or plain",
+  );
 }
 
 function closeAll(fds: number[]): void {

@@ -14,6 +14,8 @@ import { Child, type ChildFds, type ChildSink, type ExitStatus } from "../pty/ch
 import type { Reactor } from "../io/reactor.ts";
 import { concat, HeadTailBuffer } from "../output/head_tail.ts";
 import { CharCarry } from "../output/carry.ts";
+import { PlainRenderer } from "../output/plain.ts";
+import type { Screen } from "../output/screen.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
 
 /** Public description of a live session. */
@@ -25,6 +27,8 @@ export interface SessionInfo {
   workdir: string;
   tty: boolean;
   profile: string;
+  /** True when a terminal emulator follows it (`screen: true`): `screen` output works. */
+  screen: boolean;
   pid: number;
   started_at: string;
   last_used_at: string;
@@ -41,6 +45,8 @@ export interface SessionMeta {
   /** Sandbox profile name and the policy resolved from it. */
   profile: string;
   policy: ResolvedPolicy;
+  /** The terminal emulator to feed every output byte, for sessions that asked for one. */
+  screen?: Screen;
 }
 
 /** Output taken from a session. */
@@ -81,6 +87,9 @@ export class Session implements ChildSink {
   #child?: Child;
   #pending = new HeadTailBuffer();
   #carry = new CharCarry();
+  /** Plain-mode state carried between calls (a split sequence, the line being drawn). */
+  #plain?: PlainRenderer;
+  #screen?: Screen;
   #listeners = new Set<SessionListener>();
   #exit?: ExitStatus;
   #closed = Promise.withResolvers<ExitStatus>();
@@ -94,6 +103,8 @@ export class Session implements ChildSink {
     this.tty = meta.tty;
     this.profile = meta.profile;
     this.policy = meta.policy;
+    this.#screen = meta.screen;
+    if (this.#screen) this.#screen.ondrain = () => this.#child?.resume();
     this.#onClose = onClose;
   }
 
@@ -150,9 +161,37 @@ export class Session implements ChildSink {
     return { text: decoder.decode(this.#carry.complete(join(head, tail), final)), omittedBytes: 0 };
   }
 
+  /**
+   * Taken text as a reader sees it (`plain`); what a sequence or line split at the end
+   * leaves unfinished carries to the next call.
+   */
+  plain(text: string): string {
+    this.#plain ??= new PlainRenderer();
+    this.#plain.feed(text);
+    return this.#plain.take();
+  }
+
+  /** Output was taken without plain rendering: the carried plain state no longer follows. */
+  forgetPlain(): void {
+    this.#plain = undefined;
+  }
+
+  /** The terminal emulator, for sessions started with `screen: true`. */
+  get screen(): Screen | undefined {
+    return this.#screen;
+  }
+
+  /** The session left the store: drop what it holds beyond its output (its emulator). */
+  dispose(): void {
+    this.#screen?.close();
+    this.#screen = undefined;
+  }
+
   /** ChildSink: output arrived. */
   output(bytes: Uint8Array): void {
     this.#pending.push(bytes);
+    // A screen that falls behind pauses the child (as a slow terminal does) until it caught up.
+    if (this.#screen && !this.#screen.feed(bytes)) this.#child?.pause();
     for (const listener of this.#listeners) listener.output?.(bytes);
   }
 
@@ -173,6 +212,7 @@ export class Session implements ChildSink {
       workdir: this.workdir,
       tty: this.tty,
       profile: this.profile,
+      screen: this.#screen !== undefined,
       pid: this.child.pid,
       started_at: this.startedAt.toISOString(),
       last_used_at: new Date(this.lastUsedAt).toISOString(),

@@ -1,8 +1,9 @@
 /**
  * Spawner workers kept warm off the request path, and bound to sandbox domains on demand.
  *
- * A domain is everything that shapes a worker thread's restriction (profile, workdir, uid);
- * sessions of one domain share its worker, holding a lease on it while they live. Warm workers
+ * A domain is everything that shapes a worker thread's restriction (profile, workdir, ...);
+ * sessions of one domain share its worker, holding a lease on it while they live (each spawn
+ * runs as its session's own uid when the server is root). Warm workers
  * are unrestricted until bound; the pool refills in the background. A worker that failed to
  * restrict, or died, is never reused; one whose domain has had no session for a while is
  * stopped (its children live on).
@@ -30,7 +31,9 @@ export class SpawnFailure extends Error {
 /** How a domain's worker restricts itself. */
 export interface Restriction {
   policy: ResolvedPolicy;
+  /** The uid the worker's thread rests as between spawns (a root server only). */
   uid?: number;
+  /** The group its children run in (a root server only). */
   gid?: number;
 }
 
@@ -78,6 +81,12 @@ export class Spawner {
     const reply = await this.#request({ type: "spawn", spec });
     if (reply.type !== "spawned") throw failure(reply);
     return { pid: reply.pid, master: reply.master };
+  }
+
+  /** Kill every process of each of `uids` (only on a worker that is never restricted, as root). */
+  async reap(uids: number[]): Promise<void> {
+    const reply = await this.#request({ type: "reap", uids });
+    if (reply.type !== "reaped") throw failure(reply);
   }
 
   /** Restrict this worker's thread for good. */

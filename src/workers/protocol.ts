@@ -1,6 +1,7 @@
 /**
  * Messages between the main thread and spawner workers. A worker is bound to one sandbox domain:
- * it may be told once to restrict its own thread, and then only spawns.
+ * it may be told once to restrict its own thread, and then only spawns. An unrestricted root
+ * worker may instead serve as the reaper, killing what is left of a uid before it is reused.
  *
  * Types only; nothing here may run code.
  *
@@ -13,13 +14,15 @@ import type { ResolvedPolicy } from "../sandbox/policy.ts";
 /** A request to a spawner worker. `id` pairs it with its reply. */
 export type WorkerRequest =
   | { id: number; type: "spawn"; spec: SpawnSpec }
-  | { id: number; type: "restrict"; policy: ResolvedPolicy; uid?: number; gid?: number };
+  | { id: number; type: "restrict"; policy: ResolvedPolicy; uid?: number; gid?: number }
+  | { id: number; type: "reap"; uids: number[] };
 
 /** A worker's reply. */
 export type WorkerReply =
   | { type: "ready" }
   | { id: number; type: "spawned"; pid: number; master?: number }
   | { id: number; type: "restricted" }
+  | { id: number; type: "reaped" }
   | {
     id: number;
     type: "failed";

@@ -1,9 +1,11 @@
 /**
  * The spawner worker's entry point. Its thread is the one whose sandbox children inherit: it
  * restricts itself at most once (through synchronous calls only) and then starts children with
- * `posix_spawnp` on this same thread.
+ * `posix_spawnp` on this same thread, switched to the session's uid when the server is root.
+ * An unrestricted worker may instead reap uids (kill what is left of one before its reuse).
  *
- * It must never spawn before a requested restriction succeeded, and never restrict twice.
+ * It must never spawn before a requested restriction succeeded, never restrict twice, never
+ * spawn as its resting uid when it switches uids, and never reap once restricted.
  *
  * @module
  */
@@ -12,6 +14,7 @@
 
 import { spawnChild, SpawnError } from "../pty/spawn.ts";
 import { applySandbox, SandboxUnavailableError } from "../sandbox/apply.ts";
+import { killAllOf, switchesUid, withThreadUid } from "../sandbox/identity.ts";
 import type { WorkerReply, WorkerRequest } from "./protocol.ts";
 
 let broken: string | undefined;
@@ -25,8 +28,16 @@ function handle(req: WorkerRequest): WorkerReply {
   if (broken) return { id: req.id, type: "failed", kind: "sandbox", message: broken };
   switch (req.type) {
     case "spawn":
+      if (switchesUid() !== (req.spec.uid !== undefined)) {
+        const why = switchesUid() ? "needs a session uid" : "cannot switch to a session uid";
+        return { id: req.id, type: "failed", kind: "sandbox", message: `this spawner ${why}` };
+      }
       try {
-        return { id: req.id, type: "spawned", ...spawnChild(req.spec) };
+        const { uid } = req.spec;
+        const spawned = uid === undefined
+          ? spawnChild(req.spec)
+          : withThreadUid(uid, () => spawnChild(req.spec));
+        return { id: req.id, type: "spawned", ...spawned };
       } catch (err) {
         if (err instanceof SpawnError) {
           return {
@@ -39,6 +50,15 @@ function handle(req: WorkerRequest): WorkerReply {
         }
         throw err;
       }
+    case "reap":
+      if (restricted) throw new Error("a restricted worker cannot reap");
+      try {
+        for (const uid of req.uids) killAllOf(uid);
+      } catch (err) {
+        broken = `reaper thread unusable: ${err}`;
+        throw err;
+      }
+      return { id: req.id, type: "reaped" };
     case "restrict":
       if (restricted) throw new Error("this worker is already restricted");
       restricted = true;

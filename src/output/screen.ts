@@ -1,0 +1,192 @@
+/**
+ * Terminal screens for `screen` sessions: each one is a headless terminal emulator in the
+ * screen worker (screen_worker.ts), fed a copy of every output byte of its session in order.
+ * The worker starts with the first screen and parses off the main thread, so a screen never
+ * slows the reactor or the HTTP server, and sessions that did not ask for one cost nothing.
+ *
+ * It must never drop or reorder a byte sent to a screen, never answer a snapshot before every
+ * byte sent before it was parsed, and never keep an emulator after its screen was closed.
+ *
+ * @module
+ */
+
+import type { WindowSize } from "../pty/open.ts";
+
+/** What a terminal shows now. */
+export interface ScreenView {
+  rows: number;
+  cols: number;
+  /** Zero-based, within the visible rows. */
+  cursor: { row: number; col: number };
+  /** The visible rows, top to bottom, trailing blanks trimmed. */
+  lines: string[];
+  /** True while a full-screen program has switched to the alternate screen. */
+  alternate: boolean;
+}
+
+/** A snapshot: the view plus the lines that scrolled off the top since the last snapshot. */
+export interface ScreenSnapshot extends ScreenView {
+  /** Lines that left the visible rows since the last snapshot (wrapped rows joined). */
+  scrolled: string[];
+  /** True when more lines scrolled off than the scrollback holds: the oldest are gone. */
+  scrolled_lost: boolean;
+}
+
+/** Messages to the worker. */
+export type ScreenRequest =
+  | { op: "open"; id: number; cols: number; rows: number; scrollback: number }
+  | { op: "feed"; id: number; bytes: Uint8Array }
+  | { op: "resize"; id: number; cols: number; rows: number }
+  | { op: "snapshot"; id: number; req: number }
+  | { op: "close"; id: number };
+
+/** Messages from the worker. */
+export type ScreenReply =
+  | { kind: "snapshot"; req: number; snapshot: ScreenSnapshot }
+  | { kind: "gone"; req: number }
+  | { kind: "fed"; id: number; bytes: number };
+
+/** Lines a screen keeps above its visible rows. */
+export const DEFAULT_SCROLLBACK = 1000;
+/** Bytes fed and not yet parsed above which `feed` asks the producer to pause. */
+export const HIGH_WATER = 4 * 1024 * 1024;
+/** Once a paused screen's backlog falls below this, `ondrain` tells the producer to go on. */
+export const LOW_WATER = 1024 * 1024;
+
+/** A screen that is no longer there (closed, or its worker failed). */
+export class ScreenGoneError extends Error {
+  constructor() {
+    super("the session's screen is gone");
+  }
+}
+
+/** One session's screen. */
+export interface Screen {
+  /**
+   * Send output bytes (copied: the caller may reuse them). False when the backlog is over
+   * `HIGH_WATER`: the producer should pause until `ondrain` is called (the bytes were taken).
+   */
+  feed(bytes: Uint8Array): boolean;
+  /** Called when the backlog fell below `LOW_WATER` after a `feed` returned false. */
+  ondrain?: () => void;
+  resize(size: WindowSize): void;
+  /** What the terminal shows once every byte fed so far is parsed. */
+  snapshot(): Promise<ScreenSnapshot>;
+  /** Bytes fed and not yet parsed. */
+  readonly backlog: number;
+  /** Drop the emulator. */
+  close(): void;
+}
+
+/** Bytes a screen was fed that the worker has not parsed yet. */
+interface Backlog {
+  bytes: number;
+  /** True after a `feed` over `HIGH_WATER`, until the drain was reported. */
+  full: boolean;
+  screen?: Screen;
+}
+
+/** The screen worker and the screens in it. */
+export class ScreenHost {
+  #worker?: Worker;
+  #waiting = new Map<number, PromiseWithResolvers<ScreenSnapshot>>();
+  #backlogs = new Map<number, Backlog>();
+  #nextId = 1;
+  #nextReq = 1;
+  #scrollback: number;
+
+  constructor(scrollback = DEFAULT_SCROLLBACK) {
+    this.#scrollback = scrollback;
+  }
+
+  /** A new screen of `size`. */
+  open(size: WindowSize): Screen {
+    const id = this.#nextId++;
+    const worker = this.#start();
+    const backlog: Backlog = { bytes: 0, full: false };
+    this.#backlogs.set(id, backlog);
+    worker.postMessage(
+      { op: "open", id, cols: size.cols, rows: size.rows, scrollback: this.#scrollback },
+    );
+    let open = true;
+    const send = (msg: ScreenRequest, transfer: Transferable[] = []) => {
+      if (open && this.#worker === worker) worker.postMessage(msg, transfer);
+    };
+    const screen: Screen = {
+      feed: (bytes) => {
+        if (!open || this.#worker !== worker) return true;
+        const copy = bytes.slice();
+        backlog.bytes += copy.length;
+        send({ op: "feed", id, bytes: copy }, [copy.buffer]);
+        if (backlog.bytes > HIGH_WATER) backlog.full = true;
+        return !backlog.full;
+      },
+      resize: (size) => send({ op: "resize", id, cols: size.cols, rows: size.rows }),
+      snapshot: () => {
+        if (!open || this.#worker !== worker) return Promise.reject(new ScreenGoneError());
+        const req = this.#nextReq++;
+        const waiting = Promise.withResolvers<ScreenSnapshot>();
+        this.#waiting.set(req, waiting);
+        worker.postMessage({ op: "snapshot", id, req } satisfies ScreenRequest);
+        return waiting.promise;
+      },
+      get backlog() {
+        return backlog.bytes;
+      },
+      close: () => {
+        send({ op: "close", id });
+        open = false;
+        this.#backlogs.delete(id);
+      },
+    };
+    backlog.screen = screen;
+    return screen;
+  }
+
+  /** Stop the worker (server shutdown). */
+  close(): void {
+    this.#worker?.terminate();
+    this.#fail();
+  }
+
+  #start(): Worker {
+    if (this.#worker) return this.#worker;
+    const worker = new Worker(new URL("./screen_worker.ts", import.meta.url), { type: "module" });
+    worker.onmessage = (e: MessageEvent<ScreenReply>) => {
+      const reply = e.data;
+      if (reply.kind === "fed") {
+        const backlog = this.#backlogs.get(reply.id);
+        if (!backlog) return;
+        backlog.bytes -= reply.bytes;
+        if (backlog.full && backlog.bytes < LOW_WATER) {
+          backlog.full = false;
+          backlog.screen?.ondrain?.();
+        }
+        return;
+      }
+      const waiting = this.#waiting.get(reply.req);
+      this.#waiting.delete(reply.req);
+      if (reply.kind === "snapshot") waiting?.resolve(reply.snapshot);
+      else waiting?.reject(new ScreenGoneError());
+    };
+    worker.onerror = (e) => {
+      e.preventDefault();
+      console.error("uexec: screen worker failed; its screens are gone:", e.message);
+      worker.terminate();
+      this.#fail();
+    };
+    this.#worker = worker;
+    return worker;
+  }
+
+  /** The worker is gone: so are its screens; pending snapshots fail. */
+  #fail(): void {
+    this.#worker = undefined;
+    const backlogs = [...this.#backlogs.values()];
+    this.#backlogs.clear();
+    for (const b of backlogs) if (b.full) b.screen?.ondrain?.();
+    const waiting = [...this.#waiting.values()];
+    this.#waiting.clear();
+    for (const w of waiting) w.reject(new ScreenGoneError());
+  }
+}
