@@ -1,8 +1,9 @@
 /**
  * One session's live terminal: the session's output stream (`/v1/sessions/{id}/stream`, base64
  * so every byte arrives as sent) written into an xterm.js terminal, read-only until the operator
- * chooses to type; then each keystroke goes to `POST /v1/write_stdin`, in order. Output reaches
- * the terminal only through `Terminal.write`, never the DOM.
+ * chooses to type; then keystrokes go to `POST /v1/write_stdin`, in order (those typed while a
+ * write is in flight go together in the next). Output reaches the terminal only through
+ * `Terminal.write`, never the DOM.
  *
  * @module
  */
@@ -26,7 +27,8 @@ export class SessionTerminal {
   #term;
   #stream;
   #typing = false;
-  #writes = Promise.resolve();
+  #unsent = "";
+  #writing;
   #onError;
 
   /** Attach to session `id`; `onError(message)` reports failed writes. */
@@ -66,12 +68,23 @@ export class SessionTerminal {
     if (on) this.#term.focus();
   }
 
+  /** Queue keystrokes; while one write is in flight, the next ones gather into one. */
   #send(chars) {
     if (!this.#typing) return;
-    this.#writes = this.#writes.then(() =>
-      api("POST", "/v1/write_stdin", { session_id: this.id, chars, yield_time_ms: 250 })
-        .catch((err) => this.#onError(err.message))
-    );
+    this.#unsent += chars;
+    if (!this.#writing) this.#writing = this.#flush().finally(() => this.#writing = undefined);
+  }
+
+  async #flush() {
+    while (this.#unsent) {
+      const chars = this.#unsent;
+      this.#unsent = "";
+      try {
+        await api("POST", "/v1/write_stdin", { session_id: this.id, chars, yield_time_ms: 250 });
+      } catch (err) {
+        this.#onError(err.message);
+      }
+    }
   }
 
   /** Stop streaming and remove the terminal. */
