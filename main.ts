@@ -1,7 +1,9 @@
 /**
  * Entry point: refuse to start without V8's linear-time RegExp engine, read the configuration,
- * start the server, print where it listens and where its tokens are (never a token), and on
- * SIGINT/SIGTERM kill every session and exit within 3 s.
+ * start the server, print where it listens and where its tokens are, and on SIGINT/SIGTERM kill
+ * every session and exit within 3 s. The one token it ever prints is the operator's, inside the
+ * dashboard's sign-in URL, on stdout at start-up (as Jupyter does; `UEXEC_DASHBOARD=off` turns
+ * it off); nothing else it writes holds a token.
  *
  * @module
  */
@@ -28,6 +30,7 @@ async function main(): Promise<void> {
     console.log(`uexec listening on http://${host}:${addr.port}`);
   }
   console.log(`uexec: operator token: ${tokens.operator}; default agent token: ${tokens.agent}`);
+  if (server.dashboardUrl) console.log(`uexec dashboard: ${server.dashboardUrl}`);
   let stopping = false;
   const stop = () => {
     if (stopping) return;

@@ -123,6 +123,7 @@ export async function startServer(
     UEXEC_STATE_DIR: await Deno.makeTempDir({ prefix: "uexec-bench-state-" }),
     UEXEC_OPERATOR_TOKEN: benchToken(),
     UEXEC_AGENT_TOKEN: benchToken(),
+    UEXEC_DASHBOARD: "off",
   });
   ctx.servers.push(server);
   return server;

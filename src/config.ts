@@ -57,6 +57,11 @@ export interface Config {
   historyMaxRows: number;
   /** `UEXEC_LOG`: json (default), pretty or off. */
   log: LogFormat;
+  // Dashboard settings.
+  /** `UEXEC_DASHBOARD` (`on`, the default, or `off`): serve the web dashboard at `/`. */
+  dashboard: boolean;
+  /** `UEXEC_DASHBOARD_SESSION_HOURS` (default 12): how long a browser sign-in lasts. */
+  dashboardSessionMs: number;
 }
 
 const SHIPPED_PROFILES = new URL("../sandbox-profiles", import.meta.url).pathname;
@@ -210,6 +215,7 @@ export function loadConfig(
     // MCP front door (issue 12)
     mcpAgent: env.UEXEC_MCP_AGENT || DEFAULT_AGENT,
     ...observability(env),
+    ...dashboardSettings(env),
   };
 }
 
@@ -236,4 +242,21 @@ function observability(env: Record<string, string | undefined>) {
     ),
     log: log as LogFormat,
   };
+}
+
+/** The dashboard's settings. */
+function dashboardSettings(
+  env: Record<string, string | undefined>,
+): Pick<Config, "dashboard" | "dashboardSessionMs"> {
+  const dashboard = env.UEXEC_DASHBOARD || "on";
+  if (dashboard !== "on" && dashboard !== "off") {
+    throw new ConfigError(`UEXEC_DASHBOARD must be on or off, got ${JSON.stringify(dashboard)}`);
+  }
+  const hours = integer(
+    "UEXEC_DASHBOARD_SESSION_HOURS",
+    env.UEXEC_DASHBOARD_SESSION_HOURS ?? "12",
+    1,
+    720,
+  );
+  return { dashboard: dashboard === "on", dashboardSessionMs: hours * 3_600_000 };
 }

@@ -18,6 +18,7 @@ import { SandboxDomains } from "./sandbox/domains.ts";
 import { AgentRegistry, type TokenSources } from "./service/agents.ts";
 import { Service } from "./service/service.ts";
 import { StateDir } from "./service/state_dir.ts";
+import { WebSessions } from "./service/web_sessions.ts";
 import { Supervisor } from "./service/supervisor.ts";
 import { baseEnv } from "./sessions/env.ts";
 import { SessionManager } from "./sessions/manager.ts";
@@ -39,6 +40,8 @@ export interface Runtime {
   log: Logger;
   /** Whether the history can be written, for `/healthz`. */
   historyHealth(): Promise<Record<string, unknown>>;
+  /** The operator's token, only for the dashboard's sign-in URL (printed on stdout). */
+  operatorToken(): string | undefined;
   /** Deny pending approvals and kill every session; the calls waiting on them return. */
   stopSessions(): Promise<void>;
   /** Release the workers, the reactor and the sandbox domains (after `stopSessions`). */
@@ -113,6 +116,9 @@ export async function startRuntime(config: Config): Promise<Runtime> {
     maxSessions: config.maxSessions,
     history: history?.recorder,
     metrics,
+    webSessions: config.dashboard
+      ? new WebSessions({ ttlMs: config.dashboardSessionMs })
+      : undefined,
   });
   await pool.warmedUp();
   return {
@@ -123,6 +129,7 @@ export async function startRuntime(config: Config): Promise<Runtime> {
     },
     log,
     historyHealth: async () => await history?.health() ?? { ok: true, enabled: false },
+    operatorToken: () => config.operatorToken ?? state.read("operator.token")?.trim(),
     async stopSessions() {
       approvals.close();
       await manager.shutdown();

@@ -23,6 +23,11 @@ export interface Server {
   addr: Deno.NetAddr | Deno.UnixAddr;
   /** Where the operator's and the default agent's tokens are (never the tokens). */
   tokens: TokenSources;
+  /**
+   * The dashboard's sign-in URL, which carries the operator's token (for the start-up line on
+   * stdout only); absent when the dashboard is off or the server listens on a unix socket.
+   */
+  dashboardUrl?: string;
   /** Kill every session, stop listening and release everything. */
   shutdown(): Promise<void>;
 }
@@ -68,6 +73,7 @@ export async function startServer(config: Config): Promise<Server> {
     }),
     fromSandbox: (info) => fromSandbox(info),
     log: runtime.log,
+    dashboard: config.dashboard,
   });
   const guard = requestGuard(config);
   const cors = config.allowedOrigins.length > 0;
@@ -83,6 +89,7 @@ export async function startServer(config: Config): Promise<Server> {
   return {
     addr,
     tokens: runtime.tokens,
+    dashboardUrl: config.dashboard ? signInUrl(addr, runtime.operatorToken()) : undefined,
     async shutdown() {
       await runtime.stopSessions();
       await http.shutdown();
@@ -133,4 +140,23 @@ function listen(config: Config, handler: Deno.ServeHandler): HttpListener {
   } finally {
     Deno.umask(umask);
   }
+}
+
+/**
+ * The dashboard's sign-in URL on a TCP address: the operator's token in the query, which the
+ * page exchanges once for a cookie.
+ */
+function signInUrl(
+  addr: Deno.NetAddr | Deno.UnixAddr,
+  token: string | undefined,
+): string | undefined {
+  if (addr.transport !== "tcp" || !token) return undefined;
+  const host = addr.hostname === "0.0.0.0"
+    ? "127.0.0.1"
+    : addr.hostname === "::"
+    ? "[::1]"
+    : addr.hostname.includes(":")
+    ? `[${addr.hostname}]`
+    : addr.hostname;
+  return `http://${host}:${addr.port}/?token=${encodeURIComponent(token)}`;
 }

@@ -11,6 +11,7 @@
 import { Hono } from "hono";
 import type { Context } from "hono";
 import type { z } from "zod";
+import { dashboardRoutes } from "../dashboard/routes.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
 import type { Principal } from "../service/principal.ts";
 import {
@@ -27,7 +28,13 @@ import {
 import { resultText } from "../service/results.ts";
 import type { Service } from "../service/service.ts";
 import { toolDefinitions } from "../service/tools.ts";
-import { bearerToken, SandboxedPeerError, UnauthorizedError } from "./auth.ts";
+import {
+  bearerToken,
+  checkCookieOrigin,
+  SandboxedPeerError,
+  sessionCookie,
+  UnauthorizedError,
+} from "./auth.ts";
 import { readJson } from "./body.ts";
 import { mcpRoutes } from "./mcp_routes.ts";
 import { wantsText } from "./format.ts";
@@ -49,6 +56,8 @@ export interface AppDeps {
   fromSandbox?(info: Deno.ServeHandlerInfo | undefined): boolean;
   /** Where request lines are logged (none when absent). */
   log?: Logger;
+  /** Serve the web dashboard at `/` (`UEXEC_DASHBOARD`). */
+  dashboard?: boolean;
 }
 
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -120,8 +129,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
 
   /** The caller, authenticated; every route but /healthz starts here. */
   const who = (c: Context): Principal => {
-    const token = bearerToken(c.req.header("authorization"));
-    const principal = token === undefined ? undefined : service.authenticate(token);
+    const principal = authenticate(service, c.req.raw);
     if (!principal) throw new UnauthorizedError();
     if (deps.fromSandbox?.(c.env)) throw new SandboxedPeerError();
     noteCaller(c.req.raw, principal);
@@ -141,6 +149,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
   });
 
   app.get("/v1/sessions", (c) => c.json({ sessions: service.sessions(who(c)) }));
+  app.get("/v1/usage", (c) => c.json({ usage: service.sessionUsage(who(c)) }));
   app.get("/v1/sessions/:id", (c) => c.json(service.session(who(c), sessionId(c)).info()));
   app.delete("/v1/sessions/:id", async (c) => c.json(await service.kill(who(c), sessionId(c))));
 
@@ -216,7 +225,25 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
   mcpRoutes(app, service, who);
   registerHistoryRoutes(app, service, who);
 
+  if (deps.dashboard) dashboardRoutes(app, deps);
   return app;
+}
+
+/**
+ * The principal of a request: its bearer token when it sends an `Authorization` header (nothing
+ * else then), otherwise a dashboard sign-in cookie, which must come from the dashboard's own
+ * origin.
+ */
+function authenticate(service: Service, req: Request): Principal | undefined {
+  const authorization = req.headers.get("authorization");
+  if (authorization !== null) {
+    const token = bearerToken(authorization);
+    return token === undefined ? undefined : service.authenticate(token);
+  }
+  const id = sessionCookie(req.headers.get("cookie"), req.headers.get("host"));
+  const principal = id === undefined ? undefined : service.authenticateWebSession(id);
+  if (principal) checkCookieOrigin(req);
+  return principal;
 }
 
 function encodeBase64(bytes: Uint8Array): string {

@@ -23,6 +23,7 @@ import { canonical, fitsWithin, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
 import type { CallResult, KillResult, OutputWatcher, SessionManager } from "../sessions/manager.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
+import { treeUsage, type Usage } from "../sessions/usage.ts";
 import type { ScreenSnapshot } from "../output/screen.ts";
 import { type AgentInfo, type AgentRegistry, UnknownAgentError } from "./agents.ts";
 import {
@@ -46,6 +47,7 @@ import type { HistoryRecorder } from "../history/recorder.ts";
 import type { HistoryDetail, HistoryItem } from "../history/store.ts";
 import { decodeCursor, encodeCursor, type HistoryQuery } from "../history/query.ts";
 import type { Metrics } from "../metrics/metrics.ts";
+import type { OpenedWebSession, WebSessions } from "./web_sessions.ts";
 import type { z } from "zod";
 
 /** A workdir outside the workspace and the allowed roots (403 `forbidden_workdir`). */
@@ -58,6 +60,15 @@ export class ForbiddenWorkdirError extends Error {
 export class HistoryNotFoundError extends Error {
   readonly status = 404;
   readonly code = "not_found";
+}
+
+/** The dashboard is turned off (`UEXEC_DASHBOARD=off`; 404 `dashboard_off`). */
+export class DashboardOffError extends Error {
+  readonly status = 404;
+  readonly code = "dashboard_off";
+  constructor() {
+    super("the dashboard is off on this server (UEXEC_DASHBOARD=off)");
+  }
 }
 
 /** What the core is built from. */
@@ -81,6 +92,8 @@ export interface ServiceDeps {
   /** The command history; undefined when it is off (`UEXEC_HISTORY=off`). */
   history?: HistoryRecorder;
   metrics?: Metrics;
+  /** Signed-in dashboard browsers; absent: the dashboard is off. */
+  webSessions?: WebSessions;
 }
 
 /** The service's operations. */
@@ -297,6 +310,39 @@ export class Service {
    */
   screen(principal: Principal, id: number): Promise<ScreenSnapshot> {
     return this.#deps.manager.screen(id, scope(principal));
+  }
+
+  // --- Dashboard: the operator's browser sign-in (token exchanged once for a cookie session).
+
+  /**
+   * Exchange a token from the sign-in URL for a browser session. Only the operator's token opens
+   * one: an agent's token is refused (403 `forbidden`), an unknown one gives undefined.
+   */
+  signIn(token: string): OpenedWebSession | undefined {
+    const { webSessions } = this.#deps;
+    if (!webSessions) throw new DashboardOffError();
+    const principal = this.authenticate(token);
+    if (!principal) return undefined;
+    requireOperator(principal, "the dashboard");
+    return webSessions.open(principal);
+  }
+
+  /** The principal of a signed-in browser session id, or undefined. */
+  authenticateWebSession(id: string): Principal | undefined {
+    return this.#deps.webSessions?.principal(id);
+  }
+
+  /** Sign a browser session out (anyone holding the id may end it). */
+  signOut(id: string): void {
+    this.#deps.webSessions?.close(id);
+  }
+
+  /** CPU time and resident memory of each session the principal may see, where readable. */
+  sessionUsage(principal: Principal): ({ session_id: number } & Usage)[] {
+    return this.sessions(principal).flatMap((info) => {
+      const usage = treeUsage(info.pid);
+      return usage ? [{ session_id: info.session_id, ...usage }] : [];
+    });
   }
 
   /** The profile the request runs under, within the agent's cap. */

@@ -1,0 +1,106 @@
+/**
+ * The dashboard page: checks the sign-in, opens the lifecycle event stream (`/v1/events`,
+ * which drives every live update: no polling), then loads each view and switches between them.
+ * It holds no token: the browser's `HttpOnly` sign-in cookie authenticates every call.
+ *
+ * @module
+ */
+
+import { api, ApiError } from "./api.js";
+import { AgentsView } from "./agents.js";
+import { ApprovalsView } from "./approvals.js";
+import { fill } from "./dom.js";
+import { HistoryView } from "./history.js";
+import { SessionsView } from "./sessions.js";
+
+const notice = document.getElementById("notice");
+const status = document.getElementById("status");
+
+function showNotice(message) {
+  fill(notice, message);
+  notice.hidden = false;
+}
+
+function count(id) {
+  return (n) => fill(document.getElementById(id), n > 0 ? String(n) : "");
+}
+
+function show(view) {
+  for (const tab of document.querySelectorAll(".tab")) {
+    tab.classList.toggle("selected", tab.dataset.view === view);
+  }
+  for (const section of document.querySelectorAll(".view")) {
+    section.hidden = section.id !== `view-${view}`;
+  }
+}
+
+/**
+ * Resolves once the stream is open, so lists loaded afterwards miss no event. When the browser
+ * reconnects it by itself (a server restart), `reopened` reloads what may have been missed.
+ */
+function openEvents(handlers, reopened) {
+  const events = new EventSource("/v1/events");
+  const { promise, resolve } = Promise.withResolvers();
+  let opened = false;
+  events.addEventListener("open", () => {
+    fill(status, "live");
+    status.className = "status live";
+    if (opened) reopened();
+    opened = true;
+    resolve();
+  });
+  events.addEventListener("error", () => {
+    fill(status, events.readyState === EventSource.CLOSED ? "disconnected" : "reconnecting…");
+    status.className = "status down";
+  });
+  for (const type of ["begin", "end", "approval_requested", "approval_decided"]) {
+    events.addEventListener(type, (e) => {
+      const data = JSON.parse(e.data);
+      for (const handle of handlers) handle(type, data);
+    });
+  }
+  return promise;
+}
+
+async function main() {
+  const onError = (message) => showNotice(message);
+  try {
+    await api("GET", "/v1/agents");
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) {
+      showNotice(
+        "Not signed in. Open the dashboard with the URL the server prints at start-up " +
+          "(uexec dashboard: http://…/?token=…).",
+      );
+      fill(status, "signed out");
+      document.querySelector("main").classList.add("signed-out");
+      return;
+    }
+    showNotice(`The server refused the dashboard: ${err.message}`);
+    return;
+  }
+  const sessions = new SessionsView({ onCount: count("count-sessions"), onError });
+  const approvals = new ApprovalsView({ onCount: count("count-approvals"), onError });
+  const history = new HistoryView();
+  const agents = new AgentsView({ onError });
+  for (const tab of document.querySelectorAll(".tab")) {
+    tab.addEventListener("click", () => {
+      show(tab.dataset.view);
+      if (tab.dataset.view === "history") history.search();
+    });
+  }
+  document.getElementById("sign-out").addEventListener("click", async () => {
+    await api("POST", "/dashboard/sign-out", {}).catch(() => {});
+    location.replace("/");
+  });
+  show("sessions");
+  const load = () => Promise.all([sessions.load(), approvals.load(), agents.load()]);
+  await openEvents(
+    [(type, data) => sessions.event(type, data), (type, data) => approvals.event(type, data)],
+    () => load().catch((err) => showNotice(`Reloading after a reconnect: ${err.message}`)),
+  );
+  await load();
+  document.body.dataset.ready = "true";
+}
+
+main().catch((err) => showNotice(`Dashboard error: ${err.message}`));
