@@ -65,6 +65,7 @@ export async function startServer(config: Config): Promise<Server> {
     home: Deno.env.get("HOME") ?? "/root",
     serverPid: Deno.pid,
     workspace: config.workspace,
+    reactor,
   });
   const approvals = new ApprovalStore({ onEvent: (event) => bus.publish(event) });
   const supervisor = new Supervisor({

@@ -13,7 +13,9 @@
 
 import { InvalidRequestError } from "../sessions/errors.ts";
 import type { Restriction } from "../workers/pool.ts";
+import type { Reactor } from "../io/reactor.ts";
 import { existingPaths } from "./fsinfo.ts";
+import { assertNotInsideProtected, GitGuard, protectedNames, sandboxOwners } from "./git_guard.ts";
 import {
   assertReachable,
   createPrivateDir,
@@ -59,6 +61,8 @@ export interface DomainOptions {
   serverPid: number;
   /** The server's workspace: prepared as a whole for workdirs inside it. */
   workspace: string;
+  /** Wakes the guard that keeps `.git` directories read-only (git_guard.ts). */
+  reactor: Reactor;
 }
 
 interface Domain {
@@ -77,9 +81,15 @@ export class SandboxDomains {
   #domains = new Map<string, Promise<Domain>>();
   #prepared = false;
   #closed = false;
+  /** Names kept read-only at any depth: the profiles' one-component read-only subpaths. */
+  #protectedNames: Set<string>;
+  #guard?: GitGuard;
 
   constructor(opts: DomainOptions) {
     this.#opts = opts;
+    this.#protectedNames = protectedNames(
+      [...opts.profiles.values()].flatMap((p) => p.enforce ? p.readOnlySubpaths : []),
+    );
   }
 
   /** Names of the loaded profiles. */
@@ -103,6 +113,7 @@ export class SandboxDomains {
     const profile = this.profile(name);
     if (!profile.enforce) return this.#unenforced(name, profile, workdir);
     const identity = this.#sandboxIdentity();
+    assertNotInsideProtected(workdir, this.#protectedNames, identity && sandboxOwners(identity));
     const key = JSON.stringify([name, workdir, identity?.uid ?? null]);
     let pending = this.#domains.get(key);
     if (!pending) {
@@ -111,12 +122,18 @@ export class SandboxDomains {
       pending.catch(() => this.#domains.delete(key));
     }
     const domain = await pending;
-    const protectedNow = existingPaths(domain.policy.readOnlySubpaths);
+    this.#guard?.settle();
+    const protectedNow = this.#guard?.protectedAmong(domain.policy.readOnlySubpaths) ??
+      existingPaths(domain.policy.readOnlySubpaths);
     return {
       profile: name,
       policy: domain.policy,
       domain: JSON.stringify([key, protectedNow]),
-      restriction: { policy: domain.policy, uid: identity?.uid, gid: identity?.gid },
+      restriction: {
+        policy: { ...domain.policy, readOnlySubpaths: protectedNow },
+        uid: identity?.uid,
+        gid: identity?.gid,
+      },
       wrap: (argv) => withLimits(argv, domain.policy.limits),
       session: () => this.#sessionDir(domain, identity),
     };
@@ -125,6 +142,7 @@ export class SandboxDomains {
   /** Remove every domain's private directory (server shutdown). */
   async close(): Promise<void> {
     this.#closed = true;
+    this.#guard?.close();
     const domains = await Promise.allSettled(this.#domains.values());
     this.#domains.clear();
     for (const d of domains) if (d.status === "fulfilled") await removePrivateDir(d.value.root);
@@ -181,10 +199,17 @@ export class SandboxDomains {
     const workspace = this.#opts.workspace;
     if (!isWithin(workdir, workspace)) return assertReachable(workdir, identity, true);
     if (this.#prepared) return;
+    this.#guard ??= new GitGuard({
+      names: this.#protectedNames,
+      owners: sandboxOwners(identity),
+      reactor: this.#opts.reactor,
+    });
+    this.#guard.guard(workspace);
     prepareWorkdir(
       workspace,
       identity,
       profile.readOnlySubpaths.map((sub) => `${workspace}/${sub}`),
+      this.#guard.claims,
     );
     this.#prepared = true;
   }

@@ -1,0 +1,446 @@
+/**
+ * Keeps `.git` and `.uexec` directories out of the sandbox's reach wherever they are in the
+ * workspace and whenever they appeared, unless the sandbox made them itself.
+ *
+ * The workspace grant (a POSIX ACL entry with a default ACL, identity.ts) would reach into every
+ * repository: nested ones, and ones the operator creates later, which inherit the default ACL.
+ * So the guard (1) keeps the grant from entering a protected directory when the workspace is
+ * prepared, and strips sandbox entries already there; (2) watches the workspace's file systems
+ * (fanotify) and strips a protected directory the moment it is created or renamed into place,
+ * taking back anything a sandboxed process managed to make inside it meanwhile; (3) refuses
+ * workdirs inside protected directories. A directory owned by a sandbox uid is the sandbox's
+ * own and is left alone: git refuses to run as root in a repository another user owns.
+ *
+ * Every change happens through descriptors opened without following symlinks, so a sandboxed
+ * process swapping entries cannot redirect it. This module must never widen anyone's access:
+ * it only removes sandbox entries, and gives what the sandbox made to the directory's owner.
+ *
+ * @module
+ */
+
+import { type AclEntry, decodeAcl, encodeAcl, TAG } from "./acl.ts";
+import { SandboxUnavailableError } from "./errors.ts";
+import { EntryWatch, type NewEntry } from "./fanotify.ts";
+import type { SandboxIdentity } from "./identity.ts";
+import { isWithin } from "./profiles.ts";
+import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
+import { AT_FDCWD, cString, E, errno, listDir, O, OsError, rawSyscall } from "../ffi/libc.ts";
+import { EPOLLIN, type Reactor, type Registration } from "../io/reactor.ts";
+
+/** Names protected at any depth when no profile says otherwise. */
+export const DEFAULT_PROTECTED_NAMES: ReadonlySet<string> = new Set([".git", ".uexec"]);
+
+/** Which ids are the sandbox's: files it made, ACL entries that grant it. */
+export interface SandboxOwners {
+  isUid(uid: number): boolean;
+  isGid(gid: number): boolean;
+}
+
+/** The owners for children that run as `identity`. */
+export function sandboxOwners(identity: SandboxIdentity): SandboxOwners {
+  return { isUid: (uid) => uid === identity.uid, isGid: (gid) => gid === identity.gid };
+}
+
+/** A workdir inside a protected directory the sandbox did not make (403 `protected_workdir`). */
+export class ProtectedWorkdirError extends Error {
+  readonly status = 403;
+  readonly code = "protected_workdir";
+  constructor(workdir: string, dir: string) {
+    super(
+      `workdir: ${workdir} is inside ${dir}, which stays read-only for sandboxed commands; ` +
+        "run from the repository's working tree instead",
+    );
+    this.name = "ProtectedWorkdirError";
+  }
+}
+
+/** The single-component read-only subpaths of profiles: the names protected at any depth. */
+export function protectedNames(subpaths: Iterable<string>): Set<string> {
+  return new Set([...subpaths].filter((sub) => !sub.includes("/")));
+}
+
+const STAT_SIZE = 144;
+const S_IFMT = 0o170000;
+const S_IFDIR = 0o040000;
+const S_IFREG = 0o100000;
+const S_IFLNK = 0o120000;
+const AT_SYMLINK_NOFOLLOW = 0x100;
+const AT_REMOVEDIR = 0x200;
+const AT_EMPTY_PATH = 0x1000;
+const O_NOFOLLOW = 0o400000;
+const KEEP_IDS = 0xffffffff;
+const XATTR = { access: "system.posix_acl_access", default: "system.posix_acl_default" };
+
+/** Who gets what the sandbox made inside a protected directory: its owner. */
+interface Keeper {
+  uid: number;
+  gid: number;
+}
+
+interface Stat {
+  dev: bigint;
+  ino: bigint;
+  nlink: bigint;
+  mode: number;
+  uid: number;
+  gid: number;
+}
+
+function statAt(dirFd: number, path: string, flags: number): Stat | null {
+  const buf = new Uint8Array(STAT_SIZE);
+  if (rawSyscall(SYS.newfstatat, dirFd, cString(path), buf, flags) < 0) {
+    const code = errno();
+    if (code === E.ENOENT || code === E.ENOTDIR) return null;
+    throw new OsError(`stat(${path})`, code);
+  }
+  const v = new DataView(buf.buffer);
+  return {
+    dev: v.getBigUint64(0, true),
+    ino: v.getBigUint64(8, true),
+    nlink: v.getBigUint64(16, true),
+    mode: v.getUint32(24, true),
+    uid: v.getUint32(28, true),
+    gid: v.getUint32(32, true),
+  };
+}
+
+const kind = (st: Stat) => st.mode & S_IFMT;
+
+/** Opens `name` in `dirFd` with O_PATH, not following a symlink; null when it is gone. */
+function openEntry(dirFd: number, name: string): number | null {
+  const fd = rawSyscall(SYS.openat, dirFd, cString(name), O.PATH | O_NOFOLLOW | O.CLOEXEC, 0);
+  if (fd >= 0) return fd;
+  const code = errno();
+  if (code === E.ENOENT || code === E.ENOTDIR) return null;
+  throw new OsError(`open(${name})`, code);
+}
+
+/** The inode behind an O_PATH descriptor, as a path the xattr and chmod calls follow. */
+const inode = (fd: number) => `/proc/self/fd/${fd}`;
+
+function readAcl(fd: number, which: keyof typeof XATTR): AclEntry[] | null {
+  const buf = new Uint8Array(8192);
+  const n = rawSyscall(SYS.getxattr, cString(inode(fd)), cString(XATTR[which]), buf, buf.length);
+  if (n >= 0) return decodeAcl(buf.subarray(0, n));
+  const code = errno();
+  if (code === E.ENODATA || code === E.EOPNOTSUPP) return null;
+  throw new OsError(`getxattr(${XATTR[which]})`, code);
+}
+
+function children(fd: number): string[] {
+  return listDir(inode(fd)).filter((name) => name !== "." && name !== "..");
+}
+
+/**
+ * `entries` without the entries that grant the sandbox anything, or null when there are none.
+ * The mask stays as it was, so nobody else gains: when no named entry is left, the owning
+ * group keeps only what the mask let it have, and the mask goes.
+ */
+export function withoutSandbox(entries: AclEntry[], owners: SandboxOwners): AclEntry[] | null {
+  const kept = entries.filter((e) =>
+    !(e.tag === TAG.USER && owners.isUid(e.id)) && !(e.tag === TAG.GROUP && owners.isGid(e.id))
+  );
+  if (kept.length === entries.length) return null;
+  if (kept.some((e) => e.tag === TAG.USER || e.tag === TAG.GROUP)) return kept;
+  const mask = kept.find((e) => e.tag === TAG.MASK)?.perm ?? 7;
+  return kept
+    .filter((e) => e.tag !== TAG.MASK)
+    .map((e) => e.tag === TAG.GROUP_OBJ ? { ...e, perm: e.perm & mask } : e);
+}
+
+/**
+ * Refuses a `workdir` (canonical, absolute) that is, or lies beneath, a directory with a
+ * protected name that the sandbox did not make: the profile's read-only subpaths resolve
+ * beneath the workdir, so they would not cover it. With `owners` null (the server is not root,
+ * children keep its uid) every protected directory counts as foreign.
+ */
+export function assertNotInsideProtected(
+  workdir: string,
+  names: ReadonlySet<string> = DEFAULT_PROTECTED_NAMES,
+  owners: SandboxOwners | null = null,
+): void {
+  const parts = workdir.split("/");
+  for (let i = 1; i < parts.length; i++) {
+    if (!names.has(parts[i])) continue;
+    const dir = parts.slice(0, i + 1).join("/");
+    const st = statAt(AT_FDCWD, dir, AT_SYMLINK_NOFOLLOW);
+    if (st && !(owners?.isUid(st.uid) && kind(st) === S_IFDIR)) {
+      throw new ProtectedWorkdirError(workdir, dir);
+    }
+  }
+}
+
+/** What happens to entries a sandbox uid made inside a protected directory it did not make. */
+type Planted =
+  /** Found when the workspace is prepared, when no sandboxed process runs: they may be
+   * earlier work (e.g. commits in a nested repository); they are kept, owned by the
+   * directory's owner, with no write for group and others and no execute bits on files. */
+  | "adopt"
+  /** Found in a directory that just appeared: made in the moment before the guard saw it, so
+   * a sandboxed process may hold them open; they are taken over as above, then removed. */
+  | "remove";
+
+/** Settings of {@link GitGuard}. */
+export interface GuardOptions {
+  names: ReadonlySet<string>;
+  owners: SandboxOwners;
+  /** Wakes the guard when the kernel queued new entries. */
+  reactor: Reactor;
+}
+
+/** Watches workspaces and keeps their protected directories read-only for the sandbox. */
+export class GitGuard {
+  #names: ReadonlySet<string>;
+  #owners: SandboxOwners;
+  #watch: EntryWatch;
+  #registration: Registration;
+  #reactor: Reactor;
+  #roots: string[] = [];
+  #devices = new Set<number>();
+  /** Files with several links found inside protected directories: the grant skips them. */
+  #links = new Set<string>();
+  /** Protected paths that could not be secured yet: why, and what to do with planted entries. */
+  #failed = new Map<string, { why: string; planted: Planted }>();
+
+  /** Throws {@link SandboxUnavailableError} when new entries cannot be watched. */
+  constructor(opts: GuardOptions) {
+    this.#names = opts.names;
+    this.#owners = opts.owners;
+    this.#reactor = opts.reactor;
+    try {
+      this.#watch = new EntryWatch();
+    } catch (e) {
+      throw new SandboxUnavailableError(
+        `cannot watch the workspace for new .git directories (fanotify): ${(e as Error).message}`,
+      );
+    }
+    this.#registration = opts.reactor.add(this.#watch.fd, EPOLLIN, {
+      readable: () => {
+        try {
+          this.settle();
+        } catch (e) {
+          console.error("uexec: protecting new directories failed:", e);
+        }
+      },
+    });
+  }
+
+  /** Starts guarding `root` (canonical): its file system is watched from now on. */
+  guard(root: string): void {
+    this.#watchDir(root, Deno.lstatSync(root));
+    if (!this.#roots.includes(root)) this.#roots.push(root);
+  }
+
+  /**
+   * The hook for the workspace grant, called with each path before it is granted: true when the
+   * grant must leave `path` alone. A protected directory (or `.git` file) is secured on the
+   * spot; so are file systems mounted inside the workspace, which get watched too.
+   */
+  readonly claims = (path: string, info: Deno.FileInfo): boolean => {
+    if (info.isDirectory) this.#watchDir(path, info);
+    const slash = path.lastIndexOf("/");
+    const name = path.slice(slash + 1);
+    if (this.#names.has(name)) {
+      if (this.#owners.isUid(info.uid ?? 0) && info.isDirectory) return false;
+      this.#protectPath(path.slice(0, slash) || "/", name, "adopt");
+      return true;
+    }
+    return info.isFile && (info.nlink ?? 1) > 1 && this.#links.has(`${info.dev}:${info.ino}`);
+  };
+
+  /**
+   * Secures every protected directory that appeared since the last call (the kernel queued it
+   * when it was made). Call before spawning. Throws {@link SandboxUnavailableError} while a
+   * protected directory cannot be secured.
+   */
+  settle(): void {
+    const { overflowed } = this.#watch.drain(
+      (name) => this.#names.has(name),
+      (entry) => this.#onEntry(entry),
+    );
+    if (overflowed) { for (const root of this.#roots) this.#sweep(root); }
+    for (const [path, { planted }] of this.#failed) {
+      const slash = path.lastIndexOf("/");
+      this.#protectPath(path.slice(0, slash), path.slice(slash + 1), planted);
+    }
+    const [first] = this.#failed;
+    if (first) {
+      throw new SandboxUnavailableError(
+        `cannot make ${first[0]} read-only for the sandbox: ${first[1].why}`,
+      );
+    }
+  }
+
+  /** The paths among `paths` that exist and are not directories the sandbox made itself. */
+  protectedAmong(paths: string[]): string[] {
+    return paths.filter((path) => {
+      const st = statAt(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW);
+      return st !== null && !(kind(st) === S_IFDIR && this.#owners.isUid(st.uid));
+    });
+  }
+
+  /** Stops watching. */
+  close(): void {
+    this.#reactor.remove(this.#registration);
+    this.#watch.close();
+  }
+
+  #watchDir(path: string, info: Deno.FileInfo): void {
+    if (info.dev === null || this.#devices.has(info.dev)) return;
+    try {
+      this.#watch.watch(path);
+    } catch (e) {
+      throw new SandboxUnavailableError(
+        `cannot watch ${path} for new .git directories (fanotify): ${(e as Error).message}`,
+      );
+    }
+    this.#devices.add(info.dev);
+  }
+
+  #onEntry(entry: NewEntry): void {
+    const path = `${entry.dir}/${entry.name}`;
+    if (!this.#roots.some((root) => isWithin(path, root))) return;
+    try {
+      this.#protect(entry.dirFd, entry.name, "remove", path);
+      this.#failed.delete(path);
+    } catch (e) {
+      this.#failed.set(path, { why: (e as Error).message, planted: "remove" });
+    }
+  }
+
+  /** Looks at everything under `dir` again (after the kernel dropped events). */
+  #sweep(dir: string): void {
+    for (const entry of Deno.readDirSync(dir)) {
+      if (this.#names.has(entry.name)) this.#protectPath(dir, entry.name, "remove");
+      else if (entry.isDirectory) this.#sweep(`${dir}/${entry.name}`);
+    }
+  }
+
+  #protectPath(dir: string, name: string, planted: Planted): void {
+    const path = `${dir}/${name}`;
+    const dirFd = openEntry(AT_FDCWD, dir);
+    if (dirFd === null) return void this.#failed.delete(path);
+    try {
+      this.#protect(dirFd, name, planted, path);
+      this.#failed.delete(path);
+    } catch (e) {
+      this.#failed.set(path, { why: (e as Error).message, planted });
+    } finally {
+      closeFd(dirFd);
+    }
+  }
+
+  /** Secures the protected entry `name` of the directory `dirFd`, unless the sandbox made it. */
+  #protect(dirFd: number, name: string, planted: Planted, path: string): void {
+    const fd = openEntry(dirFd, name);
+    if (fd === null) return;
+    try {
+      const st = statAt(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)!;
+      if (kind(st) === S_IFDIR && this.#owners.isUid(st.uid)) return;
+      const keeper = { uid: st.uid, gid: this.#owners.isGid(st.gid) ? 0 : st.gid };
+      const taken = this.#secure(fd, st, keeper, planted);
+      if (taken > 0) {
+        console.error(
+          `uexec: ${path}: ${taken} entries made by the sandbox inside it were ` +
+            (planted === "remove" ? "removed" : `given to uid ${keeper.uid}, without execute bits`),
+        );
+      }
+    } finally {
+      closeFd(fd);
+    }
+  }
+
+  /**
+   * Removes every sandbox grant from the entry `fd` and, top-down, from everything beneath it:
+   * a directory is stripped before it is listed, so nothing made in it afterwards inherits a
+   * grant and nothing made before is missed. Returns how many sandbox-made entries it took.
+   */
+  #secure(fd: number, st: Stat, top: Keeper, planted: Planted): number {
+    if (kind(st) === S_IFLNK) return 0;
+    if (this.#owners.isGid(st.gid)) this.#chown(fd, KEEP_IDS, top.gid);
+    this.#strip(fd, "access");
+    if (kind(st) === S_IFREG && st.nlink > 1n) this.#links.add(`${st.dev}:${st.ino}`);
+    if (kind(st) !== S_IFDIR) return 0;
+    this.#strip(fd, "default");
+    return this.#eachChild(
+      fd,
+      (child, cfd, cst) =>
+        this.#owners.isUid(cst.uid)
+          ? this.#takeBack(fd, child, cfd, cst, top, planted)
+          : this.#secure(cfd, cst, top, planted),
+    );
+  }
+
+  /** Gives a sandbox-made entry (and all beneath it) to `top`'s owner; removes it if asked. */
+  #takeBack(
+    dirFd: number,
+    name: string,
+    fd: number,
+    st: Stat,
+    top: Keeper,
+    planted: Planted,
+  ): number {
+    this.#chown(fd, top.uid, top.gid);
+    let taken = 1;
+    if (kind(st) !== S_IFLNK) {
+      const noExec = kind(st) === S_IFREG ? 0o111 : 0;
+      checkedSyscall(
+        "chmod",
+        SYS.fchmodat,
+        AT_FDCWD,
+        cString(inode(fd)),
+        st.mode & ~(0o7022 | noExec) & 0o7777,
+      );
+      this.#strip(fd, "access");
+    }
+    if (kind(st) === S_IFDIR) {
+      this.#strip(fd, "default");
+      taken += this.#eachChild(
+        fd,
+        (child, cfd, cst) =>
+          planted === "remove" || this.#owners.isUid(cst.uid)
+            ? this.#takeBack(fd, child, cfd, cst, top, planted)
+            : this.#secure(cfd, cst, top, planted),
+      );
+    }
+    if (planted === "remove") {
+      const flags = kind(st) === S_IFDIR ? AT_REMOVEDIR : 0;
+      checkedSyscall(`unlink(${name})`, SYS.unlinkat, dirFd, cString(name), flags);
+    }
+    return taken;
+  }
+
+  #eachChild(fd: number, visit: (name: string, fd: number, st: Stat) => number): number {
+    let taken = 0;
+    for (const child of children(fd)) {
+      const cfd = openEntry(fd, child);
+      if (cfd === null) continue;
+      try {
+        taken += visit(child, cfd, statAt(cfd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)!);
+      } finally {
+        closeFd(cfd);
+      }
+    }
+    return taken;
+  }
+
+  #chown(fd: number, uid: number, gid: number): void {
+    checkedSyscall("chown", SYS.fchownat, fd, cString(""), uid, gid, AT_EMPTY_PATH);
+  }
+
+  #strip(fd: number, which: keyof typeof XATTR): void {
+    const acl = readAcl(fd, which);
+    const kept = acl && withoutSandbox(acl, this.#owners);
+    if (!kept) return;
+    const value = encodeAcl(kept);
+    checkedSyscall(
+      `setxattr(${XATTR[which]})`,
+      SYS.setxattr,
+      cString(inode(fd)),
+      cString(XATTR[which]),
+      value,
+      value.length,
+      0,
+    );
+  }
+}
