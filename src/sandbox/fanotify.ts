@@ -110,10 +110,12 @@ export class EntryWatch {
   }
 
   /**
-   * Reads every queued event without blocking and calls `onEntry` for each new entry whose
-   * name `wanted` accepts and whose directory still exists.
+   * Reads every queued event without blocking and calls `onEntry` for each new entry named one
+   * of `names` whose directory still exists.
    */
-  drain(wanted: (name: string) => boolean, onEntry: (entry: NewEntry) => void): DrainResult {
+  drain(names: ReadonlySet<string>, onEntry: (entry: NewEntry) => void): DrainResult {
+    const encoder = new TextEncoder();
+    const lengths = new Set([...names].map((name) => encoder.encode(name).length));
     let overflowed = false;
     for (;;) {
       const n = Number(libc().read(this.fd, this.#buf, BigInt(this.#buf.length)));
@@ -130,7 +132,7 @@ export class EntryWatch {
         if (mask & FAN_Q_OVERFLOW) overflowed = true;
         else {
           try {
-            this.#entry(view, at, length, wanted, onEntry);
+            this.#entry(view, at, length, names, lengths, onEntry);
           } catch {
             overflowed = true; // An entry that cannot be resolved: look at everything again.
           }
@@ -144,7 +146,8 @@ export class EntryWatch {
     view: DataView,
     at: number,
     length: number,
-    wanted: (name: string) => boolean,
+    names: ReadonlySet<string>,
+    lengths: Set<number>,
     onEntry: (entry: NewEntry) => void,
   ): void {
     const info = at + view.getUint16(at + 6, true);
@@ -153,9 +156,10 @@ export class EntryWatch {
     const handleBytes = view.getUint32(info + HANDLE_OFFSET, true);
     const nameStart = info + HANDLE_OFFSET + 8 + handleBytes;
     const nameEnd = this.#buf.indexOf(0, nameStart);
+    if (!lengths.has(nameEnd - nameStart)) return; // Most entries: not worth decoding.
     const name = this.#decoder.decode(this.#buf.subarray(nameStart, nameEnd));
     const mountFd = this.#mounts.get(fsid);
-    if (!wanted(name) || mountFd === undefined) return;
+    if (!names.has(name) || mountFd === undefined) return;
     const handle = this.#buf.slice(info + HANDLE_OFFSET, nameStart);
     const dirFd = rawSyscall(SYS.open_by_handle_at, mountFd, handle, O.PATH | O.CLOEXEC);
     if (dirFd < 0) {

@@ -21,7 +21,7 @@
 import { type AclEntry, decodeAcl, encodeAcl, TAG } from "./acl.ts";
 import { SandboxUnavailableError } from "./errors.ts";
 import { EntryWatch, type NewEntry } from "./fanotify.ts";
-import type { SandboxIdentity } from "./identity.ts";
+import { type SandboxIdentity, sandboxIdentity } from "./identity.ts";
 import { isWithin } from "./profiles.ts";
 import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
 import { AT_FDCWD, cString, E, errno, listDir, O, OsError, rawSyscall } from "../ffi/libc.ts";
@@ -148,16 +148,27 @@ export function withoutSandbox(entries: AclEntry[], owners: SandboxOwners): AclE
     .map((e) => e.tag === TAG.GROUP_OBJ ? { ...e, perm: e.perm & mask } : e);
 }
 
+/** The owners for this server's children; null when they keep the server's uid (or unknown). */
+function currentOwners(): SandboxOwners | null {
+  try {
+    const identity = sandboxIdentity();
+    return identity && sandboxOwners(identity);
+  } catch {
+    return null;
+  }
+}
+
 /**
  * Refuses a `workdir` (canonical, absolute) that is, or lies beneath, a directory with a
- * protected name that the sandbox did not make: the profile's read-only subpaths resolve
- * beneath the workdir, so they would not cover it. With `owners` null (the server is not root,
- * children keep its uid) every protected directory counts as foreign.
+ * protected name that the sandbox did not make, with a {@link ProtectedWorkdirError}: the
+ * profile's read-only subpaths resolve beneath the workdir, so they would not cover it. With
+ * `owners` null (children keep the server's uid) every protected directory counts as foreign.
+ * Cheap (one `lstat` per protected component): callable on every request.
  */
 export function assertNotInsideProtected(
   workdir: string,
   names: ReadonlySet<string> = DEFAULT_PROTECTED_NAMES,
-  owners: SandboxOwners | null = null,
+  owners: SandboxOwners | null = currentOwners(),
 ): void {
   const parts = workdir.split("/");
   for (let i = 1; i < parts.length; i++) {
@@ -254,10 +265,7 @@ export class GitGuard {
    * protected directory cannot be secured.
    */
   settle(): void {
-    const { overflowed } = this.#watch.drain(
-      (name) => this.#names.has(name),
-      (entry) => this.#onEntry(entry),
-    );
+    const { overflowed } = this.#watch.drain(this.#names, (entry) => this.#onEntry(entry));
     if (overflowed) { for (const root of this.#roots) this.#sweep(root); }
     for (const [path, { planted }] of this.#failed) {
       const slash = path.lastIndexOf("/");
