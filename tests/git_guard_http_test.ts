@@ -93,7 +93,8 @@ Deno.test("withoutSandbox drops the sandbox's entries and never widens anyone el
 });
 
 Deno.test(".git is read-only for the sandbox at any depth and whenever it appeared", async (t) => {
-  const workspace = await Deno.makeTempDir({ prefix: "uexec-ws-" });
+  // Not under /tmp: a default ACL there (left by anything) would make every file world-writable.
+  const workspace = await Deno.makeTempDir({ dir: "/var/tmp", prefix: "uexec-ws-" });
   // Before the server starts: a nested repository, and one holding a hook a sandboxed command
   // wrote before this guard existed (owned by the sandbox uid, executable).
   await operatorRepo(`${workspace}/nested/sub`);
@@ -201,20 +202,82 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
     });
 
     await t.step(
-      "a directory renamed into place loses what the sandbox planted in it",
+      "a directory the sandbox could write is moved aside when renamed to .git",
       async () => {
-        await Deno.mkdir(`${ws}/proj/docs`, { recursive: true });
+        // Root owns every file in it, so git's ownership check would pass; the content is forged.
+        await Deno.mkdir(`${ws}/proj/docs/objects`, { recursive: true });
+        await Deno.mkdir(`${ws}/proj/docs/refs`);
+        await Deno.writeTextFile(`${ws}/proj/docs/HEAD`, "ref: refs/heads/main\n");
+        await Deno.writeTextFile(`${ws}/proj/docs/config`, "[core]\n");
         const plant = await run(
           server,
-          "mkdir proj/docs/hooks && printf '#!/bin/sh\\necho pwned\\n' > proj/docs/hooks/pre-commit && " +
+          "printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' > proj/docs/config && " +
+            "mkdir proj/docs/hooks && printf '#!/bin/sh\\necho pwned\\n' > proj/docs/hooks/pre-commit && " +
             "chmod +x proj/docs/hooks/pre-commit && mv proj/docs proj/.git && echo moved",
         );
         assert.equal(plant.output, "moved\r\n");
         // The next command is the barrier: the guard has seen the rename before it runs.
-        const r = await run(server, "touch proj/.git/x");
-        assert.equal(r.output, "touch: cannot touch 'proj/.git/x': Permission denied\r\n");
-        assert.deepEqual(await Array.fromAsync(Deno.readDir(`${ws}/proj/.git`)), []);
-        assert.equal((await Deno.stat(`${ws}/proj/.git`)).uid, 0);
+        const r = await run(server, 'touch proj/.git/x "$(echo proj/.git.untrusted-*)/x"');
+        const [aside] = [...Deno.readDirSync(`${ws}/proj`)].map((e) => e.name);
+        assert.match(aside, /^\.git\.untrusted-[0-9a-f]+$/);
+        assert.equal(
+          r.output,
+          `touch: cannot touch 'proj/.git/x': No such file or directory\r\n` +
+            `touch: cannot touch 'proj/${aside}/x': Permission denied\r\n`,
+        );
+        const names = [...Deno.readDirSync(`${ws}/proj/${aside}`)].map((e) => e.name).sort();
+        assert.deepEqual(names, ["HEAD", "config", "objects", "refs"]);
+      },
+    );
+
+    await t.step(
+      "a .git file that does not lead into a protected directory is moved aside",
+      async () => {
+        await Deno.mkdir(`${ws}/wt`);
+        await Deno.writeTextFile(`${ws}/wt/notes`, "notes\n");
+        const link = await run(
+          server,
+          `printf 'gitdir: ${ws}/proj\\n' > wt/notes && ln wt/notes wt/.git && echo linked`,
+        );
+        assert.equal(link.output, "linked\r\n");
+        // Control: the operator's own .git file, leading into a protected repository, stays.
+        await Deno.mkdir(`${ws}/wt2`);
+        await Deno.writeTextFile(`${ws}/wt2/.git`, `gitdir: ${ws}/later/.git\n`);
+        const r = await run(server, "ls -A1 wt wt2");
+        assert.match(
+          r.output,
+          /^wt:\r\n\.git\.untrusted-[0-9a-f]+\r\nnotes\r\n\r\nwt2:\r\n\.git\r\n$/,
+        );
+        assert.equal(await Deno.readTextFile(`${ws}/wt2/.git`), `gitdir: ${ws}/later/.git\n`);
+        await assert.rejects(Deno.lstat(`${ws}/wt/.git`), Deno.errors.NotFound);
+      },
+    );
+
+    await t.step(
+      "a .git file the sandbox holds open is replaced by a copy it cannot reach",
+      async () => {
+        await Deno.mkdir(`${ws}/wt3`);
+        await Deno.writeTextFile(`${ws}/wt3/notes`, "");
+        const valid = `gitdir: ${ws}/later/.git\n`;
+        const holder = await run(
+          server,
+          `exec 3<>wt3/notes; printf '${valid.trimEnd()}\\n' >&3; ln wt3/notes wt3/.git; ` +
+            'echo ready; while read -r line; do eval "$line"; done',
+          { tty: false, until: "ready\\n", yield_time_ms: 10000 },
+        );
+        assert.equal(holder.output, "ready\n");
+        // The next command is the barrier: the guard has seen the link before it runs.
+        assert.equal((await run(server, "echo barrier")).output, "barrier\r\n");
+        const r = await server.post("/v1/write_stdin", {
+          session_id: holder.session_id,
+          chars: "echo 'gitdir: /forged' >&3; echo written\n",
+          until: "written\\n",
+          yield_time_ms: 10000,
+        });
+        assert.equal(r.body.output, "written\n");
+        assert.equal(await Deno.readTextFile(`${ws}/wt3/.git`), valid);
+        assert.equal(await Deno.readTextFile(`${ws}/wt3/notes`), `${valid}gitdir: /forged\n`);
+        assert.equal((await server.del(`/v1/sessions/${holder.session_id}`)).status, 200);
       },
     );
 

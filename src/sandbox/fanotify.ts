@@ -40,6 +40,8 @@ export interface NewEntry {
   /** O_PATH descriptor of the directory, owned by the callee only during the callback. */
   dirFd: number;
   name: string;
+  /** True when something was renamed onto `name`, false for a create or link. */
+  renamed: boolean;
 }
 
 /** What {@link EntryWatch.drain} found besides the entries. */
@@ -132,7 +134,7 @@ export class EntryWatch {
         if (mask & FAN_Q_OVERFLOW) overflowed = true;
         else {
           try {
-            this.#entry(view, at, length, names, lengths, onEntry);
+            this.#entry(view, at, length, mask, names, lengths, onEntry);
           } catch {
             overflowed = true; // An entry that cannot be resolved: look at everything again.
           }
@@ -146,6 +148,7 @@ export class EntryWatch {
     view: DataView,
     at: number,
     length: number,
+    mask: number,
     names: ReadonlySet<string>,
     lengths: Set<number>,
     onEntry: (entry: NewEntry) => void,
@@ -169,7 +172,7 @@ export class EntryWatch {
     }
     try {
       const dir = procPath(dirFd);
-      if (dir !== null) onEntry({ dir, dirFd, name });
+      if (dir !== null) onEntry({ dir, dirFd, name, renamed: (mask & FAN_MOVED_TO) !== 0 });
     } finally {
       closeFd(dirFd);
     }

@@ -7,9 +7,13 @@
  * So the guard (1) keeps the grant from entering a protected directory when the workspace is
  * prepared, and strips sandbox entries already there; (2) watches the workspace's file systems
  * (fanotify) and strips a protected directory the moment it is created or renamed into place,
- * taking back anything a sandboxed process managed to make inside it meanwhile; (3) refuses
- * workdirs inside protected directories. A directory owned by a sandbox uid is the sandbox's
- * own and is left alone: git refuses to run as root in a repository another user owns.
+ * anywhere on them (moving it out of the workspace first must not help), removing anything a
+ * sandboxed process managed to make inside it meanwhile; (3) moves aside what cannot be
+ * trusted: a directory the sandbox could write before it was renamed to `.git` (its files may
+ * be forged even if root owns them), and a `.git` file or symlink that does not lead into a
+ * protected directory; (4) refuses workdirs inside protected directories. What a sandbox uid
+ * owns is the sandbox's own and is left alone: git refuses to run as root in a repository
+ * another user owns.
  *
  * Every change happens through descriptors opened without following symlinks, so a sandboxed
  * process swapping entries cannot redirect it. This module must never widen anyone's access:
@@ -18,13 +22,25 @@
  * @module
  */
 
-import { type AclEntry, decodeAcl, encodeAcl, TAG } from "./acl.ts";
+import { type AclEntry, decodeAcl, encodeAcl, PERM, TAG } from "./acl.ts";
 import { SandboxUnavailableError } from "./errors.ts";
 import { EntryWatch, type NewEntry } from "./fanotify.ts";
 import { type SandboxIdentity, sandboxIdentity } from "./identity.ts";
-import { isWithin } from "./profiles.ts";
+import { realPathOrSelf } from "./fsinfo.ts";
+import { normalizeAbsolutePath } from "./profiles.ts";
 import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
-import { AT_FDCWD, cString, E, errno, listDir, O, OsError, rawSyscall } from "../ffi/libc.ts";
+import {
+  AT_FDCWD,
+  cString,
+  E,
+  errno,
+  libc,
+  listDir,
+  O,
+  OsError,
+  rawSyscall,
+  readSmallFile,
+} from "../ffi/libc.ts";
 import { EPOLLIN, type Reactor, type Registration } from "../io/reactor.ts";
 
 /** Names protected at any depth when no profile says otherwise. */
@@ -69,6 +85,11 @@ const AT_REMOVEDIR = 0x200;
 const AT_EMPTY_PATH = 0x1000;
 const O_NOFOLLOW = 0o400000;
 const KEEP_IDS = 0xffffffff;
+const RENAME_NOREPLACE = 1;
+/** A `.git` file as git reads it: one line, trailing line breaks ignored. */
+const GITDIR_LINE = /^gitdir: (.+?)[\r\n]*$/;
+const O_WRONLY = 1;
+const O_TMPFILE = 0o20200000;
 const XATTR = { access: "system.posix_acl_access", default: "system.posix_acl_default" };
 
 /** Who gets what the sandbox made inside a protected directory: its owner. */
@@ -131,6 +152,15 @@ function children(fd: number): string[] {
   return listDir(inode(fd)).filter((name) => name !== "." && name !== "..");
 }
 
+/** Whether an access ACL lets the sandbox write (through its own entries and the mask). */
+function grantsWrite(acl: AclEntry[], owners: SandboxOwners): boolean {
+  const mask = acl.find((e) => e.tag === TAG.MASK)?.perm ?? 7;
+  return acl.some((e) =>
+    ((e.tag === TAG.USER && owners.isUid(e.id)) || (e.tag === TAG.GROUP && owners.isGid(e.id))) &&
+    (e.perm & mask & PERM.W) !== 0
+  );
+}
+
 /**
  * `entries` without the entries that grant the sandbox anything, or null when there are none.
  * The mask stays as it was, so nobody else gains: when no named entry is left, the owning
@@ -170,15 +200,24 @@ export function assertNotInsideProtected(
   names: ReadonlySet<string> = DEFAULT_PROTECTED_NAMES,
   owners: SandboxOwners | null = currentOwners(),
 ): void {
-  const parts = workdir.split("/");
+  const dir = protectedAncestor(workdir, names, owners);
+  if (dir !== null) throw new ProtectedWorkdirError(workdir, dir);
+}
+
+/** The first of `path` and its ancestors that has a protected name and is not the sandbox's. */
+function protectedAncestor(
+  path: string,
+  names: ReadonlySet<string>,
+  owners: SandboxOwners | null,
+): string | null {
+  const parts = path.split("/");
   for (let i = 1; i < parts.length; i++) {
     if (!names.has(parts[i])) continue;
     const dir = parts.slice(0, i + 1).join("/");
     const st = statAt(AT_FDCWD, dir, AT_SYMLINK_NOFOLLOW);
-    if (st && !(owners?.isUid(st.uid) && kind(st) === S_IFDIR)) {
-      throw new ProtectedWorkdirError(workdir, dir);
-    }
+    if (st && !owners?.isUid(st.uid)) return dir;
   }
+  return null;
 }
 
 /** What happens to entries a sandbox uid made inside a protected directory it did not make. */
@@ -190,6 +229,14 @@ type Planted =
   /** Found in a directory that just appeared: made in the moment before the guard saw it, so
    * a sandboxed process may hold them open; they are taken over as above, then removed. */
   | "remove";
+
+/** What securing a tree found. */
+interface Findings {
+  /** Entries a sandbox uid made. */
+  taken: number;
+  /** Whether the sandbox could write anything in it (grant, ownership, world-writable). */
+  writable: boolean;
+}
 
 /** Settings of {@link GitGuard}. */
 export interface GuardOptions {
@@ -210,6 +257,8 @@ export class GitGuard {
   #devices = new Set<number>();
   /** Files with several links found inside protected directories: the grant skips them. */
   #links = new Set<string>();
+  /** `.git` files this guard wrote (dev:ino): already trusted when renamed into place. */
+  #renewed = new Set<string>();
   /** Protected paths that could not be secured yet: why, and what to do with planted entries. */
   #failed = new Map<string, { why: string; planted: Planted }>();
 
@@ -252,7 +301,7 @@ export class GitGuard {
     const slash = path.lastIndexOf("/");
     const name = path.slice(slash + 1);
     if (this.#names.has(name)) {
-      if (this.#owners.isUid(info.uid ?? 0) && info.isDirectory) return false;
+      if (this.#owners.isUid(info.uid ?? 0)) return false;
       this.#protectPath(path.slice(0, slash) || "/", name, "adopt");
       return true;
     }
@@ -279,11 +328,11 @@ export class GitGuard {
     }
   }
 
-  /** The paths among `paths` that exist and are not directories the sandbox made itself. */
+  /** The paths among `paths` that exist and are not the sandbox's own. */
   protectedAmong(paths: string[]): string[] {
     return paths.filter((path) => {
       const st = statAt(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW);
-      return st !== null && !(kind(st) === S_IFDIR && this.#owners.isUid(st.uid));
+      return st !== null && !this.#owners.isUid(st.uid);
     });
   }
 
@@ -307,9 +356,8 @@ export class GitGuard {
 
   #onEntry(entry: NewEntry): void {
     const path = `${entry.dir}/${entry.name}`;
-    if (!this.#roots.some((root) => isWithin(path, root))) return;
     try {
-      this.#protect(entry.dirFd, entry.name, "remove", path);
+      this.#protect(entry.dirFd, entry.name, "remove", path, entry.renamed);
       this.#failed.delete(path);
     } catch (e) {
       this.#failed.set(path, { why: (e as Error).message, planted: "remove" });
@@ -339,47 +387,139 @@ export class GitGuard {
   }
 
   /** Secures the protected entry `name` of the directory `dirFd`, unless the sandbox made it. */
-  #protect(dirFd: number, name: string, planted: Planted, path: string): void {
+  #protect(dirFd: number, name: string, planted: Planted, path: string, renamed = false): void {
     const fd = openEntry(dirFd, name);
     if (fd === null) return;
     try {
       const st = statAt(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)!;
-      if (kind(st) === S_IFDIR && this.#owners.isUid(st.uid)) return;
+      if (this.#owners.isUid(st.uid) || this.#renewed.has(`${st.dev}:${st.ino}`)) return;
       const keeper = { uid: st.uid, gid: this.#owners.isGid(st.gid) ? 0 : st.gid };
-      const taken = this.#secure(fd, st, keeper, planted);
-      if (taken > 0) {
+      const found: Findings = { taken: 0, writable: false };
+      this.#secure(fd, st, keeper, planted, found);
+      if (found.taken > 0) {
         console.error(
-          `uexec: ${path}: ${taken} entries made by the sandbox inside it were ` +
+          `uexec: ${path}: ${found.taken} entries made by the sandbox inside it were ` +
             (planted === "remove" ? "removed" : `given to uid ${keeper.uid}, without execute bits`),
         );
+      }
+      if (planted === "adopt") return;
+      if (kind(st) === S_IFDIR) {
+        if (renamed && found.writable) this.#moveAside(dirFd, name, path);
+        return;
+      }
+      // A file or link the sandbox may hold open or have aimed: trusted only when it leads into
+      // a protected directory, and then replaced by a fresh copy no descriptor refers to.
+      const content = kind(st) === S_IFREG ? readSmallFile(inode(fd)) ?? "" : "";
+      if (kind(st) === S_IFREG && this.#leadsIntoProtected(content, path)) {
+        this.#renew(dirFd, name, st, keeper, content, path);
+      } else {
+        this.#moveAside(dirFd, name, path);
       }
     } finally {
       closeFd(fd);
     }
   }
 
+  /** Whether `.git` file content points git into a protected directory the sandbox did not make. */
+  #leadsIntoProtected(content: string, path: string): boolean {
+    const line = GITDIR_LINE.exec(content);
+    if (!line) return false;
+    const dir = path.slice(0, path.lastIndexOf("/"));
+    const target = normalizeAbsolutePath(line[1].startsWith("/") ? line[1] : `${dir}/${line[1]}`);
+    return protectedAncestor(realPathOrSelf(target), this.#names, this.#owners) !== null;
+  }
+
   /**
-   * Removes every sandbox grant from the entry `fd` and, top-down, from everything beneath it:
-   * a directory is stripped before it is listed, so nothing made in it afterwards inherits a
-   * grant and nothing made before is missed. Returns how many sandbox-made entries it took.
+   * Replaces the `.git` file `name` with a new inode holding `content`, made unnamed and
+   * stripped before it is linked in, so no sandboxed process can hold it open. If something
+   * else got renamed onto the name meanwhile, that is moved aside instead.
    */
-  #secure(fd: number, st: Stat, top: Keeper, planted: Planted): number {
-    if (kind(st) === S_IFLNK) return 0;
-    if (this.#owners.isGid(st.gid)) this.#chown(fd, KEEP_IDS, top.gid);
-    this.#strip(fd, "access");
-    if (kind(st) === S_IFREG && st.nlink > 1n) this.#links.add(`${st.dev}:${st.ino}`);
-    if (kind(st) !== S_IFDIR) return 0;
-    this.#strip(fd, "default");
-    return this.#eachChild(
-      fd,
-      (child, cfd, cst) =>
-        this.#owners.isUid(cst.uid)
-          ? this.#takeBack(fd, child, cfd, cst, top, planted)
-          : this.#secure(cfd, cst, top, planted),
+  #renew(dirFd: number, name: string, st: Stat, keeper: Keeper, content: string, path: string) {
+    const fresh = checkedSyscall(
+      "open(O_TMPFILE)",
+      SYS.openat,
+      dirFd,
+      cString("."),
+      O_TMPFILE | O_WRONLY | O.CLOEXEC,
+      0o600,
+    );
+    try {
+      this.#strip(fresh, "access", { taken: 0, writable: false });
+      this.#chown(fresh, st.uid, keeper.gid);
+      const mode = st.mode & 0o644;
+      checkedSyscall("chmod", SYS.fchmodat, AT_FDCWD, cString(inode(fresh)), mode);
+      const bytes = new TextEncoder().encode(content);
+      if (Number(libc().write(fresh, bytes, BigInt(bytes.length))) !== bytes.length) {
+        throw new OsError(`write(${path})`, errno());
+      }
+      const temp = `${name}.uexec-${crypto.randomUUID()}`;
+      checkedSyscall("linkat", SYS.linkat, fresh, cString(""), dirFd, cString(temp), AT_EMPTY_PATH);
+      checkedSyscall(
+        `rename(${path})`,
+        SYS.renameat2,
+        dirFd,
+        cString(temp),
+        dirFd,
+        cString(name),
+        0,
+      );
+      const made = statAt(fresh, "", AT_EMPTY_PATH)!;
+      this.#renewed.add(`${made.dev}:${made.ino}`);
+      const now = statAt(dirFd, name, AT_SYMLINK_NOFOLLOW);
+      if (now?.ino !== made.ino) this.#moveAside(dirFd, name, path);
+    } finally {
+      closeFd(fresh);
+    }
+  }
+
+  /** Renames an untrusted `name` out of the way, so git will not use it. */
+  #moveAside(dirFd: number, name: string, path: string): void {
+    const aside = `${name}.untrusted-${crypto.randomUUID().slice(0, 8)}`;
+    checkedSyscall(
+      `rename(${path})`,
+      SYS.renameat2,
+      dirFd,
+      cString(name),
+      dirFd,
+      cString(aside),
+      RENAME_NOREPLACE,
+    );
+    console.error(
+      `uexec: ${path} appeared where sandboxed commands could have forged what it holds; ` +
+        `moved aside to ${aside}`,
     );
   }
 
-  /** Gives a sandbox-made entry (and all beneath it) to `top`'s owner; removes it if asked. */
+  /**
+   * Removes every sandbox grant from the entry `fd` and, top-down, from everything beneath it:
+   * a directory is stripped before it is listed, so nothing made in it afterwards inherits a
+   * grant and nothing made before is missed. Sandbox-made entries are taken back.
+   */
+  #secure(fd: number, st: Stat, top: Keeper, planted: Planted, found: Findings): void {
+    if (kind(st) === S_IFLNK) return;
+    if (st.mode & 0o002) found.writable = true;
+    if (this.#owners.isGid(st.gid)) {
+      if (st.mode & 0o020) found.writable = true;
+      this.#chown(fd, KEEP_IDS, top.gid);
+    }
+    this.#strip(fd, "access", found);
+    if (kind(st) === S_IFREG && st.nlink > 1n) this.#links.add(`${st.dev}:${st.ino}`);
+    if (kind(st) !== S_IFDIR) return;
+    this.#strip(fd, "default", found);
+    this.#eachChild(
+      fd,
+      (child, cfd, cst) =>
+        this.#owners.isUid(cst.uid)
+          ? this.#takeBack(fd, child, cfd, cst, top, planted, found)
+          : this.#secure(cfd, cst, top, planted, found),
+    );
+  }
+
+  /**
+   * Gives a sandbox-made entry to `top`'s owner, without write for group and others and without
+   * execute bits on files, and everything beneath it likewise; with `remove`, then deletes it
+   * (what others made beneath it is only stripped first, so it cannot grow while it goes).
+   */
   #takeBack(
     dirFd: number,
     name: string,
@@ -387,59 +527,59 @@ export class GitGuard {
     st: Stat,
     top: Keeper,
     planted: Planted,
-  ): number {
-    this.#chown(fd, top.uid, top.gid);
-    let taken = 1;
-    if (kind(st) !== S_IFLNK) {
-      const noExec = kind(st) === S_IFREG ? 0o111 : 0;
-      checkedSyscall(
-        "chmod",
-        SYS.fchmodat,
-        AT_FDCWD,
-        cString(inode(fd)),
-        st.mode & ~(0o7022 | noExec) & 0o7777,
-      );
-      this.#strip(fd, "access");
+    found: Findings,
+  ): void {
+    const own = this.#owners.isUid(st.uid);
+    if (own) {
+      found.taken++;
+      found.writable = true;
+      this.#chown(fd, top.uid, top.gid);
+      if (kind(st) !== S_IFLNK) {
+        const noExec = kind(st) === S_IFREG ? 0o111 : 0;
+        const mode = st.mode & ~(0o7022 | noExec) & 0o7777;
+        checkedSyscall("chmod", SYS.fchmodat, AT_FDCWD, cString(inode(fd)), mode);
+      }
     }
     if (kind(st) === S_IFDIR) {
-      this.#strip(fd, "default");
-      taken += this.#eachChild(
+      this.#strip(fd, "access", found);
+      this.#strip(fd, "default", found);
+      this.#eachChild(
         fd,
         (child, cfd, cst) =>
           planted === "remove" || this.#owners.isUid(cst.uid)
-            ? this.#takeBack(fd, child, cfd, cst, top, planted)
-            : this.#secure(cfd, cst, top, planted),
+            ? this.#takeBack(fd, child, cfd, cst, top, planted, found)
+            : this.#secure(cfd, cst, top, planted, found),
       );
+    } else if (own && kind(st) !== S_IFLNK) {
+      this.#strip(fd, "access", found);
     }
     if (planted === "remove") {
       const flags = kind(st) === S_IFDIR ? AT_REMOVEDIR : 0;
       checkedSyscall(`unlink(${name})`, SYS.unlinkat, dirFd, cString(name), flags);
     }
-    return taken;
   }
 
-  #eachChild(fd: number, visit: (name: string, fd: number, st: Stat) => number): number {
-    let taken = 0;
+  #eachChild(fd: number, visit: (name: string, fd: number, st: Stat) => void): void {
     for (const child of children(fd)) {
       const cfd = openEntry(fd, child);
       if (cfd === null) continue;
       try {
-        taken += visit(child, cfd, statAt(cfd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)!);
+        visit(child, cfd, statAt(cfd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)!);
       } finally {
         closeFd(cfd);
       }
     }
-    return taken;
   }
 
   #chown(fd: number, uid: number, gid: number): void {
     checkedSyscall("chown", SYS.fchownat, fd, cString(""), uid, gid, AT_EMPTY_PATH);
   }
 
-  #strip(fd: number, which: keyof typeof XATTR): void {
+  #strip(fd: number, which: keyof typeof XATTR, found: Findings): void {
     const acl = readAcl(fd, which);
     const kept = acl && withoutSandbox(acl, this.#owners);
     if (!kept) return;
+    if (which === "access") found.writable ||= grantsWrite(acl, this.#owners);
     const value = encodeAcl(kept);
     checkedSyscall(
       `setxattr(${XATTR[which]})`,

@@ -45,10 +45,12 @@ export const SYS = {
   getxattr: 191,
   fchownat: 260,
   unlinkat: 263,
+  linkat: 265,
   fchmodat: 268,
   fanotify_init: 300,
   fanotify_mark: 301,
   open_by_handle_at: 304,
+  renameat2: 316,
 } as const;
 
 /** Like `rawSyscall` but throws an `OsError` on failure. */
