@@ -281,6 +281,17 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
       },
     );
 
+    await t.step("a .git file still being written is judged once it is written", async () => {
+      await Deno.mkdir(`${ws}/wt4`);
+      await Deno.writeTextFile(`${ws}/wt4/.git`, "");
+      const { ino } = await Deno.lstat(`${ws}/wt4/.git`);
+      assert.equal((await run(server, "echo barrier")).output, "barrier\r\n");
+      await Deno.writeTextFile(`${ws}/wt4/.git`, `gitdir: ${ws}/later/.git\n`);
+      assert.equal((await run(server, "ls -A1 wt4")).output, ".git\r\n");
+      assert.equal(await Deno.readTextFile(`${ws}/wt4/.git`), `gitdir: ${ws}/later/.git\n`);
+      assert.notEqual((await Deno.lstat(`${ws}/wt4/.git`)).ino, ino);
+    });
+
     await t.step("a repository made while a session runs is not writable by it", async () => {
       await Deno.mkdir(`${ws}/live`);
       const session = await run(server, 'echo ready; while read -r line; do eval "$line"; done', {

@@ -1,7 +1,7 @@
 /**
  * Directory entries appearing anywhere on whole file systems, as the kernel reports them through
  * fanotify: every `create` (files, directories, links) and every rename onto a name, each with
- * the directory it happened in and the new name.
+ * the directory it happened in and the new name; and, for single files asked for, each write.
  *
  * The events are queued by the kernel inside the system call that made the entry, so whoever
  * reads the queue after that call returned sees it. Reading never blocks: the owner wakes on
@@ -20,6 +20,8 @@ const FAN_UNLIMITED_QUEUE = 0x10;
 const FAN_REPORT_DFID_NAME = 0x400 | 0x800;
 const FAN_MARK_ADD = 0x1;
 const FAN_MARK_FILESYSTEM = 0x100;
+const FAN_MODIFY = 0x2;
+const FAN_CLOSE_WRITE = 0x8;
 const FAN_MOVED_TO = 0x80;
 const FAN_CREATE = 0x100;
 const FAN_Q_OVERFLOW = 0x4000;
@@ -109,6 +111,22 @@ export class EntryWatch {
       throw e;
     }
     this.#mounts.set(fsid, fd);
+  }
+
+  /**
+   * Also reports every write to the file behind `fd` (an O_PATH descriptor), as an entry of its
+   * directory under its name, until the file is gone.
+   */
+  watchWrites(fd: number): void {
+    checkedSyscall(
+      "fanotify_mark(file)",
+      SYS.fanotify_mark,
+      this.fd,
+      FAN_MARK_ADD,
+      BigInt(FAN_MODIFY | FAN_CLOSE_WRITE),
+      AT_FDCWD,
+      cString(`/proc/self/fd/${fd}`),
+    );
   }
 
   /**

@@ -408,8 +408,15 @@ export class GitGuard {
         return;
       }
       // A file or link the sandbox may hold open or have aimed: trusted only when it leads into
-      // a protected directory, and then replaced by a fresh copy no descriptor refers to.
-      const content = kind(st) === S_IFREG ? readSmallFile(inode(fd)) ?? "" : "";
+      // a protected directory, and then replaced by a fresh copy no descriptor refers to. An
+      // empty file is being written (git writes it right after creating it): its writes are
+      // watched from before it is read, and each one brings it back here.
+      let content = "";
+      if (kind(st) === S_IFREG) {
+        this.#watch.watchWrites(fd);
+        content = readSmallFile(inode(fd)) ?? "";
+        if (content === "") return;
+      }
       if (kind(st) === S_IFREG && this.#leadsIntoProtected(content, path)) {
         this.#renew(dirFd, name, st, keeper, content, path);
       } else {
