@@ -17,7 +17,8 @@
  *
  * Every change happens through descriptors opened without following symlinks, so a sandboxed
  * process swapping entries cannot redirect it. This module must never widen anyone's access:
- * it only removes sandbox entries, and gives what the sandbox made to the directory's owner.
+ * it removes sandbox entries, gives what the sandbox made to the directory's owner, and renames
+ * (or replaces with a same-content copy) only `.git` entries it cannot trust.
  *
  * @module
  */
