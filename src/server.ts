@@ -87,6 +87,7 @@ export async function startServer(config: Config): Promise<Server> {
     serverPid: Deno.pid,
     workspace: config.workspace,
     hidden: [state.path],
+    reactor,
   });
   const approvals = new ApprovalStore({ onEvent: (event) => bus.publish(event) });
   const supervisor = new Supervisor({

@@ -14,7 +14,9 @@
 
 import { InvalidRequestError } from "../sessions/errors.ts";
 import type { Restriction } from "../workers/pool.ts";
+import type { Reactor } from "../io/reactor.ts";
 import { existingPaths } from "./fsinfo.ts";
+import { assertNotInsideProtected, GitGuard, protectedNames, sandboxOwners } from "./git_guard.ts";
 import {
   assertReachable,
   createPrivateDir,
@@ -74,6 +76,8 @@ export interface DomainOptions {
   hidden?: string[];
   /** Where the bound unix sockets come from (default: `/proc/net/unix`, at most 1 s old). */
   sockets?: SocketListing;
+  /** Wakes the guard that keeps `.git` directories read-only (git_guard.ts). */
+  reactor: Reactor;
 }
 
 interface Domain {
@@ -93,10 +97,16 @@ export class SandboxDomains {
   #domains = new Map<string, Promise<Domain>>();
   #prepared = false;
   #closed = false;
+  /** Names kept read-only at any depth: the profiles' one-component read-only subpaths. */
+  #protectedNames: Set<string>;
+  #guard?: GitGuard;
 
   constructor(opts: DomainOptions) {
     this.#opts = opts;
     this.#sockets = opts.sockets ?? new SocketListing();
+    this.#protectedNames = protectedNames(
+      [...opts.profiles.values()].flatMap((p) => p.enforce ? p.readOnlySubpaths : []),
+    );
   }
 
   /** Names of the loaded profiles. */
@@ -127,6 +137,7 @@ export class SandboxDomains {
     name = widening.unsandboxed ? FULL_ACCESS : widening.profile ?? name;
     if (!profile.enforce) return this.#unenforced(name, profile, workdir);
     const identity = this.#sandboxIdentity();
+    assertNotInsideProtected(workdir, this.#protectedNames, identity && sandboxOwners(identity));
     const key = JSON.stringify([
       name,
       widening,
@@ -141,7 +152,9 @@ export class SandboxDomains {
       pending.catch(() => this.#domains.delete(key));
     }
     const domain = await pending;
-    const protectedNow = existingPaths(domain.policy.readOnlySubpaths);
+    this.#guard?.settle();
+    const protectedNow = this.#guard?.protectedAmong(domain.policy.readOnlySubpaths) ??
+      existingPaths(domain.policy.readOnlySubpaths);
     // A socket bound (or bound again) since the worker hid the others needs a fresh worker.
     const hiddenNow = socketsToHide(domain.policy, this.#sockets.current())
       .map((s) => `${s.inode} ${s.path}`);
@@ -149,7 +162,11 @@ export class SandboxDomains {
       profile: name,
       policy: domain.policy,
       domain: JSON.stringify([key, protectedNow, hiddenNow]),
-      restriction: { policy: domain.policy, uid: identity?.uid, gid: identity?.gid },
+      restriction: {
+        policy: { ...domain.policy, readOnlySubpaths: protectedNow },
+        uid: identity?.uid,
+        gid: identity?.gid,
+      },
       wrap: (argv) => withLimits(argv, domain.policy.limits),
       session: () => this.#sessionDir(domain, identity),
     };
@@ -158,6 +175,7 @@ export class SandboxDomains {
   /** Remove every domain's private directory (server shutdown). */
   async close(): Promise<void> {
     this.#closed = true;
+    this.#guard?.close();
     const domains = await Promise.allSettled(this.#domains.values());
     this.#domains.clear();
     for (const d of domains) if (d.status === "fulfilled") await removePrivateDir(d.value.root);
@@ -214,10 +232,17 @@ export class SandboxDomains {
     const workspace = this.#opts.workspace;
     if (!isWithin(workdir, workspace)) return assertReachable(workdir, identity, true);
     if (this.#prepared) return;
+    this.#guard ??= new GitGuard({
+      names: this.#protectedNames,
+      owners: sandboxOwners(identity),
+      reactor: this.#opts.reactor,
+    });
+    this.#guard.guard(workspace);
     prepareWorkdir(
       workspace,
       identity,
       profile.readOnlySubpaths.map((sub) => `${workspace}/${sub}`),
+      this.#guard.claims,
     );
     this.#prepared = true;
   }

@@ -186,14 +186,22 @@ function grant(path: string, info: Deno.FileInfo, identity: SandboxIdentity): nu
   return changed;
 }
 
-function grantTree(path: string, identity: SandboxIdentity, skip: Set<string>): number {
-  if (skip.has(path)) return 0;
+/** Told about each path before it is granted; true keeps the grant out of it (git_guard.ts). */
+export type GrantHook = (path: string, info: Deno.FileInfo) => boolean;
+
+function grantTree(
+  path: string,
+  identity: SandboxIdentity,
+  skip: Set<string>,
+  claim?: GrantHook,
+): number {
   const info = Deno.lstatSync(path);
+  if (claim?.(path, info) || skip.has(path)) return 0;
   if (!info.isDirectory && !info.isFile) return 0;
   let changed = grant(path, info, identity);
   if (info.isDirectory) {
     for (const entry of Deno.readDirSync(path)) {
-      changed += grantTree(`${path}/${entry.name}`, identity, skip);
+      changed += grantTree(`${path}/${entry.name}`, identity, skip, claim);
     }
   }
   return changed;
@@ -246,20 +254,21 @@ export function assertReachable(workdir: string, identity: SandboxIdentity, self
  * Makes `workdir` usable by `identity` (call as root, before spawning): every ancestor must
  * already let it search (nothing outside the workspace is changed), then the workspace tree
  * gets an ACL entry granting the uid rw (rwx on directories, x on files whose owner has x) and
- * a default ACL so files created later inherit it. Paths in `skip` (read-only subpaths) are
- * left alone. Returns how many ACLs were written. Throws a {@link SandboxUnavailableError}
+ * a default ACL so files created later inherit it. Paths in `skip` (read-only subpaths), and
+ * paths `claim` returns true for, are left alone. Returns how many ACLs were written. Throws a {@link SandboxUnavailableError}
  * that says why and how to fix it when the workspace cannot be made usable.
  */
 export function prepareWorkdir(
   workdir: string,
   identity: SandboxIdentity,
   skip: string[] = [],
+  claim?: GrantHook,
 ): number {
   assertReachable(workdir, identity);
   const real = Deno.realPathSync(workdir);
   try {
     const skipReal = skip.map(realPathOrSelf);
-    return grantTree(real, identity, new Set(skipReal));
+    return grantTree(real, identity, new Set(skipReal), claim);
   } catch (e) {
     if (!(e instanceof OsError)) throw e;
     const why = e.errno === E.EOPNOTSUPP
