@@ -92,6 +92,7 @@ export async function startRuntime(config: Config): Promise<Runtime> {
     serverPid: Deno.pid,
     workspace: config.workspace,
     hidden: [state.path],
+    reactor,
   });
   const approvals = new ApprovalStore({ onEvent: (event) => bus.publish(event) });
   const supervisor = new Supervisor({

@@ -10,6 +10,7 @@
 import assert from "node:assert/strict";
 import { deniedByProfile } from "../src/sandbox/confinement.ts";
 import { SandboxDomains } from "../src/sandbox/domains.ts";
+import { Reactor } from "../src/io/reactor.ts";
 import type { ResolvedPolicy } from "../src/sandbox/policy.ts";
 import { loadProfiles, parseProfile, resolveProfile } from "../src/sandbox/profiles.ts";
 import {
@@ -157,12 +158,14 @@ Deno.test("the domain key changes when a socket to hide appears or is bound agai
   // The real listing, read on every call, narrowed to this test's sockets: other processes on
   // the machine bind and close sockets meanwhile.
   const ours = (s: BoundSocket) => s.path === path || s.path.startsWith(`${workspace}/`);
+  const reactor = new Reactor();
   const domains = new SandboxDomains({
     profiles: loadProfiles(PROFILE_DIR),
     home: "/root",
     serverPid: Deno.pid,
     workspace,
     sockets: new SocketListing(0, () => boundUnixSockets().filter(ours)),
+    reactor,
   });
   const key = async () => (await domains.choose("workspace-write", workspace)).domain;
   try {
@@ -185,6 +188,7 @@ Deno.test("the domain key changes when a socket to hide appears or is bound agai
     }
   } finally {
     await domains.close();
+    await reactor.close();
     Deno.removeSync(workspace, { recursive: true });
   }
 });

@@ -17,7 +17,9 @@
 
 import { InvalidRequestError } from "../sessions/errors.ts";
 import { type Restriction, Spawner } from "../workers/pool.ts";
+import type { Reactor } from "../io/reactor.ts";
 import { existingPaths } from "./fsinfo.ts";
+import { assertNotInsideProtected, GitGuard, protectedNames, sandboxOwners } from "./git_guard.ts";
 import {
   assertReachable,
   createDomainDir,
@@ -32,10 +34,24 @@ import {
 import { withLimits } from "./limits.ts";
 import type { ResolvedPolicy } from "./policy.ts";
 import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
-import { leaseUidRange } from "./uid_lease.ts";
+import { leaseUidRange, type UidLease } from "./uid_lease.ts";
 import { UidPool } from "./uids.ts";
 import { canonical, widen, type Widening } from "./widening.ts";
 import { SocketListing, socketsToHide } from "./unix_sockets.ts";
+
+/**
+ * Sandboxed git trusts repositories whatever their owner: every session runs as its own uid,
+ * so without this a repository the operator or an earlier session made is "dubious ownership"
+ * to git. Git's check protects a user from another user's repository configuration; inside the
+ * sandbox that configuration can do no more than the command itself (and `.git` directories the
+ * sandbox did not make are read-only to it, see git_guard.ts). Unsandboxed runs keep git's
+ * check.
+ */
+const GIT_TRUSTS_EVERY_OWNER = {
+  GIT_CONFIG_COUNT: "1",
+  GIT_CONFIG_KEY_0: "safe.directory",
+  GIT_CONFIG_VALUE_0: "*",
+};
 
 /** The profile that means "no sandbox". */
 export const FULL_ACCESS = "full-access";
@@ -82,6 +98,8 @@ export interface DomainOptions {
   hidden?: string[];
   /** Where the bound unix sockets come from (default: `/proc/net/unix`, at most 1 s old). */
   sockets?: SocketListing;
+  /** Wakes the guard that keeps `.git` directories read-only (git_guard.ts). */
+  reactor: Reactor;
 }
 
 interface Domain {
@@ -105,6 +123,8 @@ interface Uids {
   ids: SandboxIds;
   pool: UidPool;
   reaper: Spawner;
+  /** This server's hold on the range (no other server may use these uids meanwhile). */
+  lease: UidLease;
 }
 
 /** Resolves profiles into domains and owns their private directories and session uids. */
@@ -115,10 +135,16 @@ export class SandboxDomains {
   #domains = new Map<string, Promise<Domain>>();
   #prepared = false;
   #closed = false;
+  /** Names kept read-only at any depth: the profiles' one-component read-only subpaths. */
+  #protectedNames: Set<string>;
+  #guard?: GitGuard;
 
   constructor(opts: DomainOptions) {
     this.#opts = opts;
     this.#sockets = opts.sockets ?? new SocketListing();
+    this.#protectedNames = protectedNames(
+      [...opts.profiles.values()].flatMap((p) => p.enforce ? p.readOnlySubpaths : []),
+    );
   }
 
   /** Names of the loaded profiles. */
@@ -149,6 +175,7 @@ export class SandboxDomains {
     name = widening.unsandboxed ? FULL_ACCESS : widening.profile ?? name;
     if (!profile.enforce) return this.#unenforced(name, profile, workdir);
     const uids = this.#sessionUids();
+    assertNotInsideProtected(workdir, this.#protectedNames, uids && sandboxOwners(uids.ids));
     const id = JSON.stringify([name, widening, opts.agent ?? null, workdir]);
     let pending = this.#domains.get(id);
     if (!pending) {
@@ -157,7 +184,9 @@ export class SandboxDomains {
       pending.catch(() => this.#domains.delete(id));
     }
     const domain = await pending;
-    const protectedNow = existingPaths(domain.policy.readOnlySubpaths);
+    this.#guard?.settle();
+    const protectedNow = this.#guard?.protectedAmong(domain.policy.readOnlySubpaths) ??
+      existingPaths(domain.policy.readOnlySubpaths);
     // A socket bound (or bound again) since the worker hid the others needs a fresh worker.
     const hiddenNow = socketsToHide(domain.policy, this.#sockets.current())
       .map((s) => `${s.inode} ${s.path}`);
@@ -165,7 +194,11 @@ export class SandboxDomains {
       profile: name,
       policy: domain.policy,
       domain: JSON.stringify([id, protectedNow, hiddenNow]),
-      restriction: { policy: domain.policy, uid: uids?.ids.spawner, gid: uids?.ids.gid },
+      restriction: {
+        policy: { ...domain.policy, readOnlySubpaths: protectedNow },
+        uid: uids?.ids.spawner,
+        gid: uids?.ids.gid,
+      },
       wrap: (argv) => withLimits(argv, domain.policy.limits),
       session: () => this.#session(domain, uids),
     };
@@ -175,6 +208,8 @@ export class SandboxDomains {
   async close(): Promise<void> {
     this.#closed = true;
     this.#uids?.reaper.terminate();
+    this.#guard?.close();
+    this.#uids?.lease.release();
     const domains = await Promise.allSettled(this.#domains.values());
     this.#domains.clear();
     for (const d of domains) if (d.status === "fulfilled") await removePrivateDir(d.value.root);
@@ -196,7 +231,7 @@ export class SandboxDomains {
     }
     let released = false;
     return {
-      env: privateEnv(dir),
+      env: { ...privateEnv(dir), ...GIT_TRUSTS_EVERY_OWNER },
       uid,
       release: () => {
         if (released || this.#closed) return;
@@ -236,10 +271,10 @@ export class SandboxDomains {
     if (this.#uids !== undefined) return this.#uids;
     const ids = sandboxIds();
     if (!ids) return this.#uids = null;
-    leaseUidRange(ids.spawner, ids.last);
+    const lease = leaseUidRange(ids.spawner, ids.last);
     const reaper = new Spawner();
     const pool = new UidPool(ids.first, ids.last, (batch) => reaper.reap(batch));
-    this.#uids = { ids, pool, reaper };
+    this.#uids = { ids, pool, reaper, lease };
     return this.#uids;
   }
 
@@ -260,10 +295,17 @@ export class SandboxDomains {
     const workspace = this.#opts.workspace;
     if (!isWithin(workdir, workspace)) return assertReachable(workdir, ids, true);
     if (this.#prepared) return;
+    this.#guard ??= new GitGuard({
+      names: this.#protectedNames,
+      owners: sandboxOwners(ids),
+      reactor: this.#opts.reactor,
+    });
+    this.#guard.guard(workspace);
     prepareWorkdir(
       workspace,
       ids,
       profile.readOnlySubpaths.map((sub) => `${workspace}/${sub}`),
+      this.#guard.claims,
     );
     this.#prepared = true;
   }

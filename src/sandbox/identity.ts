@@ -369,14 +369,17 @@ function grant(path: string, info: Deno.FileInfo, gid: number): number {
   return changed;
 }
 
-function grantTree(path: string, gid: number, skip: Set<string>): number {
-  if (skip.has(path)) return 0;
+/** Told about each path before it is granted; true keeps the grant out of it (git_guard.ts). */
+export type GrantHook = (path: string, info: Deno.FileInfo) => boolean;
+
+function grantTree(path: string, gid: number, skip: Set<string>, claim?: GrantHook): number {
   const info = Deno.lstatSync(path);
+  if (claim?.(path, info) || skip.has(path)) return 0;
   if (!info.isDirectory && !info.isFile) return 0;
   let changed = grant(path, info, gid);
   if (info.isDirectory) {
     for (const entry of Deno.readDirSync(path)) {
-      changed += grantTree(`${path}/${entry.name}`, gid, skip);
+      changed += grantTree(`${path}/${entry.name}`, gid, skip, claim);
     }
   }
   return changed;
@@ -425,16 +428,22 @@ export function assertReachable(workdir: string, ids: SandboxIds, self = false):
  * already let the sandbox group search (nothing outside the workspace is changed), then the
  * workspace tree gets an ACL entry granting the group rw (rwx on directories, x on files whose
  * owner has x) and a default ACL, so files a session creates (owned by its own uid) stay
- * writable by the next session's uid. Paths in `skip` (read-only subpaths) are left alone.
- * Returns how many ACLs were written. Throws a {@link SandboxUnavailableError} that says why
- * and how to fix it when the workspace cannot be made usable.
+ * writable by the next session's uid. Paths in `skip` (read-only subpaths), and paths `claim`
+ * returns true for, are left alone. Returns how many ACLs were written. Throws a
+ * {@link SandboxUnavailableError} that says why and how to fix it when the workspace cannot be
+ * made usable.
  */
-export function prepareWorkdir(workdir: string, ids: SandboxIds, skip: string[] = []): number {
+export function prepareWorkdir(
+  workdir: string,
+  ids: SandboxIds,
+  skip: string[] = [],
+  claim?: GrantHook,
+): number {
   assertReachable(workdir, ids);
   const real = Deno.realPathSync(workdir);
   try {
     const skipReal = skip.map(realPathOrSelf);
-    return grantTree(real, ids.gid, new Set(skipReal));
+    return grantTree(real, ids.gid, new Set(skipReal), claim);
   } catch (e) {
     if (!(e instanceof OsError)) throw e;
     const why = e.errno === E.EOPNOTSUPP

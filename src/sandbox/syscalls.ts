@@ -44,6 +44,17 @@ export const SYS = {
   landlock_create_ruleset: 444,
   landlock_add_rule: 445,
   landlock_restrict_self: 446,
+  fstatfs: 138,
+  setxattr: 188,
+  getxattr: 191,
+  fchownat: 260,
+  unlinkat: 263,
+  linkat: 265,
+  fchmodat: 268,
+  fanotify_init: 300,
+  fanotify_mark: 301,
+  open_by_handle_at: 304,
+  renameat2: 316,
 } as const;
 
 /** Like `rawSyscall` but throws an `OsError` on failure. */

@@ -5,8 +5,8 @@
  * second one is refused with a message saying which range to change. The kernel drops the lock
  * when the server exits, however it exits (SIGKILL included), so no stale lease survives it.
  *
- * It must never wait for a lease (a held range is an error at once) and never release one while
- * the server lives.
+ * It must never wait for a lease (a held range is an error at once); the lease is released only
+ * when the uids' owner closes (server shutdown) or the process ends.
  *
  * @module
  */
@@ -33,11 +33,17 @@ function flock(first: number, last: number): Uint8Array<ArrayBuffer> {
   return buf;
 }
 
+/** A held lease. */
+export interface UidLease {
+  /** Give the range back (once every session of it has ended). */
+  release(): void;
+}
+
 /**
- * Takes the lease on uids `first..last` (held until this process exits). Throws
- * {@link SandboxUnavailableError} when another process holds any of them.
+ * Takes the lease on uids `first..last` (held until released or this process exits). Throws
+ * {@link SandboxUnavailableError} when another holder has any of them.
  */
-export function leaseUidRange(first: number, last: number, dir = LOCK_DIR): void {
+export function leaseUidRange(first: number, last: number, dir = LOCK_DIR): UidLease {
   Deno.mkdirSync(dir, { recursive: true, mode: 0o700 });
   const path = `${dir}/uids.lock`;
   const fd = rawSyscall(SYS.openat, AT_FDCWD, cString(path), O.RDWR | O_CREAT | O.CLOEXEC, 0o600);
@@ -47,7 +53,15 @@ export function leaseUidRange(first: number, last: number, dir = LOCK_DIR): void
     );
   }
   const request = flock(first, last);
-  if (rawSyscall(SYS.fcntl, fd, F_OFD_SETLK, request) === 0) return; // fd kept open: the lease
+  if (rawSyscall(SYS.fcntl, fd, F_OFD_SETLK, request) === 0) {
+    let held = true;
+    return {
+      release() {
+        if (held) closeFd(fd);
+        held = false;
+      },
+    };
+  }
   const code = errno();
   const probe = flock(first, last);
   rawSyscall(SYS.fcntl, fd, F_OFD_GETLK, probe);

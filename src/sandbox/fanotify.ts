@@ -1,0 +1,205 @@
+/**
+ * Directory entries appearing anywhere on whole file systems, as the kernel reports them through
+ * fanotify: every `create` (files, directories, links) and every rename onto a name, each with
+ * the directory it happened in and the new name; and, for single files asked for, each write.
+ *
+ * The events are queued by the kernel inside the system call that made the entry, so whoever
+ * reads the queue after that call returned sees it. Reading never blocks: the owner wakes on
+ * the descriptor's readability and drains. Needs CAP_SYS_ADMIN (filesystem marks). This module
+ * only reports entries; it must never change the file system.
+ *
+ * @module
+ */
+
+import { AT_FDCWD, cString, E, errno, libc, O, OsError, rawSyscall } from "../ffi/libc.ts";
+import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
+
+const FAN_CLOEXEC = 0x1;
+const FAN_NONBLOCK = 0x2;
+const FAN_UNLIMITED_QUEUE = 0x10;
+const FAN_REPORT_DFID_NAME = 0x400 | 0x800;
+const FAN_MARK_ADD = 0x1;
+const FAN_MARK_FILESYSTEM = 0x100;
+const FAN_MODIFY = 0x2;
+const FAN_CLOSE_WRITE = 0x8;
+const FAN_MOVED_TO = 0x80;
+const FAN_CREATE = 0x100;
+const FAN_Q_OVERFLOW = 0x4000;
+const FAN_ONDIR = 0x40000000;
+const INFO_DFID_NAME = 2;
+const ESTALE = 116;
+const O_DIRECTORY = 0o200000;
+const STATFS_SIZE = 120;
+const STATFS_FSID_OFFSET = 56;
+const METADATA_SIZE = 24;
+/** Info record header (4) + fsid (8), then `struct file_handle` and the name. */
+const HANDLE_OFFSET = 12;
+
+/** One new entry: `name` appeared in the directory `dirFd` (an O_PATH descriptor) at `dir`. */
+export interface NewEntry {
+  /** The directory's path now, in this mount namespace. */
+  dir: string;
+  /** O_PATH descriptor of the directory, owned by the callee only during the callback. */
+  dirFd: number;
+  name: string;
+  /** True when something was renamed onto `name`, false for a create or link. */
+  renamed: boolean;
+}
+
+/** What {@link EntryWatch.drain} found besides the entries. */
+export interface DrainResult {
+  /** Events were dropped or could not be resolved: the caller must look at everything again. */
+  overflowed: boolean;
+}
+
+function fsidOf(fd: number): string {
+  const buf = new Uint8Array(STATFS_SIZE);
+  checkedSyscall("fstatfs", SYS.fstatfs, fd, buf);
+  return buf.subarray(STATFS_FSID_OFFSET, STATFS_FSID_OFFSET + 8).join(",");
+}
+
+function procPath(fd: number): string | null {
+  const buf = new Uint8Array(4096);
+  const n = rawSyscall(SYS.readlink, cString(`/proc/self/fd/${fd}`), buf, buf.length);
+  if (n < 0) return null;
+  const path = new TextDecoder().decode(buf.subarray(0, n));
+  return path.startsWith("/") && !path.endsWith(" (deleted)") ? path : null;
+}
+
+/** A fanotify group watching whole file systems for new directory entries. */
+export class EntryWatch {
+  readonly fd: number;
+  /** fsid -> a descriptor on that file system, for `open_by_handle_at`. */
+  #mounts = new Map<string, number>();
+  #buf = new Uint8Array(64 * 1024);
+  #decoder = new TextDecoder();
+
+  /** Throws an {@link OsError} when fanotify is unavailable (no CAP_SYS_ADMIN, old kernel). */
+  constructor() {
+    this.fd = checkedSyscall(
+      "fanotify_init",
+      SYS.fanotify_init,
+      FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE | FAN_REPORT_DFID_NAME,
+      0,
+    );
+  }
+
+  /** Watches the whole file system that holds the directory `path` (once per file system). */
+  watch(path: string): void {
+    const fd = checkedSyscall(
+      `open(${path})`,
+      SYS.openat,
+      AT_FDCWD,
+      cString(path),
+      O_DIRECTORY | O.CLOEXEC,
+      0,
+    );
+    const fsid = fsidOf(fd);
+    if (this.#mounts.has(fsid)) return closeFd(fd);
+    try {
+      checkedSyscall(
+        `fanotify_mark(${path})`,
+        SYS.fanotify_mark,
+        this.fd,
+        FAN_MARK_ADD | FAN_MARK_FILESYSTEM,
+        BigInt(FAN_CREATE | FAN_MOVED_TO | FAN_ONDIR),
+        fd,
+        null,
+      );
+    } catch (e) {
+      closeFd(fd);
+      throw e;
+    }
+    this.#mounts.set(fsid, fd);
+  }
+
+  /**
+   * Also reports every write to the file behind `fd` (an O_PATH descriptor), as an entry of its
+   * directory under its name, until the file is gone.
+   */
+  watchWrites(fd: number): void {
+    checkedSyscall(
+      "fanotify_mark(file)",
+      SYS.fanotify_mark,
+      this.fd,
+      FAN_MARK_ADD,
+      BigInt(FAN_MODIFY | FAN_CLOSE_WRITE),
+      AT_FDCWD,
+      cString(`/proc/self/fd/${fd}`),
+    );
+  }
+
+  /**
+   * Reads every queued event without blocking and calls `onEntry` for each new entry named one
+   * of `names` whose directory still exists.
+   */
+  drain(names: ReadonlySet<string>, onEntry: (entry: NewEntry) => void): DrainResult {
+    const encoder = new TextEncoder();
+    const lengths = new Set([...names].map((name) => encoder.encode(name).length));
+    let overflowed = false;
+    for (;;) {
+      const n = Number(libc().read(this.fd, this.#buf, BigInt(this.#buf.length)));
+      if (n < 0) {
+        const code = errno();
+        if (code === E.EAGAIN) return { overflowed };
+        if (code === E.EINTR) continue;
+        throw new OsError("read(fanotify)", code);
+      }
+      const view = new DataView(this.#buf.buffer, 0, n);
+      for (let at = 0; at + METADATA_SIZE <= n;) {
+        const length = view.getUint32(at, true);
+        const mask = Number(view.getBigUint64(at + 8, true));
+        if (mask & FAN_Q_OVERFLOW) overflowed = true;
+        else {
+          try {
+            this.#entry(view, at, length, mask, names, lengths, onEntry);
+          } catch {
+            overflowed = true; // An entry that cannot be resolved: look at everything again.
+          }
+        }
+        at += length;
+      }
+    }
+  }
+
+  #entry(
+    view: DataView,
+    at: number,
+    length: number,
+    mask: number,
+    names: ReadonlySet<string>,
+    lengths: Set<number>,
+    onEntry: (entry: NewEntry) => void,
+  ): void {
+    const info = at + view.getUint16(at + 6, true);
+    if (info >= at + length || view.getUint8(info) !== INFO_DFID_NAME) return;
+    const fsid = Array.from(this.#buf.subarray(info + 4, info + 12)).join(",");
+    const handleBytes = view.getUint32(info + HANDLE_OFFSET, true);
+    const nameStart = info + HANDLE_OFFSET + 8 + handleBytes;
+    const nameEnd = this.#buf.indexOf(0, nameStart);
+    if (!lengths.has(nameEnd - nameStart)) return; // Most entries: not worth decoding.
+    const name = this.#decoder.decode(this.#buf.subarray(nameStart, nameEnd));
+    const mountFd = this.#mounts.get(fsid);
+    if (!names.has(name) || mountFd === undefined) return;
+    const handle = this.#buf.slice(info + HANDLE_OFFSET, nameStart);
+    const dirFd = rawSyscall(SYS.open_by_handle_at, mountFd, handle, O.PATH | O.CLOEXEC);
+    if (dirFd < 0) {
+      const code = errno();
+      if (code === ESTALE || code === E.ENOENT) return; // The directory is gone: so is the entry.
+      throw new OsError(`open_by_handle_at(${name})`, code);
+    }
+    try {
+      const dir = procPath(dirFd);
+      if (dir !== null) onEntry({ dir, dirFd, name, renamed: (mask & FAN_MOVED_TO) !== 0 });
+    } finally {
+      closeFd(dirFd);
+    }
+  }
+
+  /** Releases the group and its descriptors. */
+  close(): void {
+    for (const fd of this.#mounts.values()) closeFd(fd);
+    this.#mounts.clear();
+    closeFd(this.fd);
+  }
+}

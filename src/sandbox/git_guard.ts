@@ -1,0 +1,605 @@
+/**
+ * Keeps `.git` and `.uexec` directories out of the sandbox's reach wherever they are in the
+ * workspace and whenever they appeared, unless the sandbox made them itself.
+ *
+ * The workspace grant (a POSIX ACL entry with a default ACL, identity.ts) would reach into every
+ * repository: nested ones, and ones the operator creates later, which inherit the default ACL.
+ * So the guard (1) keeps the grant from entering a protected directory when the workspace is
+ * prepared, and strips sandbox entries already there; (2) watches the workspace's file systems
+ * (fanotify) and strips a protected directory the moment it is created or renamed into place,
+ * anywhere on them (moving it out of the workspace first must not help), removing anything a
+ * sandboxed process managed to make inside it meanwhile; (3) moves aside what cannot be
+ * trusted: a directory the sandbox could write before it was renamed to `.git` (its files may
+ * be forged even if root owns them), and a `.git` file or symlink that does not lead into a
+ * protected directory; (4) refuses workdirs inside protected directories. What a sandbox uid
+ * owns is the sandbox's own and is left alone: git refuses to run as root in a repository
+ * another user owns.
+ *
+ * Every change happens through descriptors opened without following symlinks, so a sandboxed
+ * process swapping entries cannot redirect it. This module must never widen anyone's access:
+ * it removes sandbox entries, gives what the sandbox made to the directory's owner, and renames
+ * (or replaces with a same-content copy) only `.git` entries it cannot trust.
+ *
+ * @module
+ */
+
+import { type AclEntry, decodeAcl, encodeAcl, PERM, TAG } from "./acl.ts";
+import { SandboxUnavailableError } from "./errors.ts";
+import { EntryWatch, type NewEntry } from "./fanotify.ts";
+import { type SandboxIds, sandboxIds } from "./identity.ts";
+import { realPathOrSelf } from "./fsinfo.ts";
+import { normalizeAbsolutePath } from "./profiles.ts";
+import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
+import {
+  AT_FDCWD,
+  cString,
+  E,
+  errno,
+  libc,
+  listDir,
+  O,
+  OsError,
+  rawSyscall,
+  readSmallFile,
+} from "../ffi/libc.ts";
+import { EPOLLIN, type Reactor, type Registration } from "../io/reactor.ts";
+
+/** Names protected at any depth when no profile says otherwise. */
+export const DEFAULT_PROTECTED_NAMES: ReadonlySet<string> = new Set([".git", ".uexec"]);
+
+/** Which ids are the sandbox's: files it made, ACL entries that grant it. */
+export interface SandboxOwners {
+  isUid(uid: number): boolean;
+  isGid(gid: number): boolean;
+}
+
+/** The owners for sandboxed children: any uid of the session range (or the spawners'), the group. */
+export function sandboxOwners(ids: SandboxIds): SandboxOwners {
+  return {
+    isUid: (uid) => uid >= ids.spawner && uid <= ids.last,
+    isGid: (gid) => gid === ids.gid,
+  };
+}
+
+/** A workdir inside a protected directory the sandbox did not make (403 `protected_workdir`). */
+export class ProtectedWorkdirError extends Error {
+  readonly status = 403;
+  readonly code = "protected_workdir";
+  constructor(workdir: string, dir: string) {
+    super(
+      `workdir: ${workdir} is inside ${dir}, which stays read-only for sandboxed commands; ` +
+        "run from the repository's working tree instead",
+    );
+    this.name = "ProtectedWorkdirError";
+  }
+}
+
+/** The single-component read-only subpaths of profiles: the names protected at any depth. */
+export function protectedNames(subpaths: Iterable<string>): Set<string> {
+  return new Set([...subpaths].filter((sub) => !sub.includes("/")));
+}
+
+const STAT_SIZE = 144;
+const S_IFMT = 0o170000;
+const S_IFDIR = 0o040000;
+const S_IFREG = 0o100000;
+const S_IFLNK = 0o120000;
+const AT_SYMLINK_NOFOLLOW = 0x100;
+const AT_REMOVEDIR = 0x200;
+const AT_EMPTY_PATH = 0x1000;
+const O_NOFOLLOW = 0o400000;
+const KEEP_IDS = 0xffffffff;
+const RENAME_NOREPLACE = 1;
+/** A `.git` file as git reads it: one line, trailing line breaks ignored. */
+const GITDIR_LINE = /^gitdir: (.+?)[\r\n]*$/;
+const O_WRONLY = 1;
+const O_TMPFILE = 0o20200000;
+const XATTR = { access: "system.posix_acl_access", default: "system.posix_acl_default" };
+
+/** Who gets what the sandbox made inside a protected directory: its owner. */
+interface Keeper {
+  uid: number;
+  gid: number;
+}
+
+interface Stat {
+  dev: bigint;
+  ino: bigint;
+  nlink: bigint;
+  mode: number;
+  uid: number;
+  gid: number;
+}
+
+function statAt(dirFd: number, path: string, flags: number): Stat | null {
+  const buf = new Uint8Array(STAT_SIZE);
+  if (rawSyscall(SYS.newfstatat, dirFd, cString(path), buf, flags) < 0) {
+    const code = errno();
+    if (code === E.ENOENT || code === E.ENOTDIR) return null;
+    throw new OsError(`stat(${path})`, code);
+  }
+  const v = new DataView(buf.buffer);
+  return {
+    dev: v.getBigUint64(0, true),
+    ino: v.getBigUint64(8, true),
+    nlink: v.getBigUint64(16, true),
+    mode: v.getUint32(24, true),
+    uid: v.getUint32(28, true),
+    gid: v.getUint32(32, true),
+  };
+}
+
+const kind = (st: Stat) => st.mode & S_IFMT;
+
+/** Opens `name` in `dirFd` with O_PATH, not following a symlink; null when it is gone. */
+function openEntry(dirFd: number, name: string): number | null {
+  const fd = rawSyscall(SYS.openat, dirFd, cString(name), O.PATH | O_NOFOLLOW | O.CLOEXEC, 0);
+  if (fd >= 0) return fd;
+  const code = errno();
+  if (code === E.ENOENT || code === E.ENOTDIR) return null;
+  throw new OsError(`open(${name})`, code);
+}
+
+/** The inode behind an O_PATH descriptor, as a path the xattr and chmod calls follow. */
+const inode = (fd: number) => `/proc/self/fd/${fd}`;
+
+function readAcl(fd: number, which: keyof typeof XATTR): AclEntry[] | null {
+  const buf = new Uint8Array(8192);
+  const n = rawSyscall(SYS.getxattr, cString(inode(fd)), cString(XATTR[which]), buf, buf.length);
+  if (n >= 0) return decodeAcl(buf.subarray(0, n));
+  const code = errno();
+  if (code === E.ENODATA || code === E.EOPNOTSUPP) return null;
+  throw new OsError(`getxattr(${XATTR[which]})`, code);
+}
+
+function children(fd: number): string[] {
+  return listDir(inode(fd)).filter((name) => name !== "." && name !== "..");
+}
+
+/** Whether an access ACL lets the sandbox write (through its own entries and the mask). */
+function grantsWrite(acl: AclEntry[], owners: SandboxOwners): boolean {
+  const mask = acl.find((e) => e.tag === TAG.MASK)?.perm ?? 7;
+  return acl.some((e) =>
+    ((e.tag === TAG.USER && owners.isUid(e.id)) || (e.tag === TAG.GROUP && owners.isGid(e.id))) &&
+    (e.perm & mask & PERM.W) !== 0
+  );
+}
+
+/**
+ * `entries` without the entries that grant the sandbox anything, or null when there are none.
+ * The mask stays as it was, so nobody else gains: when no named entry is left, the owning
+ * group keeps only what the mask let it have, and the mask goes.
+ */
+export function withoutSandbox(entries: AclEntry[], owners: SandboxOwners): AclEntry[] | null {
+  const kept = entries.filter((e) =>
+    !(e.tag === TAG.USER && owners.isUid(e.id)) && !(e.tag === TAG.GROUP && owners.isGid(e.id))
+  );
+  if (kept.length === entries.length) return null;
+  if (kept.some((e) => e.tag === TAG.USER || e.tag === TAG.GROUP)) return kept;
+  const mask = kept.find((e) => e.tag === TAG.MASK)?.perm ?? 7;
+  return kept
+    .filter((e) => e.tag !== TAG.MASK)
+    .map((e) => e.tag === TAG.GROUP_OBJ ? { ...e, perm: e.perm & mask } : e);
+}
+
+/** The owners for this server's children; null when they keep the server's uid (or unknown). */
+function currentOwners(): SandboxOwners | null {
+  try {
+    const ids = sandboxIds();
+    return ids && sandboxOwners(ids);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Refuses a `workdir` (canonical, absolute) that is, or lies beneath, a directory with a
+ * protected name that the sandbox did not make, with a {@link ProtectedWorkdirError}: the
+ * profile's read-only subpaths resolve beneath the workdir, so they would not cover it. With
+ * `owners` null (children keep the server's uid) every protected directory counts as foreign.
+ * Cheap (one `lstat` per protected component): callable on every request.
+ */
+export function assertNotInsideProtected(
+  workdir: string,
+  names: ReadonlySet<string> = DEFAULT_PROTECTED_NAMES,
+  owners: SandboxOwners | null = currentOwners(),
+): void {
+  const dir = protectedAncestor(workdir, names, owners);
+  if (dir !== null) throw new ProtectedWorkdirError(workdir, dir);
+}
+
+/** The first of `path` and its ancestors that has a protected name and is not the sandbox's. */
+function protectedAncestor(
+  path: string,
+  names: ReadonlySet<string>,
+  owners: SandboxOwners | null,
+): string | null {
+  const parts = path.split("/");
+  for (let i = 1; i < parts.length; i++) {
+    if (!names.has(parts[i])) continue;
+    const dir = parts.slice(0, i + 1).join("/");
+    const st = statAt(AT_FDCWD, dir, AT_SYMLINK_NOFOLLOW);
+    if (st && !owners?.isUid(st.uid)) return dir;
+  }
+  return null;
+}
+
+/** What happens to entries a sandbox uid made inside a protected directory it did not make. */
+type Planted =
+  /** Found when the workspace is prepared, when no sandboxed process runs: they may be
+   * earlier work (e.g. commits in a nested repository); they are kept, owned by the
+   * directory's owner, with no write for group and others and no execute bits on files. */
+  | "adopt"
+  /** Found in a directory that just appeared: made in the moment before the guard saw it, so
+   * a sandboxed process may hold them open; they are taken over as above, then removed. */
+  | "remove";
+
+/** What securing a tree found. */
+interface Findings {
+  /** Entries a sandbox uid made. */
+  taken: number;
+  /** Whether the sandbox could write anything in it (grant, ownership, world-writable). */
+  writable: boolean;
+}
+
+/** Settings of {@link GitGuard}. */
+export interface GuardOptions {
+  names: ReadonlySet<string>;
+  owners: SandboxOwners;
+  /** Wakes the guard when the kernel queued new entries. */
+  reactor: Reactor;
+}
+
+/** Watches workspaces and keeps their protected directories read-only for the sandbox. */
+export class GitGuard {
+  #names: ReadonlySet<string>;
+  #owners: SandboxOwners;
+  #watch: EntryWatch;
+  #registration: Registration;
+  #reactor: Reactor;
+  #roots: string[] = [];
+  #devices = new Set<number>();
+  /** Files with several links found inside protected directories: the grant skips them. */
+  #links = new Set<string>();
+  /** `.git` files this guard wrote (dev:ino): already trusted when renamed into place. */
+  #renewed = new Set<string>();
+  /** Protected paths that could not be secured yet: why, and what to do with planted entries. */
+  #failed = new Map<string, { why: string; planted: Planted }>();
+
+  /** Throws {@link SandboxUnavailableError} when new entries cannot be watched. */
+  constructor(opts: GuardOptions) {
+    this.#names = opts.names;
+    this.#owners = opts.owners;
+    this.#reactor = opts.reactor;
+    try {
+      this.#watch = new EntryWatch();
+    } catch (e) {
+      throw new SandboxUnavailableError(
+        `cannot watch the workspace for new .git directories (fanotify): ${(e as Error).message}`,
+      );
+    }
+    this.#registration = opts.reactor.add(this.#watch.fd, EPOLLIN, {
+      readable: () => {
+        try {
+          this.settle();
+        } catch (e) {
+          console.error("uexec: protecting new directories failed:", e);
+        }
+      },
+    });
+  }
+
+  /** Starts guarding `root` (canonical): its file system is watched from now on. */
+  guard(root: string): void {
+    this.#watchDir(root, Deno.lstatSync(root));
+    if (!this.#roots.includes(root)) this.#roots.push(root);
+  }
+
+  /**
+   * The hook for the workspace grant, called with each path before it is granted: true when the
+   * grant must leave `path` alone. A protected directory (or `.git` file) is secured on the
+   * spot; so are file systems mounted inside the workspace, which get watched too.
+   */
+  readonly claims = (path: string, info: Deno.FileInfo): boolean => {
+    if (info.isDirectory) this.#watchDir(path, info);
+    const slash = path.lastIndexOf("/");
+    const name = path.slice(slash + 1);
+    if (this.#names.has(name)) {
+      if (this.#owners.isUid(info.uid ?? 0)) return false;
+      this.#protectPath(path.slice(0, slash) || "/", name, "adopt");
+      return true;
+    }
+    return info.isFile && (info.nlink ?? 1) > 1 && this.#links.has(`${info.dev}:${info.ino}`);
+  };
+
+  /**
+   * Secures every protected directory that appeared since the last call (the kernel queued it
+   * when it was made). Call before spawning. Throws {@link SandboxUnavailableError} while a
+   * protected directory cannot be secured.
+   */
+  settle(): void {
+    const { overflowed } = this.#watch.drain(this.#names, (entry) => this.#onEntry(entry));
+    if (overflowed) { for (const root of this.#roots) this.#sweep(root); }
+    for (const [path, { planted }] of this.#failed) {
+      const slash = path.lastIndexOf("/");
+      this.#protectPath(path.slice(0, slash), path.slice(slash + 1), planted);
+    }
+    const [first] = this.#failed;
+    if (first) {
+      throw new SandboxUnavailableError(
+        `cannot make ${first[0]} read-only for the sandbox: ${first[1].why}`,
+      );
+    }
+  }
+
+  /** The paths among `paths` that exist and are not the sandbox's own. */
+  protectedAmong(paths: string[]): string[] {
+    return paths.filter((path) => {
+      const st = statAt(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW);
+      return st !== null && !this.#owners.isUid(st.uid);
+    });
+  }
+
+  /** Stops watching. */
+  close(): void {
+    this.#reactor.remove(this.#registration);
+    this.#watch.close();
+  }
+
+  #watchDir(path: string, info: Deno.FileInfo): void {
+    if (info.dev === null || this.#devices.has(info.dev)) return;
+    try {
+      this.#watch.watch(path);
+    } catch (e) {
+      throw new SandboxUnavailableError(
+        `cannot watch ${path} for new .git directories (fanotify): ${(e as Error).message}`,
+      );
+    }
+    this.#devices.add(info.dev);
+  }
+
+  #onEntry(entry: NewEntry): void {
+    const path = `${entry.dir}/${entry.name}`;
+    try {
+      this.#protect(entry.dirFd, entry.name, "remove", path, entry.renamed);
+      this.#failed.delete(path);
+    } catch (e) {
+      this.#failed.set(path, { why: (e as Error).message, planted: "remove" });
+    }
+  }
+
+  /** Looks at everything under `dir` again (after the kernel dropped events). */
+  #sweep(dir: string): void {
+    for (const entry of Deno.readDirSync(dir)) {
+      if (this.#names.has(entry.name)) this.#protectPath(dir, entry.name, "remove");
+      else if (entry.isDirectory) this.#sweep(`${dir}/${entry.name}`);
+    }
+  }
+
+  #protectPath(dir: string, name: string, planted: Planted): void {
+    const path = `${dir}/${name}`;
+    const dirFd = openEntry(AT_FDCWD, dir);
+    if (dirFd === null) return void this.#failed.delete(path);
+    try {
+      this.#protect(dirFd, name, planted, path);
+      this.#failed.delete(path);
+    } catch (e) {
+      this.#failed.set(path, { why: (e as Error).message, planted });
+    } finally {
+      closeFd(dirFd);
+    }
+  }
+
+  /** Secures the protected entry `name` of the directory `dirFd`, unless the sandbox made it. */
+  #protect(dirFd: number, name: string, planted: Planted, path: string, renamed = false): void {
+    const fd = openEntry(dirFd, name);
+    if (fd === null) return;
+    try {
+      const st = statAt(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)!;
+      if (this.#owners.isUid(st.uid) || this.#renewed.has(`${st.dev}:${st.ino}`)) return;
+      const keeper = { uid: st.uid, gid: this.#owners.isGid(st.gid) ? 0 : st.gid };
+      const found: Findings = { taken: 0, writable: false };
+      this.#secure(fd, st, keeper, planted, found);
+      if (found.taken > 0) {
+        console.error(
+          `uexec: ${path}: ${found.taken} entries made by the sandbox inside it were ` +
+            (planted === "remove" ? "removed" : `given to uid ${keeper.uid}, without execute bits`),
+        );
+      }
+      if (planted === "adopt") return;
+      if (kind(st) === S_IFDIR) {
+        if (renamed && found.writable) this.#moveAside(dirFd, name, path);
+        return;
+      }
+      // A file or link the sandbox may hold open or have aimed: trusted only when it leads into
+      // a protected directory, and then replaced by a fresh copy no descriptor refers to. An
+      // empty file is being written (git writes it right after creating it): its writes are
+      // watched from before it is read, and each one brings it back here.
+      let content = "";
+      if (kind(st) === S_IFREG) {
+        this.#watch.watchWrites(fd);
+        content = readSmallFile(inode(fd)) ?? "";
+        if (content === "") return;
+      }
+      if (kind(st) === S_IFREG && this.#leadsIntoProtected(content, path)) {
+        this.#renew(dirFd, name, st, keeper, content, path);
+      } else {
+        this.#moveAside(dirFd, name, path);
+      }
+    } finally {
+      closeFd(fd);
+    }
+  }
+
+  /** Whether `.git` file content points git into a protected directory the sandbox did not make. */
+  #leadsIntoProtected(content: string, path: string): boolean {
+    const line = GITDIR_LINE.exec(content);
+    if (!line) return false;
+    const dir = path.slice(0, path.lastIndexOf("/"));
+    const target = normalizeAbsolutePath(line[1].startsWith("/") ? line[1] : `${dir}/${line[1]}`);
+    return protectedAncestor(realPathOrSelf(target), this.#names, this.#owners) !== null;
+  }
+
+  /**
+   * Replaces the `.git` file `name` with a new inode holding `content`, made unnamed and
+   * stripped before it is linked in, so no sandboxed process can hold it open. If something
+   * else got renamed onto the name meanwhile, that is moved aside instead.
+   */
+  #renew(dirFd: number, name: string, st: Stat, keeper: Keeper, content: string, path: string) {
+    const fresh = checkedSyscall(
+      "open(O_TMPFILE)",
+      SYS.openat,
+      dirFd,
+      cString("."),
+      O_TMPFILE | O_WRONLY | O.CLOEXEC,
+      0o600,
+    );
+    try {
+      this.#strip(fresh, "access", { taken: 0, writable: false });
+      this.#chown(fresh, st.uid, keeper.gid);
+      const mode = st.mode & 0o644;
+      checkedSyscall("chmod", SYS.fchmodat, AT_FDCWD, cString(inode(fresh)), mode);
+      const bytes = new TextEncoder().encode(content);
+      if (Number(libc().write(fresh, bytes, BigInt(bytes.length))) !== bytes.length) {
+        throw new OsError(`write(${path})`, errno());
+      }
+      const temp = `${name}.uexec-${crypto.randomUUID()}`;
+      checkedSyscall("linkat", SYS.linkat, fresh, cString(""), dirFd, cString(temp), AT_EMPTY_PATH);
+      checkedSyscall(
+        `rename(${path})`,
+        SYS.renameat2,
+        dirFd,
+        cString(temp),
+        dirFd,
+        cString(name),
+        0,
+      );
+      const made = statAt(fresh, "", AT_EMPTY_PATH)!;
+      this.#renewed.add(`${made.dev}:${made.ino}`);
+      const now = statAt(dirFd, name, AT_SYMLINK_NOFOLLOW);
+      if (now?.ino !== made.ino) this.#moveAside(dirFd, name, path);
+    } finally {
+      closeFd(fresh);
+    }
+  }
+
+  /** Renames an untrusted `name` out of the way, so git will not use it. */
+  #moveAside(dirFd: number, name: string, path: string): void {
+    const aside = `${name}.untrusted-${crypto.randomUUID().slice(0, 8)}`;
+    checkedSyscall(
+      `rename(${path})`,
+      SYS.renameat2,
+      dirFd,
+      cString(name),
+      dirFd,
+      cString(aside),
+      RENAME_NOREPLACE,
+    );
+    console.error(
+      `uexec: ${path} appeared where sandboxed commands could have forged what it holds; ` +
+        `moved aside to ${aside}`,
+    );
+  }
+
+  /**
+   * Removes every sandbox grant from the entry `fd` and, top-down, from everything beneath it:
+   * a directory is stripped before it is listed, so nothing made in it afterwards inherits a
+   * grant and nothing made before is missed. Sandbox-made entries are taken back.
+   */
+  #secure(fd: number, st: Stat, top: Keeper, planted: Planted, found: Findings): void {
+    if (kind(st) === S_IFLNK) return;
+    if (st.mode & 0o002) found.writable = true;
+    if (this.#owners.isGid(st.gid)) {
+      if (st.mode & 0o020) found.writable = true;
+      this.#chown(fd, KEEP_IDS, top.gid);
+    }
+    this.#strip(fd, "access", found);
+    if (kind(st) === S_IFREG && st.nlink > 1n) this.#links.add(`${st.dev}:${st.ino}`);
+    if (kind(st) !== S_IFDIR) return;
+    this.#strip(fd, "default", found);
+    this.#eachChild(
+      fd,
+      (child, cfd, cst) =>
+        this.#owners.isUid(cst.uid)
+          ? this.#takeBack(fd, child, cfd, cst, top, planted, found)
+          : this.#secure(cfd, cst, top, planted, found),
+    );
+  }
+
+  /**
+   * Gives a sandbox-made entry to `top`'s owner, without write for group and others and without
+   * execute bits on files, and everything beneath it likewise; with `remove`, then deletes it
+   * (what others made beneath it is only stripped first, so it cannot grow while it goes).
+   */
+  #takeBack(
+    dirFd: number,
+    name: string,
+    fd: number,
+    st: Stat,
+    top: Keeper,
+    planted: Planted,
+    found: Findings,
+  ): void {
+    const own = this.#owners.isUid(st.uid);
+    if (own) {
+      found.taken++;
+      found.writable = true;
+      this.#chown(fd, top.uid, top.gid);
+      if (kind(st) !== S_IFLNK) {
+        const noExec = kind(st) === S_IFREG ? 0o111 : 0;
+        const mode = st.mode & ~(0o7022 | noExec) & 0o7777;
+        checkedSyscall("chmod", SYS.fchmodat, AT_FDCWD, cString(inode(fd)), mode);
+      }
+    }
+    if (kind(st) === S_IFDIR) {
+      this.#strip(fd, "access", found);
+      this.#strip(fd, "default", found);
+      this.#eachChild(
+        fd,
+        (child, cfd, cst) =>
+          planted === "remove" || this.#owners.isUid(cst.uid)
+            ? this.#takeBack(fd, child, cfd, cst, top, planted, found)
+            : this.#secure(cfd, cst, top, planted, found),
+      );
+    } else if (own && kind(st) !== S_IFLNK) {
+      this.#strip(fd, "access", found);
+    }
+    if (planted === "remove") {
+      const flags = kind(st) === S_IFDIR ? AT_REMOVEDIR : 0;
+      checkedSyscall(`unlink(${name})`, SYS.unlinkat, dirFd, cString(name), flags);
+    }
+  }
+
+  #eachChild(fd: number, visit: (name: string, fd: number, st: Stat) => void): void {
+    for (const child of children(fd)) {
+      const cfd = openEntry(fd, child);
+      if (cfd === null) continue;
+      try {
+        visit(child, cfd, statAt(cfd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)!);
+      } finally {
+        closeFd(cfd);
+      }
+    }
+  }
+
+  #chown(fd: number, uid: number, gid: number): void {
+    checkedSyscall("chown", SYS.fchownat, fd, cString(""), uid, gid, AT_EMPTY_PATH);
+  }
+
+  #strip(fd: number, which: keyof typeof XATTR, found: Findings): void {
+    const acl = readAcl(fd, which);
+    const kept = acl && withoutSandbox(acl, this.#owners);
+    if (!kept) return;
+    if (which === "access") found.writable ||= grantsWrite(acl, this.#owners);
+    const value = encodeAcl(kept);
+    checkedSyscall(
+      `setxattr(${XATTR[which]})`,
+      SYS.setxattr,
+      cString(inode(fd)),
+      cString(XATTR[which]),
+      value,
+      value.length,
+      0,
+    );
+  }
+}
