@@ -28,6 +28,7 @@ import { toolDefinitions } from "../service/tools.ts";
 import { bearerToken, SandboxedPeerError, UnauthorizedError } from "./auth.ts";
 import { readJson } from "./body.ts";
 import { resultText, wantsText } from "./format.ts";
+import { registerOutputRoutes } from "./output_routes.ts";
 import { sseResponse } from "./sse.ts";
 
 /** What the routes need from the rest of the server. */
@@ -45,7 +46,7 @@ export interface AppDeps {
 const MAX_BODY_BYTES = 1024 * 1024;
 
 interface Failure {
-  status: 400 | 401 | 403 | 404 | 409 | 413 | 429 | 500;
+  status: 400 | 401 | 403 | 404 | 408 | 409 | 413 | 422 | 429 | 500 | 503;
   code: string;
   message: string;
 }
@@ -121,12 +122,20 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
 
   app.post("/v1/exec_command", async (c) => {
     const principal = who(c);
-    return reply(c, await service.exec(principal, await parseBody(c, ExecBody)));
+    const body = await parseBody(c, ExecBody);
+    return reply(
+      c,
+      await service.exec(principal, body, {
+        signal: c.req.raw.signal,
+        idempotencyKey: c.req.header("idempotency-key"),
+      }),
+    );
   });
 
   app.post("/v1/write_stdin", async (c) => {
     const principal = who(c);
-    return reply(c, await service.write(principal, await parseBody(c, WriteBody)));
+    const body = await parseBody(c, WriteBody);
+    return reply(c, await service.write(principal, body, c.req.raw.signal));
   });
 
   app.get("/v1/sessions", (c) => c.json({ sessions: service.sessions(who(c)) }));
@@ -147,27 +156,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
     return c.json({ ok: true });
   });
 
-  app.get("/v1/sessions/:id/stream", (c) => {
-    const session = service.session(who(c), sessionId(c));
-    const base64 = c.req.query("encoding") === "base64";
-    return sseResponse((send, close) => {
-      const decoder = new TextDecoder();
-      const unlisten = session.listen({
-        output: (bytes) =>
-          send(
-            "output",
-            base64
-              ? { base64: encodeBase64(bytes) }
-              : { text: decoder.decode(bytes, { stream: true }) },
-          ),
-      });
-      session.closed.then((status) => {
-        send("exit", { exit_code: status.code });
-        close();
-      });
-      return unlisten;
-    });
-  });
+  registerOutputRoutes(app, service, who);
 
   app.get("/v1/events", (c) => {
     const principal = who(c);
@@ -201,12 +190,4 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
   });
 
   return app;
-}
-
-function encodeBase64(bytes: Uint8Array): string {
-  let binary = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) {
-    binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  }
-  return btoa(binary);
 }

@@ -22,6 +22,7 @@ import { isWithin } from "../sandbox/profiles.ts";
 import { canonical, fitsWithin, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
 import type { CallResult, KillResult, SessionManager } from "../sessions/manager.ts";
+import type { HistoryRead } from "../output/history.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
 import type { AgentInfo, AgentRegistry } from "./agents.ts";
 import { ForbiddenError, ownerOf, type Principal, requireOperator } from "./principal.ts";
@@ -34,6 +35,7 @@ import {
   type WriteBody,
   writeYield,
 } from "./schemas.ts";
+import { IdempotentCalls } from "./idempotency.ts";
 import type { Supervisor } from "./supervisor.ts";
 import type { z } from "zod";
 
@@ -63,9 +65,18 @@ export interface ServiceDeps {
   maxSessions: number;
 }
 
+/** How an `exec_command` call arrived. */
+export interface ExecCall {
+  /** Aborts when the caller went away. */
+  signal?: AbortSignal;
+  /** The `Idempotency-Key` the caller sent. */
+  idempotencyKey?: string;
+}
+
 /** The service's operations. */
 export class Service {
   #deps: ServiceDeps;
+  #idempotent = new IdempotentCalls<CallResult>();
 
   constructor(deps: ServiceDeps) {
     this.#deps = deps;
@@ -76,8 +87,42 @@ export class Service {
     return this.#deps.agents.authenticate(token);
   }
 
-  /** `exec_command`. */
-  exec(principal: Principal, body: z.output<typeof ExecBody>): Promise<CallResult> {
+  /**
+   * `exec_command`. `call.signal` aborts when the caller went away (what it would have been
+   * answered waits for the next call); a repeated `call.idempotencyKey` starts nothing new.
+   */
+  exec(
+    principal: Principal,
+    body: z.output<typeof ExecBody>,
+    call: ExecCall = {},
+  ): Promise<CallResult> {
+    if (call.idempotencyKey !== undefined) {
+      return this.#idempotent.run(
+        ownerOf(principal),
+        call.idempotencyKey,
+        body,
+        call.signal,
+        (signal) => this.#exec(principal, body, signal),
+        (sessionId, signal) =>
+          this.#deps.manager.write({
+            owner: ownerOf(principal),
+            sessionId,
+            chars: "",
+            yieldMs: execYield(body.yield_time_ms),
+            maxOutputTokens: body.max_output_tokens,
+            until: body.until,
+            signal,
+          }),
+      );
+    }
+    return this.#exec(principal, body, call.signal);
+  }
+
+  #exec(
+    principal: Principal,
+    body: z.output<typeof ExecBody>,
+    signal?: AbortSignal,
+  ): Promise<CallResult> {
     const { supervisor } = this.#deps;
     const escalation = this.#escalation(principal, body);
     const escalating = Object.keys(escalation).length > 0;
@@ -106,6 +151,7 @@ export class Service {
         maxOutputTokens: body.max_output_tokens,
         until: body.until,
         timeoutMs: body.timeout_ms,
+        signal,
       },
       profile,
       escalation,
@@ -113,9 +159,14 @@ export class Service {
     });
   }
 
-  /** `write_stdin`. */
-  write(principal: Principal, body: z.output<typeof WriteBody>): Promise<CallResult> {
+  /** `write_stdin`; `signal` aborts when the caller went away (the output waits). */
+  write(
+    principal: Principal,
+    body: z.output<typeof WriteBody>,
+    signal?: AbortSignal,
+  ): Promise<CallResult> {
     return this.#deps.manager.write({
+      signal,
       owner: scope(principal),
       sessionId: body.session_id,
       chars: body.chars,
@@ -299,6 +350,25 @@ export class Service {
         (this.#deps.allowedRoots.length ? ` and UEXEC_ALLOWED_ROOTS` : "") +
         `; add it to UEXEC_ALLOWED_ROOTS, or ask for an escalation`,
     );
+  }
+
+  // --- Resumable output (issue 11): reading a session's history by offset. ---
+
+  /**
+   * What one of the principal's sessions' history holds from offset `since` (all it holds when
+   * absent), without taking it from the session.
+   */
+  output(principal: Principal, id: number, since?: number): HistoryRead & {
+    exitCode?: number;
+  } {
+    const session = this.session(principal, id);
+    const { history } = session;
+    if (since !== undefined && since > history.end) {
+      throw new InvalidRequestError(
+        `since: offset ${since} is past the end of the output (${history.end})`,
+      );
+    }
+    return { ...history.read(since ?? history.start), exitCode: session.exit?.code };
   }
 }
 

@@ -10,7 +10,7 @@
  */
 
 import type { EndReason, EventBus } from "../events/bus.ts";
-import { libc } from "../ffi/libc.ts";
+import { E, libc } from "../ffi/libc.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { openPipe, setNonBlocking, type WindowSize } from "../pty/open.ts";
 import { whenGone } from "../pty/gone.ts";
@@ -22,7 +22,14 @@ import { type Denial, detectDenial } from "../sandbox/denial.ts";
 import { type SpawnerPool, SpawnFailure } from "../workers/pool.ts";
 import { collect, type Collected } from "./collect.ts";
 import { childEnv } from "./env.ts";
-import { InvalidRequestError, SessionLimitError, UnknownSessionError } from "./errors.ts";
+import {
+  CallAbandonedError,
+  InvalidRequestError,
+  OutOfResourcesError,
+  SessionLimitError,
+  ShuttingDownError,
+  UnknownSessionError,
+} from "./errors.ts";
 import { Session, type SessionInfo } from "./session.ts";
 
 /** A validated `exec_command` request. */
@@ -45,6 +52,11 @@ export interface ExecRequest {
   sandbox: SandboxChoice;
   /** Kill the session this long after it started. */
   timeoutMs?: number;
+  /**
+   * Aborts when the caller went away: the call then takes nothing from the session (its output
+   * and exit wait for the next call) and rejects with `CallAbandonedError`.
+   */
+  signal?: AbortSignal;
 }
 
 /** A validated `write_stdin` request. */
@@ -56,6 +68,8 @@ export interface WriteRequest {
   yieldMs: number;
   maxOutputTokens: number;
   until?: RegExp;
+  /** As in `ExecRequest`: aborts when the caller went away. */
+  signal?: AbortSignal;
 }
 
 /** The result of one tool call. */
@@ -134,12 +148,48 @@ export function pickPruneVictim(sessions: Session[]): Session | undefined {
   return candidates.find((s) => s.exit !== undefined) ?? candidates[0];
 }
 
+/** Per-string limit of execve's argv and environment (MAX_ARG_STRLEN, with the NUL). */
+const MAX_ARG_STRLEN = 32 * 4096;
+
+/**
+ * The 400 for a spawn that failed: E2BIG names the field that is too large for `execve` (a
+ * single string over 128 KiB, or else the larger of `cmd` and `env`), anything else the workdir.
+ */
+function spawnRefusal(err: SpawnFailure, req: ExecRequest): InvalidRequestError {
+  if (err.code !== E.E2BIG) {
+    return new InvalidRequestError(`workdir: ${err.message} in ${req.workdir}`);
+  }
+  const bytes = (s: string) => new TextEncoder().encode(s).length + 1;
+  const cmdBytes = bytes(req.cmd);
+  const entries = Object.entries(req.env).map(([k, v]) => [k, bytes(`${k}=${v}`)] as const);
+  const envBytes = entries.reduce((n, [, b]) => n + b, 0);
+  const long = entries.find(([, b]) => b > MAX_ARG_STRLEN);
+  const limits = `execve takes at most ${MAX_ARG_STRLEN} bytes per string and ` +
+    "about a quarter of the stack limit in all";
+  if (cmdBytes > MAX_ARG_STRLEN) {
+    return new InvalidRequestError(`cmd: ${cmdBytes} bytes is too large for execve; ${limits}`);
+  }
+  if (long) {
+    return new InvalidRequestError(
+      `env.${long[0]}: ${long[1]} bytes is too large for execve; ${limits}`,
+    );
+  }
+  const field = envBytes >= cmdBytes ? "env" : "cmd";
+  return new InvalidRequestError(
+    `${field}: cmd (${cmdBytes} bytes) and env (${envBytes} bytes) are too large together ` +
+      `for execve; ${limits}`,
+  );
+}
+
 /** The store of live sessions. */
 export class SessionManager {
   #opts: ManagerOptions;
   #sessions = new Map<number, Session>();
   /** Ids being started, with their owners. */
   #reserved = new Map<number, string>();
+  /** Starts under way (each kills its session itself when shutdown began meanwhile). */
+  #starting = new Set<Promise<unknown>>();
+  #closing = false;
   #encoder = new TextEncoder();
 
   constructor(opts: ManagerOptions) {
@@ -165,14 +215,28 @@ export class SessionManager {
 
   /** Run `exec_command`. */
   async exec(req: ExecRequest): Promise<CallResult> {
+    if (this.#closing) throw new ShuttingDownError();
+    if (req.signal?.aborted) throw new CallAbandonedError();
     const started = performance.now();
-    const id = await this.#reserve(req.owner, req.maxSessions);
+    const starting = this.#reserve(req.owner, req.maxSessions).then(async (id) => {
+      let session: Session;
+      try {
+        session = await this.#start(id, req);
+      } finally {
+        this.#reserved.delete(id);
+      }
+      if (!this.#closing) return session;
+      await this.#terminate([session], "shutdown");
+      throw new ShuttingDownError();
+    });
+    this.#starting.add(starting);
     let session: Session;
     try {
-      session = await this.#start(id, req);
+      session = await starting;
     } finally {
-      this.#reserved.delete(id);
+      this.#starting.delete(starting);
     }
+    const id = session.id;
     this.#sessions.set(id, session);
     this.#opts.bus.publish({
       type: "begin",
@@ -182,8 +246,17 @@ export class SessionManager {
       workdir: req.workdir,
       tty: req.tty,
     });
-    const collected = await collect(session, { yieldMs: req.yieldMs, until: req.until });
-    return await this.#result(session, collected, started, req.maxOutputTokens);
+    try {
+      const collected = await collect(session, {
+        yieldMs: req.yieldMs,
+        until: req.until,
+        signal: req.signal,
+      });
+      return await this.#result(session, collected, started, req.maxOutputTokens, req.signal);
+    } catch (err) {
+      if (err instanceof CallAbandonedError) throw new CallAbandonedError(id);
+      throw err;
+    }
   }
 
   /** Run `write_stdin`. */
@@ -200,8 +273,12 @@ export class SessionManager {
       });
       this.#send(session, req.chars);
     }
-    const collected = await collect(session, { yieldMs: req.yieldMs, until: req.until });
-    return await this.#result(session, collected, started, req.maxOutputTokens);
+    const collected = await collect(session, {
+      yieldMs: req.yieldMs,
+      until: req.until,
+      signal: req.signal,
+    });
+    return await this.#result(session, collected, started, req.maxOutputTokens, req.signal);
   }
 
   /** Kill a session's whole process tree and return what output was left. */
@@ -235,8 +312,13 @@ export class SessionManager {
     session.child.signal(sig);
   }
 
-  /** Kill every session (server shutdown). */
+  /**
+   * Kill every session (server shutdown). From now on `exec` is refused, and a session that was
+   * being started is killed as soon as it exists; resolves once all of them are gone.
+   */
   async shutdown(): Promise<void> {
+    this.#closing = true;
+    await Promise.allSettled([...this.#starting]);
     await this.#terminate([...this.#sessions.values()], "shutdown");
     this.#sessions.clear();
   }
@@ -298,8 +380,10 @@ export class SessionManager {
       dir?.release();
       lease.release();
       if (err instanceof SpawnFailure && err.kind === "spawn") {
-        throw new InvalidRequestError(`workdir: ${err.message} in ${req.workdir}`);
+        if (err.code === E.EMFILE || err.code === E.ENFILE) throw outOfFiles(err);
+        throw spawnRefusal(err, req);
       }
+      if (isOutOfFiles(err)) throw outOfFiles(err as Error);
       throw err;
     } finally {
       if (pipes) closeAll([pipes.child.stdin, pipes.child.output]);
@@ -356,8 +440,13 @@ export class SessionManager {
     got: Collected,
     started: number,
     maxTokens: number,
+    signal?: AbortSignal,
   ): Promise<CallResult> {
     const fitted = await this.#opts.truncator.fit(got.text, maxTokens);
+    if (signal?.aborted) {
+      session.restore(got.text);
+      throw new CallAbandonedError();
+    }
     const result: CallResult = {
       chunk_id: chunkId(),
       wall_time_seconds: (performance.now() - started) / 1000,
@@ -404,6 +493,18 @@ export class SessionManager {
       whenGone(this.#opts.reactor, killed, KILLED_EXIT_LIMIT_MS),
     ]);
   }
+}
+
+/** True for a failure to get a file descriptor (EMFILE, ENFILE) anywhere in a start. */
+function isOutOfFiles(err: unknown): boolean {
+  return err instanceof Error && /\bE[MN]FILE\b/.test(err.message);
+}
+
+function outOfFiles(err: Error): OutOfResourcesError {
+  return new OutOfResourcesError(
+    `the server is out of file descriptors (${err.message}); ` +
+      "nothing was started, try again once sessions have ended",
+  );
 }
 
 function closeAll(fds: number[]): void {

@@ -14,6 +14,7 @@ import { Child, type ChildFds, type ChildSink, type ExitStatus } from "../pty/ch
 import type { Reactor } from "../io/reactor.ts";
 import { concat, HeadTailBuffer } from "../output/head_tail.ts";
 import { CharCarry } from "../output/carry.ts";
+import { OutputHistory } from "../output/history.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
 
 /** Public description of a live session. */
@@ -58,6 +59,7 @@ export interface SessionListener {
 }
 
 const decoder = new TextDecoder();
+const encoder = new TextEncoder();
 
 function join(...parts: Uint8Array[]): Uint8Array {
   return concat(parts.filter((p) => p.length > 0), parts.reduce((n, p) => n + p.length, 0));
@@ -80,6 +82,7 @@ export class Session implements ChildSink {
   endReason: EndReason = "exit";
   #child?: Child;
   #pending = new HeadTailBuffer();
+  #history = new OutputHistory();
   #carry = new CharCarry();
   #listeners = new Set<SessionListener>();
   #exit?: ExitStatus;
@@ -140,19 +143,39 @@ export class Session implements ChildSink {
     const { head, tail, omitted } = this.#pending.drain();
     const final = this.#exit !== undefined;
     if (omitted > 0) {
+      const first = join(this.#carry.rest, head);
       this.#carry.drop();
       const rest = this.#carry.complete(tail, final);
       return {
-        text: `${decoder.decode(head)}\n…${omitted} bytes omitted…\n${decoder.decode(rest)}`,
+        text: `${decoder.decode(first)}\n…${omitted} bytes omitted…\n${decoder.decode(rest)}`,
         omittedBytes: omitted,
       };
     }
     return { text: decoder.decode(this.#carry.complete(join(head, tail), final)), omittedBytes: 0 };
   }
 
+  /**
+   * Put back output a call took but could not deliver (its caller went away): it comes first in
+   * the next take, before whatever arrived since.
+   */
+  restore(text: string): void {
+    const since = this.#pending.drain();
+    const carried = this.#carry.rest;
+    this.#carry.drop();
+    for (const part of [encoder.encode(text), carried, since.head, since.tail]) {
+      if (part.length > 0) this.#pending.push(part);
+    }
+  }
+
+  /** Recent output by offset, for readers that resume; reading it takes nothing away. */
+  get history(): OutputHistory {
+    return this.#history;
+  }
+
   /** ChildSink: output arrived. */
   output(bytes: Uint8Array): void {
     this.#pending.push(bytes);
+    this.#history.push(bytes);
     for (const listener of this.#listeners) listener.output?.(bytes);
   }
 
