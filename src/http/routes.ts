@@ -75,6 +75,15 @@ async function parseBody<T extends z.ZodType>(c: Context, schema: T): Promise<z.
   return parsed.data;
 }
 
+/**
+ * A signal that aborts when the client went away before its response was sent. Run the server
+ * with `--unstable-no-legacy-abort`: without it Deno also aborts it after every successful
+ * response (harmless here, as every listener is gone by then, but Deno warns once).
+ */
+function callerGone(c: Context): AbortSignal {
+  return c.req.raw.signal;
+}
+
 function sessionId(c: Context): number {
   const parsed = SessionIdParam.safeParse(c.req.param("id"));
   if (!parsed.success) throw new InvalidRequestError(`id: ${describeIssues(parsed.error)}`);
@@ -126,7 +135,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
     return reply(
       c,
       await service.exec(principal, body, {
-        signal: c.req.raw.signal,
+        signal: callerGone(c),
         idempotencyKey: c.req.header("idempotency-key"),
       }),
     );
@@ -135,7 +144,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
   app.post("/v1/write_stdin", async (c) => {
     const principal = who(c);
     const body = await parseBody(c, WriteBody);
-    return reply(c, await service.write(principal, body, c.req.raw.signal));
+    return reply(c, await service.write(principal, body, callerGone(c)));
   });
 
   app.get("/v1/sessions", (c) => c.json({ sessions: service.sessions(who(c)) }));
