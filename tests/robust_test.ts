@@ -332,3 +332,71 @@ Deno.test("shutdown: exec refused with 503 once it begins, nothing it started su
   for (const a of answers) assert.ok(["shutting_down", "connection closed"].includes(a), a);
   assert.deepEqual(processesWith(marker), []);
 });
+
+Deno.test("out of file descriptors: 503 out_of_resources, the server lives and recovers", async () => {
+  const server = await startServer({ UEXEC_MAX_SESSIONS: "1000" }, [], 120);
+  const ids: number[] = [];
+  let refused;
+  for (let i = 0; i < 200 && !refused; i++) {
+    const r = await server.post("/v1/exec_command", {
+      cmd: "sleep 600",
+      login: false,
+      yield_time_ms: 250,
+      tty: i % 2 === 0,
+    });
+    if (r.status === 200) ids.push(r.body.session_id);
+    else refused = r;
+  }
+  assert.ok(refused, "never ran out of descriptors");
+  assert.equal(refused.status, 503, JSON.stringify(refused.body));
+  assert.equal(refused.body.error.code, "out_of_resources");
+  for (let i = 0; i < 4; i++) {
+    const again = await server.post("/v1/exec_command", { cmd: "true", tty: i % 2 === 0 });
+    assert.equal(again.status, 503, JSON.stringify(again.body));
+  }
+  const health = await server.get("/healthz");
+  assert.equal(health.status, 200);
+  for (const id of ids) assert.equal((await server.del(`/v1/sessions/${id}`)).status, 200);
+  const after = await server.post("/v1/exec_command", { cmd: "echo recovered", login: false });
+  assert.equal(after.body.output, "recovered\r\n");
+  const stopped = await server.stop();
+  assert.equal(stopped.code, 0, stopped.stderr);
+});
+
+Deno.test("faults from outside: a SIGKILLed child, a child that closes its terminal", async (t) => {
+  const server = await startServer();
+
+  await t.step("a child SIGKILLed from outside reports exit 137 once", async () => {
+    const id = await execLive(server, "echo up; sleep 600", { until: "up" });
+    const pid = (await server.get(`/v1/sessions/${id}`)).body.pid;
+    Deno.kill(pid, "SIGKILL");
+    const r = await server.post("/v1/write_stdin", {
+      session_id: id,
+      chars: "",
+      yield_time_ms: 30_000,
+    });
+    assert.deepEqual([r.body.output, r.body.exit_code], ["", 137]);
+    assert.equal((await server.get(`/v1/sessions/${id}`)).status, 404);
+  });
+
+  await t.step(
+    "a child that closes its terminal but keeps running stays a live session",
+    async () => {
+      const id = await execLive(server, "echo closing; exec 0<&- 1>&- 2>&-; sleep 600", {
+        until: "closing",
+      });
+      const polled = await server.post("/v1/write_stdin", {
+        session_id: id,
+        chars: "",
+        yield_time_ms: 5000,
+      });
+      assert.equal(polled.body.session_id, id, JSON.stringify(polled.body));
+      assert.equal(polled.body.exit_code, undefined);
+      const killed = await server.del(`/v1/sessions/${id}`);
+      assert.equal(killed.status, 200);
+      assert.equal(killed.body.exit_code, 128 + 1);
+    },
+  );
+
+  await server.stop();
+});

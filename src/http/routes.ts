@@ -68,6 +68,12 @@ function asFailure(err: unknown): Failure | undefined {
   return undefined;
 }
 
+/** EMFILE or ENFILE, from our FFI calls or from Deno's own. */
+function outOfDescriptors(err: Error): boolean {
+  return /\bE[MN]FILE\b|Too many open files/.test(err.message) ||
+    ["EMFILE", "ENFILE"].includes((err as { code?: string }).code ?? "");
+}
+
 async function parseBody<T extends z.ZodType>(c: Context, schema: T): Promise<z.output<T>> {
   const raw = await readJson(c.req.raw, MAX_BODY_BYTES, "request body exceeds 1 MiB");
   const parsed = schema.safeParse(raw);
@@ -98,6 +104,12 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
   app.onError((err, c) => {
     const known = asFailure(err);
     if (known) return c.json(errorBody(known), known.status);
+    if (outOfDescriptors(err)) {
+      // Logged as one string: formatting the error's stack may itself need a descriptor.
+      console.error(`uexec: ${c.req.method} ${c.req.path}: out of descriptors: ${err.message}`);
+      const message = "the server is out of file descriptors; try again once sessions have ended";
+      return c.json(errorBody({ status: 503, code: "out_of_resources", message }), 503);
+    }
     const requestId = crypto.randomUUID();
     console.error(`uexec: request ${requestId} ${c.req.method} ${c.req.path} failed:`, err);
     return c.json(

@@ -236,8 +236,11 @@ export class SandboxDomains {
   }
 }
 
-/** Log a failed background upkeep step; the next session makes its directory itself. */
+/**
+ * Log a failed background upkeep step; the next session makes its directory itself. Logged as
+ * one string: formatting the error's stack may need descriptors, and may fail without them.
+ */
 function logged(err: unknown): undefined {
-  console.error("uexec: private directory upkeep failed:", err);
+  console.error(`uexec: private directory upkeep failed: ${err}`);
   return undefined;
 }

@@ -413,16 +413,22 @@ export class SessionManager {
         });
       },
     );
+    const master = spawned.master!;
+    const fds = pipes
+      ? { pid: spawned.pid, tty: false, ...pipes.parent }
+      : { pid: spawned.pid, tty: true, output: master, input: master };
+    try {
+      session.attach(this.#opts.reactor, fds);
+    } catch (err) {
+      // Out of descriptors for its pidfd: the child runs but cannot be watched, so it dies now.
+      abandonChild(fds);
+      sessionDir.release();
+      lease.release();
+      throw isOutOfFiles(err) ? outOfFiles(err as Error) : err;
+    }
     const timeout = req.timeoutMs === undefined
       ? undefined
       : setTimeout(() => this.#terminate([session], "timeout"), req.timeoutMs);
-    const master = spawned.master!;
-    session.attach(
-      this.#opts.reactor,
-      pipes
-        ? { pid: spawned.pid, tty: false, ...pipes.parent }
-        : { pid: spawned.pid, tty: true, output: master, input: master },
-    );
     return session;
   }
 
@@ -505,6 +511,17 @@ function outOfFiles(err: Error): OutOfResourcesError {
     `the server is out of file descriptors (${err.message}); ` +
       "nothing was started, try again once sessions have ended",
   );
+}
+
+/**
+ * Kill a child that was started but could not be attached, with its whole session, reap it
+ * (it was SIGKILLed just after its exec, so the wait is immediate) and close our descriptors.
+ */
+function abandonChild(fds: { pid: number; output: number; input: number }): void {
+  // Just started, it is alone in its session and group: no /proc scan (which needs a descriptor).
+  libc().kill(-fds.pid, SIGKILL);
+  libc().waitpid(fds.pid, new Uint8Array(4), 0);
+  closeAll(fds.output === fds.input ? [fds.output] : [fds.output, fds.input]);
 }
 
 function closeAll(fds: number[]): void {
