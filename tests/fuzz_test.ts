@@ -220,9 +220,42 @@ const cases: fc.Arbitrary<Case> = fc.oneof(
   }),
 );
 
-/** A 400's message names what is wrong: a field, the body, a header, or the JSON shape. */
-const NAMES_FIELD =
-  /^(body|[a-z_]+(\.[\w\-]+)*|Idempotency-Key|Last-Event-ID|id): |^Unrecognized keys?: |^Invalid input: expected object/;
+/** The fields (and headers) a 400 may name: every schema's keys, then `.` and a sub-path. */
+const FIELDS = [
+  "body",
+  "id",
+  "since",
+  "Idempotency-Key",
+  "Last-Event-ID",
+  "cmd",
+  "workdir",
+  "shell",
+  "login",
+  "tty",
+  "cols",
+  "rows",
+  "env",
+  "yield_time_ms",
+  "max_output_tokens",
+  "until",
+  "profile",
+  "sandbox_permissions",
+  "escalate",
+  "justification",
+  "timeout_ms",
+  "session_id",
+  "chars",
+  "signal",
+  "decision",
+  "unsandboxed",
+  "name",
+  "max_profile",
+  "max_sessions",
+];
+/** A 400's message names what is wrong: a field, or the JSON shape when it is not an object. */
+const NAMES_FIELD = new RegExp(
+  `^(${FIELDS.join("|")})(\\.|: )|^Unrecognized keys?: |^Invalid input: expected object`,
+);
 
 Deno.test(`fuzz: ${RUNS} cases over every route, none 5xx, none hangs`, async () => {
   const server = await startServer({

@@ -1,7 +1,8 @@
 /**
- * One session: a child process plus the output waiting to be collected, its live listeners and
- * its metadata. Output is fanned out to the pending buffer (for exec/write responses) and to
- * listeners (SSE streams) alike, so no consumer steals from another.
+ * One session: a child process plus the output waiting to be collected, its recent output by
+ * offset, its live listeners and its metadata. Output is fanned out to the pending buffer (for
+ * exec/write responses), the history (for readers that resume) and listeners alike, so no
+ * consumer steals from another.
  *
  * It must never lose bytes between reads and responses: an incomplete UTF-8 sequence at the end
  * of a drain is carried to the next one until the child has closed.
