@@ -359,9 +359,16 @@ Deno.test("out of file descriptors: 503 out_of_resources, the server lives and r
   }
   const health = await server.get("/healthz");
   assert.equal(health.status, 200);
+  // One at a time, on the open connection: while descriptors are exhausted, a new connection
+  // cannot be accepted (the listener is not this test's subject).
   for (const id of ids) assert.equal((await server.del(`/v1/sessions/${id}`)).status, 200);
   const after = await server.post("/v1/exec_command", { cmd: "echo recovered", login: false });
   assert.equal(after.body.output, "recovered\r\n");
+  const client = Deno.createHttpClient({});
+  const fresh = await fetch(`${server.url}/healthz`, { client });
+  assert.equal(fresh.status, 200);
+  await fresh.body?.cancel();
+  client.close();
   const stopped = await server.stop();
   assert.equal(stopped.code, 0, stopped.stderr);
 });
