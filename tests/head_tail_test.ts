@@ -88,3 +88,15 @@ Deno.test("peek does not take", () => {
     drained(buf),
   );
 });
+
+Deno.test("the head cut never splits a character, even one split across pushes", () => {
+  const buf = new HeadTailBuffer(10);
+  const e = enc.encode("é"); // c3 a9
+  buf.push(new Uint8Array([...enc.encode("0123"), e[0]])); // exactly fills the head
+  buf.push(new Uint8Array([e[1], ...enc.encode("abcdefgh")]));
+  const d = buf.drain();
+  assert.equal(dec.decode(d.head), "0123");
+  assert.equal(dec.decode(d.tail), "defgh");
+  assert.equal(d.omitted, 5);
+  assert.equal(d.head.length + d.tail.length + d.omitted, 5 + 9);
+});

@@ -1,7 +1,8 @@
 /**
  * Reading a JSON request body within a byte limit: a declared length over the limit is refused
  * before anything is read, and a streamed (chunked) body is counted as it arrives and cut off
- * once it passes the limit. It must never buffer more than the limit of any body.
+ * once it passes the limit; a body that is malformed or cut off is the client's error (400). It
+ * must never buffer more than the limit of any body.
  *
  * @module
  */
@@ -37,9 +38,18 @@ async function readCounted(
 export async function readJson(req: Request, limit: number, tooLarge: string): Promise<unknown> {
   const declared = req.headers.get("content-length");
   if (declared !== null && Number(declared) > limit) throw new PayloadTooLargeError(tooLarge);
-  const text = declared !== null || req.body === null
-    ? await req.text()
-    : await readCounted(req.body, limit, tooLarge);
+  let text: string;
+  try {
+    text = declared !== null || req.body === null
+      ? await req.text()
+      : await readCounted(req.body, limit, tooLarge);
+  } catch (err) {
+    if (err instanceof PayloadTooLargeError) throw err;
+    throw new InvalidRequestError(
+      "body: the request body is malformed or was cut off before its end " +
+        "(a bad chunk, or fewer bytes than Content-Length)",
+    );
+  }
   try {
     return JSON.parse(text);
   } catch {

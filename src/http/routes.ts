@@ -38,6 +38,7 @@ import {
 import { readJson } from "./body.ts";
 import { mcpRoutes } from "./mcp_routes.ts";
 import { wantsText } from "./format.ts";
+import { registerOutputRoutes } from "./output_routes.ts";
 import { screenRoutes } from "./screen_routes.ts";
 import { sseResponse } from "./sse.ts";
 import { registerHistoryRoutes } from "./history_routes.ts";
@@ -63,7 +64,7 @@ export interface AppDeps {
 const MAX_BODY_BYTES = 1024 * 1024;
 
 interface Failure {
-  status: 400 | 401 | 403 | 404 | 409 | 413 | 429 | 500;
+  status: 400 | 401 | 403 | 404 | 408 | 409 | 413 | 422 | 429 | 500 | 503;
   code: string;
   message: string;
 }
@@ -85,11 +86,26 @@ function asFailure(err: unknown): Failure | undefined {
   return undefined;
 }
 
+/** EMFILE or ENFILE, from our FFI calls or from Deno's own. */
+function outOfDescriptors(err: Error): boolean {
+  return /\bE[MN]FILE\b|Too many open files/.test(err.message) ||
+    ["EMFILE", "ENFILE"].includes((err as { code?: string }).code ?? "");
+}
+
 async function parseBody<T extends z.ZodType>(c: Context, schema: T): Promise<z.output<T>> {
   return parseInput(
     schema,
     await readJson(c.req.raw, MAX_BODY_BYTES, "request body exceeds 1 MiB"),
   );
+}
+
+/**
+ * A signal that aborts when the client went away before its response was sent. Run the server
+ * with `--unstable-no-legacy-abort`: without it Deno also aborts it after every successful
+ * response (harmless here, as every listener is gone by then, but Deno warns once).
+ */
+function callerGone(c: Context): AbortSignal {
+  return c.req.raw.signal;
 }
 
 function sessionId(c: Context): number {
@@ -107,6 +123,12 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
   app.onError((err, c) => {
     const known = asFailure(err);
     if (known) return c.json(errorBody(known), known.status);
+    if (outOfDescriptors(err)) {
+      // Logged as one string: formatting the error's stack may itself need a descriptor.
+      console.error(`uexec: ${c.req.method} ${c.req.path}: out of descriptors: ${err.message}`);
+      const message = "the server is out of file descriptors; try again once sessions have ended";
+      return c.json(errorBody({ status: 503, code: "out_of_resources", message }), 503);
+    }
     const requestId = crypto.randomUUID();
     console.error(`uexec: request ${requestId} ${c.req.method} ${c.req.path} failed:`, err);
     return c.json(
@@ -140,12 +162,20 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
 
   app.post("/v1/exec_command", async (c) => {
     const principal = who(c);
-    return reply(c, await service.exec(principal, await parseBody(c, ExecBody)));
+    const body = await parseBody(c, ExecBody);
+    return reply(
+      c,
+      await service.exec(principal, body, {
+        signal: callerGone(c),
+        idempotencyKey: c.req.header("idempotency-key"),
+      }),
+    );
   });
 
   app.post("/v1/write_stdin", async (c) => {
     const principal = who(c);
-    return reply(c, await service.write(principal, await parseBody(c, WriteBody)));
+    const body = await parseBody(c, WriteBody);
+    return reply(c, await service.write(principal, body, { signal: callerGone(c) }));
   });
 
   app.get("/v1/sessions", (c) => c.json({ sessions: service.sessions(who(c)) }));
@@ -167,27 +197,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
     return c.json({ ok: true });
   });
 
-  app.get("/v1/sessions/:id/stream", (c) => {
-    const session = service.session(who(c), sessionId(c));
-    const base64 = c.req.query("encoding") === "base64";
-    return sseResponse((send, close) => {
-      const decoder = new TextDecoder();
-      const unlisten = session.listen({
-        output: (bytes) =>
-          send(
-            "output",
-            base64
-              ? { base64: encodeBase64(bytes) }
-              : { text: decoder.decode(bytes, { stream: true }) },
-          ),
-      });
-      session.closed.then((status) => {
-        send("exit", { exit_code: status.code });
-        close();
-      });
-      return unlisten;
-    });
-  });
+  registerOutputRoutes(app, service, who);
 
   app.get("/v1/events", (c) => {
     const principal = who(c);
@@ -244,12 +254,4 @@ function authenticate(service: Service, req: Request): Principal | undefined {
   const principal = id === undefined ? undefined : service.authenticateWebSession(id);
   if (principal) checkCookieOrigin(req);
   return principal;
-}
-
-function encodeBase64(bytes: Uint8Array): string {
-  let binary = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) {
-    binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  }
-  return btoa(binary);
 }

@@ -109,7 +109,7 @@ const TOOLS = new Map([
     input: McpExecBody,
     output: CallResultSchema,
     run: async (body, { service, principal, watch }) =>
-      callResult(await service.exec(principal, body, watch)),
+      callResult(await service.exec(principal, body, { onOutput: watch })),
   }),
   tool({
     name: "write_stdin",
@@ -117,7 +117,7 @@ const TOOLS = new Map([
     input: McpWriteBody,
     output: CallResultSchema,
     run: async (body, { service, principal, watch }) =>
-      callResult(await service.write(principal, body, watch)),
+      callResult(await service.write(principal, body, { onOutput: watch })),
   }),
   tool({
     name: "list_sessions",

@@ -8,7 +8,7 @@
  * @module
  */
 
-import { nextBoundary, previousBoundary } from "./utf8.ts";
+import { completeLength, nextBoundary, previousBoundary } from "./utf8.ts";
 
 /** What a drain returns: `head` then `tail`, with `omitted` bytes dropped between them. */
 export interface Drained {
@@ -68,14 +68,21 @@ export class HeadTailBuffer {
     this.#appendTail(rest);
   }
 
-  /** Everything held, as copies, without taking it. */
+  /**
+   * Everything held, as copies, without taking it. When bytes were dropped, both cuts fall on
+   * character boundaries: a character the head's end or the tail's start splits counts as
+   * omitted.
+   */
   peek(): Drained {
     const tail = this.#linearTail();
     const cut = this.#omitted > 0 ? nextBoundary(tail, 0) : 0;
+    const headEnd = this.#omitted > 0
+      ? completeLength(this.#head.subarray(0, this.#headLen))
+      : this.#headLen;
     return {
-      head: this.#head.slice(0, this.#headLen),
+      head: this.#head.slice(0, headEnd),
       tail: tail.subarray(cut),
-      omitted: this.#omitted + cut,
+      omitted: this.#omitted + cut + this.#headLen - headEnd,
     };
   }
 

@@ -45,11 +45,33 @@ export interface ChildFds {
   input: number;
 }
 
-/** Thrown when writing to a child whose stdin was closed. */
+/** Most bytes queued for a child's input that it has not read yet: 1 MiB. */
+export const MAX_QUEUED_INPUT = 1024 * 1024;
+
+/** Writing to a child whose stdin was closed (409 `stdin_closed`). */
 export class StdinClosedError extends Error {
+  readonly status = 409;
+  readonly code = "stdin_closed";
   constructor() {
-    super("stdin is closed for this session");
+    super(
+      "chars: stdin of this session is closed (it was sent ^D, or the child ended); " +
+        "start a new session to send more input",
+    );
     this.name = "StdinClosedError";
+  }
+}
+
+/** Input beyond what may be queued for a child that is not reading it (429 `stdin_full`). */
+export class StdinFullError extends Error {
+  readonly status = 429;
+  readonly code = "stdin_full";
+  constructor(queued: number, adding: number) {
+    super(
+      `chars: the session is not reading its input: ${queued} bytes are already queued and ` +
+        `${adding} more would pass the limit of ${MAX_QUEUED_INPUT} bytes; ` +
+        "wait for it to read, or interrupt it",
+    );
+    this.name = "StdinFullError";
   }
 }
 
@@ -75,6 +97,8 @@ export class Child {
   #inReg?: Registration;
   #pidReg?: Registration;
   #queue: Uint8Array[] = [];
+  /** Bytes in `#queue`. */
+  #queued = 0;
   /** Whether the reactor currently reports writability (only while input is queued). */
   #waitingWritable = false;
   #eof = false;
@@ -132,11 +156,15 @@ export class Child {
     return this.#input >= 0 && !this.#closed;
   }
 
-  /** Queue bytes for the child's input; never blocks. */
+  /** Queue bytes for the child's input; never blocks, and never queues past the limit. */
   write(bytes: Uint8Array): void {
     if (!this.stdinOpen) throw new StdinClosedError();
     if (bytes.length === 0) return;
+    if (this.#queued + bytes.length > MAX_QUEUED_INPUT) {
+      throw new StdinFullError(this.#queued, bytes.length);
+    }
     this.#queue.push(bytes);
+    this.#queued += bytes.length;
     if (this.#queue.length === 1) this.#flush();
   }
 
@@ -144,6 +172,7 @@ export class Child {
   closeStdin(): void {
     if (this.tty || this.#input < 0) return;
     this.#queue = [];
+    this.#queued = 0;
     if (this.#inReg) this.#reactor.remove(this.#inReg);
     this.#inReg = undefined;
     libc().close(this.#input);
@@ -170,8 +199,10 @@ export class Child {
         if (code === E.EINTR) continue;
         if (code === E.EAGAIN) break;
         this.#queue = [];
+        this.#queued = 0;
         break;
       }
+      this.#queued -= n;
       if (n < chunk.length) this.#queue[0] = chunk.subarray(n);
       else this.#queue.shift();
     }

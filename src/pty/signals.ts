@@ -7,7 +7,7 @@
  * @module
  */
 
-import { libc, listDir, readSmallFile } from "../ffi/libc.ts";
+import { E, libc, listDir, OsError, readSmallFile } from "../ffi/libc.ts";
 
 /** Signal names accepted from clients, with their numbers on Linux x86_64. */
 export const SIGNALS: Readonly<Record<string, number>> = {
@@ -39,12 +39,19 @@ export function sessionMembers(sids: ReadonlySet<number>): number[] {
 
 /**
  * Send `sigs`, in order, to the groups of `leaders` and to every member of their sessions;
- * returns the members found.
+ * returns the members found. Out of file descriptors (the /proc scan needs one), the groups
+ * still get every signal, so ending sessions can free descriptors; members that moved to
+ * other groups are found by the next call.
  */
 export function killSessions(leaders: number[], sigs: number[]): number[] {
   if (leaders.length === 0) return [];
   const c = libc();
-  const members = sessionMembers(new Set(leaders));
+  let members: number[] = [];
+  try {
+    members = sessionMembers(new Set(leaders));
+  } catch (err) {
+    if (!(err instanceof OsError && (err.errno === E.EMFILE || err.errno === E.ENFILE))) throw err;
+  }
   for (const sig of sigs) {
     for (const leader of leaders) c.kill(-leader, sig);
     for (const pid of members) c.kill(pid, sig);

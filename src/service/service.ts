@@ -22,6 +22,7 @@ import { isWithin } from "../sandbox/profiles.ts";
 import { canonical, fitsWithin, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
 import type { CallResult, KillResult, OutputWatcher, SessionManager } from "../sessions/manager.ts";
+import type { HistoryRead } from "../output/history.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
 import { treeUsage, type Usage } from "../sessions/usage.ts";
 import type { ScreenSnapshot } from "../output/screen.ts";
@@ -42,6 +43,7 @@ import {
   type WriteBody,
   writeYield,
 } from "./schemas.ts";
+import { IdempotentCalls } from "./idempotency.ts";
 import type { Supervisor } from "./supervisor.ts";
 import type { HistoryRecorder } from "../history/recorder.ts";
 import type { HistoryDetail, HistoryItem } from "../history/store.ts";
@@ -96,9 +98,20 @@ export interface ServiceDeps {
   webSessions?: WebSessions;
 }
 
+/** How an `exec_command` call arrived. */
+export interface ExecCall {
+  /** Aborts when the caller went away. */
+  signal?: AbortSignal;
+  /** The `Idempotency-Key` the caller sent. */
+  idempotencyKey?: string;
+  /** Told of output as it arrives while the call waits (progress reporting). */
+  onOutput?: OutputWatcher;
+}
+
 /** The service's operations. */
 export class Service {
   #deps: ServiceDeps;
+  #idempotent = new IdempotentCalls<CallResult>();
 
   constructor(deps: ServiceDeps) {
     this.#deps = deps;
@@ -109,24 +122,53 @@ export class Service {
     return this.#deps.agents.authenticate(token);
   }
 
-  /** `exec_command`; `onOutput` is told of output as it arrives while the call waits. */
+  /**
+   * `exec_command`. `call.signal` aborts when the caller went away (what it would have been
+   * answered waits for the next call); a repeated `call.idempotencyKey` starts nothing new;
+   * `call.onOutput` is told of output as it arrives while the call waits.
+   */
   async exec(
     principal: Principal,
     body: z.output<typeof ExecBody>,
-    onOutput?: OutputWatcher,
+    call: ExecCall = {},
   ): Promise<CallResult> {
     const started = performance.now();
     try {
-      return await this.#exec(principal, body, onOutput);
+      return await this.#execOnce(principal, body, call);
     } finally {
       this.#deps.metrics?.exec((performance.now() - started) / 1000);
     }
   }
 
+  #execOnce(principal: Principal, body: z.output<typeof ExecBody>, call: ExecCall) {
+    if (call.idempotencyKey !== undefined) {
+      return this.#idempotent.run(
+        ownerOf(principal),
+        call.idempotencyKey,
+        body,
+        call.signal,
+        (signal) => this.#exec(principal, body, { ...call, signal }),
+        (sessionId, signal) =>
+          this.#deps.manager.write({
+            owner: ownerOf(principal),
+            sessionId,
+            chars: "",
+            yieldMs: execYield(body.yield_time_ms),
+            maxOutputTokens: body.max_output_tokens,
+            until: body.until,
+            outputMode: body.output_mode,
+            onOutput: call.onOutput,
+            signal,
+          }),
+      );
+    }
+    return this.#exec(principal, body, call);
+  }
+
   #exec(
     principal: Principal,
     body: z.output<typeof ExecBody>,
-    onOutput?: OutputWatcher,
+    call: ExecCall,
   ): Promise<CallResult> {
     const { supervisor, history } = this.#deps;
     const escalation = this.#escalation(principal, body);
@@ -167,7 +209,8 @@ export class Service {
         timeoutMs: body.timeout_ms,
         screen: body.screen,
         outputMode: body.output_mode,
-        onOutput,
+        onOutput: call.onOutput,
+        signal: call.signal,
       },
       profile,
       escalation,
@@ -184,13 +227,17 @@ export class Service {
     );
   }
 
-  /** `write_stdin`; `onOutput` is told of output as it arrives while the call waits. */
+  /**
+   * `write_stdin`; `call.signal` aborts when the caller went away (the output waits);
+   * `call.onOutput` is told of output as it arrives while the call waits.
+   */
   write(
     principal: Principal,
     body: z.output<typeof WriteBody>,
-    onOutput?: OutputWatcher,
+    call: { signal?: AbortSignal; onOutput?: OutputWatcher } = {},
   ): Promise<CallResult> {
     return this.#deps.manager.write({
+      signal: call.signal,
       owner: scope(principal),
       sessionId: body.session_id,
       chars: body.chars,
@@ -198,7 +245,7 @@ export class Service {
       maxOutputTokens: body.max_output_tokens,
       until: body.until,
       outputMode: body.output_mode,
-      onOutput,
+      onOutput: call.onOutput,
     });
   }
 
@@ -479,6 +526,25 @@ export class Service {
       throw new HistoryNotFoundError("the history is off on this server (UEXEC_HISTORY=off)");
     }
     return this.#deps.history;
+  }
+
+  // --- Resumable output (issue 11): reading a session's history by offset. ---
+
+  /**
+   * What one of the principal's sessions' history holds from offset `since` (all it holds when
+   * absent), without taking it from the session.
+   */
+  output(principal: Principal, id: number, since?: number): HistoryRead & {
+    exitCode?: number;
+  } {
+    const session = this.session(principal, id);
+    const { history } = session;
+    if (since !== undefined && since > history.end) {
+      throw new InvalidRequestError(
+        `since: offset ${since} is past the end of the output (${history.end})`,
+      );
+    }
+    return { ...history.read(since ?? history.start), exitCode: session.exit?.code };
   }
 }
 

@@ -8,6 +8,7 @@
  */
 
 import { Deadlines } from "./deadlines.ts";
+import { CallAbandonedError } from "./errors.ts";
 import type { Session, Taken } from "./session.ts";
 import { UntilMatcher } from "./until.ts";
 
@@ -20,6 +21,11 @@ export interface CollectOptions {
    * `compileUntil`, matched over a bounded window).
    */
   until?: RegExp;
+  /**
+   * Aborts when the caller went away: the collection then rejects with `CallAbandonedError`
+   * and takes nothing, leaving the output (and the exit) to the next call.
+   */
+  signal?: AbortSignal;
 }
 
 /** What a collection produced. */
@@ -36,14 +42,25 @@ function taken(session: Session): Collected {
 
 /** Wait per `opts`, then take the session's pending output. */
 export function collect(session: Session, opts: CollectOptions): Promise<Collected> {
+  const { signal } = opts;
+  if (signal?.aborted) return Promise.reject(new CallAbandonedError());
   const matcher = opts.until ? new UntilMatcher(opts.until) : undefined;
   if (session.exit || matcher?.feed(session.peekBytes())) return Promise.resolve(taken(session));
-  const { promise, resolve } = Promise.withResolvers<Collected>();
-  const finish = () => {
+  const { promise, resolve, reject } = Promise.withResolvers<Collected>();
+  const stop = () => {
     deadline.cancel();
     unlisten();
+    signal?.removeEventListener("abort", abandon);
+  };
+  const finish = () => {
+    stop();
     resolve(taken(session));
   };
+  const abandon = () => {
+    stop();
+    reject(new CallAbandonedError());
+  };
+  signal?.addEventListener("abort", abandon, { once: true });
   const unlisten = session.listen({
     output: matcher
       ? (bytes) => {

@@ -31,3 +31,28 @@ export class RejectedError extends Error {
   readonly status = 403;
   readonly code = "rejected";
 }
+
+/** The server is shutting down and starts nothing new (503 `shutting_down`). */
+export class ShuttingDownError extends Error {
+  readonly status = 503;
+  readonly code = "shutting_down";
+  constructor() {
+    super("the server is shutting down; it starts no new commands");
+  }
+}
+
+/** The server ran out of a system resource, e.g. file descriptors (503 `out_of_resources`). */
+export class OutOfResourcesError extends Error {
+  readonly status = 503;
+  readonly code = "out_of_resources";
+}
+
+/** The caller went away before its call was answered (never sent: nobody is listening). */
+export class CallAbandonedError extends Error {
+  readonly status = 408;
+  readonly code = "client_gone";
+  /** `sessionId`: the session the abandoned call started, whose output waits for a call. */
+  constructor(readonly sessionId?: number) {
+    super("the client disconnected before the call was answered");
+  }
+}

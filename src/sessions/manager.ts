@@ -10,7 +10,7 @@
  */
 
 import type { EndReason, EventBus } from "../events/bus.ts";
-import { libc } from "../ffi/libc.ts";
+import { E, libc } from "../ffi/libc.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { openPipe, setNonBlocking, type WindowSize } from "../pty/open.ts";
 import { whenGone } from "../pty/gone.ts";
@@ -23,7 +23,14 @@ import { type Denial, detectDenial } from "../sandbox/denial.ts";
 import { type SpawnerPool, SpawnFailure } from "../workers/pool.ts";
 import { collect, type Collected } from "./collect.ts";
 import { childEnv } from "./env.ts";
-import { InvalidRequestError, SessionLimitError, UnknownSessionError } from "./errors.ts";
+import {
+  CallAbandonedError,
+  InvalidRequestError,
+  OutOfResourcesError,
+  SessionLimitError,
+  ShuttingDownError,
+  UnknownSessionError,
+} from "./errors.ts";
 import { Session, type SessionInfo } from "./session.ts";
 
 /**
@@ -59,6 +66,11 @@ export interface ExecRequest {
   onOutput?: OutputWatcher;
   /** The `exec_command` this run belongs to (a retry is a second run of the same one). */
   execId?: string;
+  /**
+   * Aborts when the caller went away: the call then takes nothing from the session (its output
+   * and exit wait for the next call) and rejects with `CallAbandonedError`.
+   */
+  signal?: AbortSignal;
 }
 
 /** Hooks told of every session (history, metrics); they must not throw or block. */
@@ -84,6 +96,8 @@ export interface WriteRequest {
   outputMode?: OutputMode;
   /** Told of each piece of output that arrives while this call waits. */
   onOutput?: OutputWatcher;
+  /** As in `ExecRequest`: aborts when the caller went away. */
+  signal?: AbortSignal;
 }
 
 /** The result of one tool call. */
@@ -167,12 +181,48 @@ export function pickPruneVictim(sessions: Session[]): Session | undefined {
   return candidates.find((s) => s.exit !== undefined) ?? candidates[0];
 }
 
+/** Per-string limit of execve's argv and environment (MAX_ARG_STRLEN, with the NUL). */
+const MAX_ARG_STRLEN = 32 * 4096;
+
+/**
+ * The 400 for a spawn that failed: E2BIG names the field that is too large for `execve` (a
+ * single string over 128 KiB, or else the larger of `cmd` and `env`), anything else the workdir.
+ */
+function spawnRefusal(err: SpawnFailure, req: ExecRequest): InvalidRequestError {
+  if (err.code !== E.E2BIG) {
+    return new InvalidRequestError(`workdir: ${err.message} in ${req.workdir}`);
+  }
+  const bytes = (s: string) => new TextEncoder().encode(s).length + 1;
+  const cmdBytes = bytes(req.cmd);
+  const entries = Object.entries(req.env).map(([k, v]) => [k, bytes(`${k}=${v}`)] as const);
+  const envBytes = entries.reduce((n, [, b]) => n + b, 0);
+  const long = entries.find(([, b]) => b > MAX_ARG_STRLEN);
+  const limits = `execve takes at most ${MAX_ARG_STRLEN} bytes per string and ` +
+    "about a quarter of the stack limit in all";
+  if (cmdBytes > MAX_ARG_STRLEN) {
+    return new InvalidRequestError(`cmd: ${cmdBytes} bytes is too large for execve; ${limits}`);
+  }
+  if (long) {
+    return new InvalidRequestError(
+      `env.${long[0]}: ${long[1]} bytes is too large for execve; ${limits}`,
+    );
+  }
+  const field = envBytes >= cmdBytes ? "env" : "cmd";
+  return new InvalidRequestError(
+    `${field}: cmd (${cmdBytes} bytes) and env (${envBytes} bytes) are too large together ` +
+      `for execve; ${limits}`,
+  );
+}
+
 /** The store of live sessions. */
 export class SessionManager {
   #opts: ManagerOptions;
   #sessions = new Map<number, Session>();
   /** Ids being started, with their owners. */
   #reserved = new Map<number, string>();
+  /** Starts under way (each kills its session itself when shutdown began meanwhile). */
+  #starting = new Set<Promise<unknown>>();
+  #closing = false;
   #encoder = new TextEncoder();
   #screens: ScreenHost;
 
@@ -200,19 +250,33 @@ export class SessionManager {
 
   /** Run `exec_command`. */
   async exec(req: ExecRequest): Promise<CallResult> {
+    if (this.#closing) throw new ShuttingDownError();
+    if (req.signal?.aborted) throw new CallAbandonedError();
     const started = performance.now();
     if ((req.screen || req.outputMode === "screen") && !req.tty) {
       throw new InvalidRequestError(
         "screen: a screen follows a terminal; it needs tty: true (use output_mode plain instead)",
       );
     }
-    const id = await this.#reserve(req.owner, req.maxSessions);
+    const starting = this.#reserve(req.owner, req.maxSessions).then(async (id) => {
+      let session: Session;
+      try {
+        session = await this.#start(id, req);
+      } finally {
+        this.#reserved.delete(id);
+      }
+      if (!this.#closing) return session;
+      await this.#terminate([session], "shutdown");
+      throw new ShuttingDownError();
+    });
+    this.#starting.add(starting);
     let session: Session;
     try {
-      session = await this.#start(id, req);
+      session = await starting;
     } finally {
-      this.#reserved.delete(id);
+      this.#starting.delete(starting);
     }
+    const id = session.id;
     this.#sessions.set(id, session);
     this.#opts.bus.publish({
       type: "begin",
@@ -222,8 +286,13 @@ export class SessionManager {
       workdir: req.workdir,
       tty: req.tty,
     });
-    const collected = await this.#collect(session, req);
-    return await this.#result(session, collected, started, req);
+    try {
+      const collected = await this.#collect(session, req);
+      return await this.#result(session, collected, started, req);
+    } catch (err) {
+      if (err instanceof CallAbandonedError) throw new CallAbandonedError(id);
+      throw err;
+    }
   }
 
   /** Run `write_stdin`. */
@@ -287,8 +356,13 @@ export class SessionManager {
     session.child.signal(sig);
   }
 
-  /** Kill every session (server shutdown). */
+  /**
+   * Kill every session (server shutdown). From now on `exec` is refused, and a session that was
+   * being started is killed as soon as it exists; resolves once all of them are gone.
+   */
   async shutdown(): Promise<void> {
+    this.#closing = true;
+    await Promise.allSettled([...this.#starting]);
     const all = [...this.#sessions.values()];
     await this.#terminate(all, "shutdown");
     for (const s of all) this.#remove(s);
@@ -359,8 +433,10 @@ export class SessionManager {
       dir?.release();
       lease.release();
       if (err instanceof SpawnFailure && err.kind === "spawn") {
-        throw new InvalidRequestError(`workdir: ${err.message} in ${req.workdir}`);
+        if (err.code === E.EMFILE || err.code === E.ENFILE) throw outOfFiles(err);
+        throw spawnRefusal(err, req);
       }
+      if (isOutOfFiles(err)) throw outOfFiles(err as Error);
       throw err;
     } finally {
       if (pipes) closeAll([pipes.child.stdin, pipes.child.output]);
@@ -394,16 +470,22 @@ export class SessionManager {
       },
     );
     this.#opts.observer?.started(session, req.execId);
+    const master = spawned.master!;
+    const fds = pipes
+      ? { pid: spawned.pid, tty: false, ...pipes.parent }
+      : { pid: spawned.pid, tty: true, output: master, input: master };
+    try {
+      session.attach(this.#opts.reactor, fds);
+    } catch (err) {
+      // Out of descriptors for its pidfd: the child runs but cannot be watched, so it dies now.
+      abandonChild(fds);
+      sessionDir.release();
+      lease.release();
+      throw isOutOfFiles(err) ? outOfFiles(err as Error) : err;
+    }
     const timeout = req.timeoutMs === undefined
       ? undefined
       : setTimeout(() => this.#terminate([session], "timeout"), req.timeoutMs);
-    const master = spawned.master!;
-    session.attach(
-      this.#opts.reactor,
-      pipes
-        ? { pid: spawned.pid, tty: false, ...pipes.parent }
-        : { pid: spawned.pid, tty: true, output: master, input: master },
-    );
     return session;
   }
 
@@ -411,7 +493,7 @@ export class SessionManager {
   async #collect(session: Session, req: ExecRequest | WriteRequest): Promise<Collected> {
     const unwatch = req.onOutput && session.listen({ output: req.onOutput });
     try {
-      return await collect(session, { yieldMs: req.yieldMs, until: req.until });
+      return await collect(session, { yieldMs: req.yieldMs, until: req.until, signal: req.signal });
     } finally {
       unwatch?.();
     }
@@ -430,7 +512,7 @@ export class SessionManager {
     session: Session,
     got: Collected,
     started: number,
-    req: { maxOutputTokens: number; outputMode?: OutputMode },
+    req: { maxOutputTokens: number; outputMode?: OutputMode; signal?: AbortSignal },
   ): Promise<CallResult> {
     let text = got.text;
     let screen: ScreenView | undefined;
@@ -443,6 +525,10 @@ export class SessionManager {
         scrolled.map((line) => `${line}\n`).join("");
     }
     const fitted = await this.#opts.truncator.fit(text, req.maxOutputTokens);
+    if (req.signal?.aborted) {
+      session.restore(got.text);
+      throw new CallAbandonedError();
+    }
     const result: CallResult = {
       chunk_id: chunkId(),
       wall_time_seconds: (performance.now() - started) / 1000,
@@ -504,6 +590,29 @@ function screenOf(session: Session) {
     `screen: session ${session.id} was started without screen: true, so no terminal emulator ` +
       "follows it; start it with screen: true, or use output_mode raw or plain",
   );
+}
+
+/** True for a failure to get a file descriptor (EMFILE, ENFILE) anywhere in a start. */
+function isOutOfFiles(err: unknown): boolean {
+  return err instanceof Error && /\bE[MN]FILE\b/.test(err.message);
+}
+
+function outOfFiles(err: Error): OutOfResourcesError {
+  return new OutOfResourcesError(
+    `the server is out of file descriptors (${err.message}); ` +
+      "nothing was started, try again once sessions have ended",
+  );
+}
+
+/**
+ * Kill a child that was started but could not be attached, with its whole session, reap it
+ * (it was SIGKILLed just after its exec, so the wait is immediate) and close our descriptors.
+ */
+function abandonChild(fds: { pid: number; output: number; input: number }): void {
+  // Just started, it is alone in its session and group: no /proc scan (which needs a descriptor).
+  libc().kill(-fds.pid, SIGKILL);
+  libc().waitpid(fds.pid, new Uint8Array(4), 0);
+  closeAll(fds.output === fds.input ? [fds.output] : [fds.output, fds.input]);
 }
 
 function closeAll(fds: number[]): void {

@@ -1,7 +1,8 @@
 /**
- * One session: a child process plus the output waiting to be collected, its live listeners and
- * its metadata. Output is fanned out to the pending buffer (for exec/write responses) and to
- * listeners (SSE streams) alike, so no consumer steals from another.
+ * One session: a child process plus the output waiting to be collected, its recent output by
+ * offset, its live listeners and its metadata. Output is fanned out to the pending buffer (for
+ * exec/write responses), the history (for readers that resume) and listeners alike, so no
+ * consumer steals from another.
  *
  * It must never lose bytes between reads and responses: an incomplete UTF-8 sequence at the end
  * of a drain is carried to the next one until the child has closed.
@@ -16,6 +17,7 @@ import { concat, HeadTailBuffer } from "../output/head_tail.ts";
 import { CharCarry } from "../output/carry.ts";
 import { PlainRenderer } from "../output/plain.ts";
 import type { Screen } from "../output/screen.ts";
+import { OutputHistory } from "../output/history.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
 
 /** Public description of a live session. */
@@ -64,6 +66,7 @@ export interface SessionListener {
 }
 
 const decoder = new TextDecoder();
+const encoder = new TextEncoder();
 
 function join(...parts: Uint8Array[]): Uint8Array {
   return concat(parts.filter((p) => p.length > 0), parts.reduce((n, p) => n + p.length, 0));
@@ -86,6 +89,7 @@ export class Session implements ChildSink {
   endReason: EndReason = "exit";
   #child?: Child;
   #pending = new HeadTailBuffer();
+  #history = new OutputHistory();
   #carry = new CharCarry();
   /** Plain-mode state carried between calls (a split sequence, the line being drawn). */
   #plain?: PlainRenderer;
@@ -151,10 +155,11 @@ export class Session implements ChildSink {
     const { head, tail, omitted } = this.#pending.drain();
     const final = this.#exit !== undefined;
     if (omitted > 0) {
+      const first = join(this.#carry.rest, head);
       this.#carry.drop();
       const rest = this.#carry.complete(tail, final);
       return {
-        text: `${decoder.decode(head)}\n…${omitted} bytes omitted…\n${decoder.decode(rest)}`,
+        text: `${decoder.decode(first)}\n…${omitted} bytes omitted…\n${decoder.decode(rest)}`,
         omittedBytes: omitted,
       };
     }
@@ -187,9 +192,28 @@ export class Session implements ChildSink {
     this.#screen = undefined;
   }
 
+  /**
+   * Put back output a call took but could not deliver (its caller went away): it comes first in
+   * the next take, before whatever arrived since.
+   */
+  restore(text: string): void {
+    const since = this.#pending.drain();
+    const carried = this.#carry.rest;
+    this.#carry.drop();
+    for (const part of [encoder.encode(text), carried, since.head, since.tail]) {
+      if (part.length > 0) this.#pending.push(part);
+    }
+  }
+
+  /** Recent output by offset, for readers that resume; reading it takes nothing away. */
+  get history(): OutputHistory {
+    return this.#history;
+  }
+
   /** ChildSink: output arrived. */
   output(bytes: Uint8Array): void {
     this.#pending.push(bytes);
+    this.#history.push(bytes);
     // A screen that falls behind pauses the child (as a slow terminal does) until it caught up.
     if (this.#screen && !this.#screen.feed(bytes)) this.#child?.pause();
     for (const listener of this.#listeners) listener.output?.(bytes);

@@ -86,6 +86,7 @@ export async function startServer(
     args: [
       ...prefix,
       "run",
+      "--unstable-no-legacy-abort",
       "--allow-ffi",
       "--allow-net",
       "--allow-env",

@@ -9,6 +9,8 @@ import { TextLineStream } from "./lines.ts";
 /** One received event. */
 export interface SseEvent {
   event: string;
+  /** The event's `id:` line, when it had one. */
+  id?: string;
   // deno-lint-ignore no-explicit-any
   data: any;
 }
@@ -34,14 +36,18 @@ export async function connectSse(
   if (first.value !== ": connected") throw new Error(`unexpected first line ${first.value}`);
   const events: SseEvent[] = [];
   let name = "message";
+  let id: string | undefined;
   return {
     async until(done) {
       while (!done(events)) {
         const { value, done: ended } = await reader.read();
         if (ended) throw new Error(`stream ended; got ${JSON.stringify(events)}`);
         if (value.startsWith("event: ")) name = value.slice(7);
+        else if (value.startsWith("id: ")) id = value.slice(4);
         else if (value.startsWith("data: ")) {
-          events.push({ event: name, data: JSON.parse(value.slice(6)) });
+          const data = JSON.parse(value.slice(6));
+          events.push(id === undefined ? { event: name, data } : { event: name, id, data });
+          id = undefined;
         }
       }
       return events;

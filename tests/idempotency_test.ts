@@ -1,0 +1,61 @@
+/**
+ * Idempotent calls by key: one run per key and agent, repeats share its answer, a different body
+ * conflicts, and a call every caller left is resumed (not rerun) by the next repeat.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { IdempotencyConflictError, IdempotentCalls } from "../src/service/idempotency.ts";
+import { CallAbandonedError, InvalidRequestError } from "../src/sessions/errors.ts";
+
+const body = { cmd: "x", until: /a+/ };
+
+Deno.test("one run per key and agent; repeats wait for it and share its answer", async () => {
+  const calls = new IdempotentCalls<string>();
+  const gate = Promise.withResolvers<string>();
+  let runs = 0;
+  const start = () => (runs++, gate.promise);
+  const resume = () => Promise.reject(new Error("not abandoned"));
+  const a = calls.run("agent", "k", body, undefined, start, resume);
+  const b = calls.run("agent", "k", { cmd: "x", until: /a+/ }, undefined, start, resume);
+  const other = calls.run("other", "k", body, undefined, () => Promise.resolve("other"), resume);
+  gate.resolve("answer");
+  assert.deepEqual(await Promise.all([a, b, other]), ["answer", "answer", "other"]);
+  assert.equal(runs, 1);
+  assert.equal(await calls.run("agent", "k", body, undefined, start, resume), "answer");
+  assert.throws(
+    () => calls.run("agent", "k", { cmd: "x", until: /b/ }, undefined, start, resume),
+    IdempotencyConflictError,
+  );
+  assert.throws(
+    () => calls.run("agent", "a b", body, undefined, start, resume),
+    InvalidRequestError,
+  );
+});
+
+Deno.test("a call all its callers left is abandoned, and the next repeat resumes it", async () => {
+  const calls = new IdempotentCalls<string>();
+  const gone = new AbortController();
+  const stays = new AbortController();
+  let runSignal: AbortSignal | undefined;
+  const start = (signal: AbortSignal) => {
+    runSignal = signal;
+    return new Promise<string>((_, reject) =>
+      signal.addEventListener("abort", () => reject(new CallAbandonedError(4242)))
+    );
+  };
+  const resumed: number[] = [];
+  const resume = (id: number) => (resumed.push(id), Promise.resolve(`resumed ${id}`));
+  const first = calls.run("agent", "k", body, gone.signal, start, resume);
+  const second = calls.run("agent", "k", body, stays.signal, start, resume);
+  gone.abort();
+  await assert.rejects(first, CallAbandonedError);
+  assert.equal(runSignal!.aborted, false, "one caller still waits");
+  stays.abort();
+  await assert.rejects(second, CallAbandonedError);
+  assert.equal(runSignal!.aborted, true);
+  await Promise.resolve();
+  assert.equal(await calls.run("agent", "k", body, undefined, start, resume), "resumed 4242");
+  assert.deepEqual(resumed, [4242]);
+});
