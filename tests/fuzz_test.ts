@@ -63,14 +63,18 @@ const huge = fc.constantFrom("x".repeat(131_072), "€".repeat(44_000));
 const field = <T>(good: fc.Arbitrary<T>) => fc.oneof({ weight: 3, arbitrary: good }, anything);
 
 /**
- * `until` patterns: valid ones and invalid syntax. Catastrophic patterns (e.g. `(a+)+$` against
- * a long run of `a` then `b`) belong here once `until` matching is linear-time (the "hardening"
- * work); until then they could stall the server's event loop.
+ * `until` patterns: valid ones, invalid syntax, and catastrophic ones for a backtracking engine
+ * (matched against `hostile` output: a long run of `a` then `!`); matching is linear-time, so
+ * they must neither stall the server nor answer 5xx.
  */
 const until = fc.oneof(
   fc.constantFrom("x", "^", "done$", "(", "[", "*", "a{2,1}", "\\", "(?<", "(?<a>x)(?<a>y)", "+?"),
+  fc.constantFrom("^(a+)+$", "(a|aa)+$", "(a|a?)+b", "^(a*)*$", "(.*a){12}!x", "(a+){16}b"),
   weird,
 );
+
+/** Output that makes the catastrophic patterns above explode in a backtracking engine. */
+const hostile = fc.constant(`printf '${"a".repeat(40)}!\\n%.0s' $(seq 1 50)`);
 
 /** Every byte of `s` (lone surrogates as U+FFFD) percent-encoded, for any string in a path. */
 const percent = (s: string) =>
@@ -80,7 +84,7 @@ const percent = (s: string) =>
 const safeCmd = weird.map((s) => `printf '%s' '${s.replaceAll("'", "'\\''")}'`);
 
 const execBody = fc.record({
-  cmd: field(safeCmd),
+  cmd: field(fc.oneof(safeCmd, hostile)),
   workdir: field(fc.constantFrom(".", "nope", "/", "/proc/self", "a\0b")),
   shell: field(fc.constantFrom("/bin/sh", "bash", "/nonexistent", "sh\0")),
   login: field(fc.boolean()),
