@@ -23,6 +23,7 @@ import { echoLatency } from "./workloads/echo.ts";
 import { writeLatency } from "./workloads/write.ts";
 import { ptyThroughput } from "./workloads/throughput.ts";
 import { concurrentCats } from "./workloads/concurrent.ts";
+import { soak } from "./workloads/soak.ts";
 import { truncation } from "./workloads/truncation.ts";
 import { idleSessions } from "./workloads/idle.ts";
 import { unpolledFlood } from "./workloads/flood.ts";
@@ -37,6 +38,7 @@ const WORKLOADS: { name: string; run: (ctx: Context) => Promise<Outcome>; limitM
   { name: "write_stdin ping -> cat", run: writeLatency, limitMs: 30_000 },
   { name: "PTY throughput", run: ptyThroughput, limitMs: 60_000 },
   { name: "concurrent cat sessions", run: concurrentCats, limitMs: 30_000 },
+  { name: "soak", run: soak, limitMs: 60_000 },
   { name: "truncation", run: truncation, limitMs: 30_000 },
   { name: "live idle sessions", run: idleSessions, limitMs: 60_000 },
   { name: "output no one polls", run: unpolledFlood, limitMs: 120_000 },

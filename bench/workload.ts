@@ -22,6 +22,8 @@ export interface Sizes {
   concurrentRounds: number;
   /** Timed passes of the concurrent workload; the median is reported. */
   concurrentPasses: number;
+  /** Sessions of the soak workload (each does `concurrentRounds` checked round trips). */
+  soakSessions: number;
   idleSessions: number;
   healthzRuns: number;
   floodBytes: number;
@@ -37,6 +39,7 @@ export const FULL: Sizes = {
   concurrentSessions: 100,
   concurrentRounds: 20,
   concurrentPasses: 5,
+  soakSessions: 200,
   idleSessions: 1000,
   healthzRuns: 500,
   floodBytes: 1024 ** 3,
@@ -52,6 +55,7 @@ export const QUICK: Sizes = {
   concurrentSessions: 20,
   concurrentRounds: 20,
   concurrentPasses: 1,
+  soakSessions: 40,
   idleSessions: 100,
   healthzRuns: 100,
   floodBytes: 64 * 1024 ** 2,
