@@ -37,6 +37,7 @@ import {
 } from "./auth.ts";
 import { readJson } from "./body.ts";
 import { mcpRoutes } from "./mcp_routes.ts";
+import { docsRoutes } from "./docs_routes.ts";
 import { wantsText } from "./format.ts";
 import { screenRoutes } from "./screen_routes.ts";
 import { sseResponse } from "./sse.ts";
@@ -224,6 +225,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
 
   mcpRoutes(app, service, who);
   registerHistoryRoutes(app, service, who);
+  docsRoutes(app);
 
   if (deps.dashboard) dashboardRoutes(app, deps);
   return app;
