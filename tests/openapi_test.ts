@@ -126,14 +126,17 @@ Deno.test({
         assert.equal(res.status, 200);
         assert.equal(res.headers.get("content-type"), "application/json");
         assert.deepEqual(await res.json(), JSON.parse(JSON.stringify(apiDocument())));
+        for (const client of [server, server.operator]) {
+          assert.equal((await client.get("/openapi.json")).status, 200);
+        }
       });
 
       await t.step("a foreign Origin or Host is refused: 403", async () => {
-        const foreign = await server.raw("/openapi.json", {
-          headers: { origin: "http://evil.example" },
-        });
-        assert.equal(foreign.status, 403);
-        assert.equal(JSON.parse(foreign.text).error.code, "forbidden_origin");
+        for (const path of ["/openapi.json", "/docs", "/docs/init.js"]) {
+          const foreign = await server.raw(path, { headers: { origin: "http://evil.example" } });
+          assert.equal(foreign.status, 403, path);
+          assert.equal(JSON.parse(foreign.text).error.code, "forbidden_origin", path);
+        }
         // fetch sends its own Host, so this one is written by hand.
         const { hostname, port } = new URL(server.url);
         const conn = await Deno.connect({ hostname, port: Number(port) });
