@@ -2,8 +2,9 @@
  * The HTTP API: routes, body validation, authentication and error mapping, on Hono. Every
  * failure becomes a JSON error with a stable code; an unexpected one is logged with a request
  * id and answered 500 while the server keeps running. Routes only translate: every route but
- * `/healthz` and the API's description (docs_routes.ts) authenticates the caller first and hands the principal to the application core,
- * which decides what it may do. A route must never act without a principal.
+ * `/healthz` and the API's description (docs_routes.ts) authenticates the caller first and
+ * hands the principal to the application core, which decides what it may do. A route must
+ * never act without a principal.
  *
  * @module
  */
