@@ -98,8 +98,8 @@ export interface Operation {
   body?: z.ZodType;
   /** A JSON body the route hands on as it is (to the MCP transport). */
   passBody?: z.ZodType;
-  /** The success status (200 unless said). */
-  status?: 200 | 201 | 204 | 405;
+  /** The success status (200 unless said); none for an operation without a result. */
+  status?: 200 | 201 | 204;
   /** The JSON result. */
   result?: z.ZodType;
   /** A `text/plain` form of the result, and when it is given. */
@@ -479,7 +479,7 @@ function success(op: Operation): Record<string, unknown> {
     content["text/event-stream"] = { schema: { type: "string", description: op.events } };
   }
   const status = op.status ?? 200;
-  if (status === 405) return {};
+  if (status !== 204 && Object.keys(content).length === 0) return {}; // it only ever fails
   return {
     [String(status)]: {
       description: status === 204 ? "Done; no content." : op.summary,
