@@ -48,7 +48,7 @@ const CSP = [
   "frame-ancestors 'none'",
 ].join("; ");
 
-const PAGE_HEADERS = {
+export const PAGE_HEADERS = {
   "content-security-policy": CSP,
   "referrer-policy": "no-referrer",
   "x-content-type-options": "nosniff",

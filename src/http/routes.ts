@@ -2,8 +2,9 @@
  * The HTTP API: routes, body validation, authentication and error mapping, on Hono. Every
  * failure becomes a JSON error with a stable code; an unexpected one is logged with a request
  * id and answered 500 while the server keeps running. Routes only translate: every route but
- * `/healthz` authenticates the caller first and hands the principal to the application core,
- * which decides what it may do. A route must never act without a principal.
+ * `/healthz` and the API's description (docs_routes.ts) authenticates the caller first and
+ * hands the principal to the application core, which decides what it may do. A route must
+ * never act without a principal.
  *
  * @module
  */
@@ -37,6 +38,7 @@ import {
 } from "./auth.ts";
 import { readJson } from "./body.ts";
 import { mcpRoutes } from "./mcp_routes.ts";
+import { docsRoutes } from "./docs_routes.ts";
 import { wantsText } from "./format.ts";
 import { registerOutputRoutes } from "./output_routes.ts";
 import { screenRoutes } from "./screen_routes.ts";
@@ -234,6 +236,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
 
   mcpRoutes(app, service, who);
   registerHistoryRoutes(app, service, who);
+  docsRoutes(app);
 
   if (deps.dashboard) dashboardRoutes(app, deps);
   return app;

@@ -12,8 +12,15 @@ import { z } from "zod";
 import type { CallResult, KillResult } from "../sessions/manager.ts";
 import type { SessionInfo } from "../sessions/session.ts";
 import type { ScreenSnapshot } from "../output/screen.ts";
+import type { Denial } from "../sandbox/denial.ts";
+import type { Widening } from "../sandbox/widening.ts";
+import { APPROVAL_DECISIONS, type ApprovalRecord } from "../approvals/store.ts";
+import type { AgentInfo } from "./agents.ts";
+import type { Usage } from "../sessions/usage.ts";
+import { HISTORY_STATUSES, type HistoryDetail, type HistoryItem } from "../history/store.ts";
 
-const denial = z.object({
+/** What the sandbox denied a command, as detected from its exit and output. */
+export const DenialSchema = z.object({
   kind: z.enum(["fs-read", "fs-write", "network", "signal", "syscall"]),
   path: z.string().optional(),
   port: z.number().int().optional(),
@@ -53,7 +60,7 @@ export const CallResultSchema = z.object({
   sandbox: z.object({
     profile: z.string(),
     denied: z.boolean(),
-    denial: denial.optional(),
+    denial: DenialSchema.optional(),
     retried: z.boolean().optional(),
     message: z.string().optional(),
   }).describe("What the sandbox did to the command."),
@@ -85,11 +92,12 @@ export const KillResultSchema = z.object({
 });
 
 /** True when `A` and `B` are assignable to each other and have the same keys. */
-type Same<A, B> = [A, keyof A] extends [B, keyof B] ? [B, keyof B] extends [A, keyof A] ? true
+export type Same<A, B> = [A, keyof A] extends [B, keyof B]
+  ? [B, keyof B] extends [A, keyof A] ? true
   : false
   : false;
 /** Compiles only when `T` is true. */
-type Assert<T extends true> = T;
+export type Assert<T extends true> = T;
 type _SchemasMatchTypes = [
   Assert<Same<z.output<typeof CallResultSchema>, CallResult>>,
   Assert<Same<z.output<typeof SessionInfoSchema>, SessionInfo>>,
@@ -116,3 +124,124 @@ export function screenText(screen: z.output<typeof ScreenViewSchema>): string[] 
     ...screen.lines,
   ];
 }
+
+// OpenAPI (issue 12): the other operations' results, so the document describes every response
+// from a schema checked against the type the code returns.
+
+/** `{ ok: true }`: an operation that returns nothing else. */
+export const OkSchema = z.object({ ok: z.literal(true) });
+
+/** CPU time and memory of one session's process tree. */
+export const SessionUsageSchema = z.object({
+  session_id: z.number().int(),
+  cpu_seconds: z.number().describe("User plus system CPU time of the process tree."),
+  rss_bytes: z.number().int().describe("Resident memory of the process tree."),
+});
+
+/** What approving adds beyond the profile. */
+const WideningSchema = z.object({
+  profile: z.string().optional().describe("Run under this (wider) profile instead."),
+  write: z.array(z.string()).optional().describe("Extra writable directories."),
+  tcp_ports: z.array(z.number().int()).optional().describe("Extra TCP ports."),
+  unsandboxed: z.boolean().optional().describe("No sandbox at all."),
+});
+
+/** An approval: a command waiting for (or given) the operator's decision. */
+export const ApprovalSchema = z.object({
+  id: z.string(),
+  agent: z.string().describe("The agent that asked."),
+  command: z.string(),
+  shell: z.string(),
+  login: z.boolean(),
+  workdir: z.string(),
+  tty: z.boolean(),
+  profile: z.string().describe("The profile the command was asked under."),
+  env: z.record(z.string(), z.string()),
+  escalation: WideningSchema.describe("What approving adds beyond the profile."),
+  runs: z.string().describe("How the command runs once approved."),
+  reason: z.string(),
+  justification: z.string().nullable(),
+  denial: DenialSchema.nullable().describe("The sandbox denial that led to this question."),
+  can_choose_unsandboxed: z.boolean(),
+  created_at: z.string(),
+  status: z.enum(["pending", ...APPROVAL_DECISIONS, "timed_out"]),
+  decided_at: z.string().optional(),
+  granted: WideningSchema.optional(),
+  decided_by: z.enum(["operator", "timeout", "cancelled"]).optional(),
+  exec_id: z.string().nullable().describe("The history id of the exec_command that asked."),
+});
+
+/** An agent as the operator sees it (never its token). */
+export const AgentSchema = z.object({
+  name: z.string(),
+  max_profile: z.string().nullable(),
+  max_sessions: z.number().int().nullable(),
+  created_at: z.string(),
+});
+
+/** A new agent and its token, shown this once. */
+export const CreatedAgentSchema = AgentSchema.omit({ created_at: true }).extend({
+  token: z.string().describe("The agent's bearer token; it is not shown again."),
+});
+
+/** A revoked agent and how many of its sessions were killed. */
+export const RevokedAgentSchema = AgentSchema.extend({ sessions_killed: z.number().int() });
+
+/** One command of the history. */
+export const HistoryItemSchema = z.object({
+  id: z.string(),
+  agent: z.string(),
+  command: z.string(),
+  workdir: z.string(),
+  profile: z.string(),
+  tty: z.boolean(),
+  session_id: z.number().int().nullable(),
+  status: z.enum(HISTORY_STATUSES),
+  started_at: z.string(),
+  ended_at: z.string().nullable(),
+  exit_code: z.number().int().nullable(),
+  end_reason: z.string().nullable(),
+  duration_seconds: z.number().nullable(),
+  output_bytes: z.number().int(),
+  usage: z.object({
+    cpu_seconds: z.number().nullable(),
+    peak_memory_bytes: z.number().int().nullable(),
+  }),
+  denial: DenialSchema.nullable(),
+  approvals: z.array(z.object({
+    id: z.string(),
+    status: z.string(),
+    reason: z.string(),
+    runs: z.string(),
+    escalation: z.unknown().describe("What approving added beyond the profile."),
+    denial: DenialSchema.nullable(),
+    created_at: z.string(),
+    decided_at: z.string().nullable(),
+    decided_by: z.string().nullable().describe(
+      "operator, timeout or cancelled; null while pending.",
+    ),
+    granted: z.unknown(),
+  })).describe("The approvals this command asked for."),
+});
+
+/** A page of history, newest first. */
+export const HistoryPageSchema = z.object({
+  items: z.array(HistoryItemSchema),
+  next_cursor: z.string().nullable().describe("Pass as cursor for the next page; null at the end."),
+});
+
+/** One command of the history with the tail of its output. */
+export const HistoryDetailSchema = HistoryItemSchema.extend({
+  output_tail: z.string().describe("The last 64 KiB of its output, decoded as UTF-8."),
+});
+
+type _ResponsesMatchTypes = [
+  Assert<Same<z.output<typeof DenialSchema>, Denial>>,
+  Assert<Same<z.output<typeof WideningSchema>, Widening>>,
+  Assert<Same<z.output<typeof SessionUsageSchema>, { session_id: number } & Usage>>,
+  Assert<Same<z.output<typeof ApprovalSchema>, ApprovalRecord>>,
+  Assert<Same<z.output<typeof AgentSchema>, AgentInfo>>,
+  Assert<Same<z.output<typeof RevokedAgentSchema>, AgentInfo & { sessions_killed: number }>>,
+  Assert<Same<z.output<typeof HistoryItemSchema>, HistoryItem>>,
+  Assert<Same<z.output<typeof HistoryDetailSchema>, HistoryDetail>>,
+];
