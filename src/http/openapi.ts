@@ -70,6 +70,15 @@ export const ERRORS = {
   internal: [500, "An unexpected failure; the reply carries a request_id to find it in the log."],
   sandbox_unavailable: [500, "The sandbox could not be set up, so the command did not run."],
   overloaded: [503, "The server is out of connections or file descriptors."],
+  out_of_resources: [503, "The server is out of file descriptors; nothing was started."],
+  shutting_down: [503, "The server is shutting down; nothing new is started."],
+  client_gone: [
+    408,
+    "The caller went away mid-call (never answered: its output waits for the next call).",
+  ],
+  stdin_closed: [409, "The session's stdin was closed (^D on a pipe session)."],
+  stdin_full: [429, "More input is queued for the session than it reads; the limit is 1 MiB."],
+  idempotency_conflict: [422, "The Idempotency-Key was used with a different body."],
 } as const satisfies Record<string, readonly [number, string]>;
 
 /** An error code of {@link ERRORS}. */
@@ -115,6 +124,26 @@ const SessionId = SessionIdParam.describe("A session id.");
 const StreamQuery = z.strictObject({
   encoding: z.enum(["base64"]).optional()
     .describe("base64: output events carry base64 bytes instead of UTF-8 text."),
+});
+
+const OutputQuery = z.strictObject({
+  since: z.string().regex(/^\d+$/).optional()
+    .describe("The byte offset to read from; default: the oldest byte still held."),
+  encoding: z.enum(["base64"]).optional()
+    .describe("base64: the bytes as base64 instead of UTF-8 text."),
+});
+
+const OutputReadSchema = z.strictObject({
+  session_id: z.number().int(),
+  since: z.number().int().describe("The offset the returned bytes start at."),
+  lost_bytes: z.number().int().describe(
+    "Bytes between the asked offset and `since` no longer held.",
+  ),
+  end: z.number().int().describe("The offset after the returned bytes: the next `since`."),
+  output: z.string().optional(),
+  base64: z.string().optional(),
+  exited: z.boolean(),
+  exit_code: z.number().int().optional(),
 });
 
 const HealthSchema = z.looseObject({
@@ -185,6 +214,10 @@ export const OPERATIONS: readonly Operation[] = [
       "rejected",
       "session_limit",
       "sandbox_unavailable",
+      "idempotency_conflict",
+      "shutting_down",
+      "out_of_resources",
+      "client_gone",
     ],
   },
   {
@@ -196,7 +229,7 @@ export const OPERATIONS: readonly Operation[] = [
     body: WriteBody,
     result: CallResultSchema,
     text: EXEC_TEXT,
-    errors: ["unknown_session"],
+    errors: ["unknown_session", "stdin_closed", "stdin_full", "client_gone"],
   },
   {
     method: "get",
@@ -274,6 +307,19 @@ export const OPERATIONS: readonly Operation[] = [
     query: StreamQuery,
     events: "`output` events ({text} or {base64}) as output arrives, then one `exit` event " +
       "({exit_code}) when the session ends.",
+    errors: SESSION_ERRORS,
+  },
+  {
+    method: "get",
+    path: "/v1/sessions/:id/output",
+    tag: "sessions",
+    summary: "A session's recent output from a byte offset, without taking it",
+    description:
+      "Reads the session's last 1 MiB by offset; write_stdin still gets the same output.",
+    caller: "agent",
+    params: { id: SessionId },
+    query: OutputQuery,
+    result: OutputReadSchema,
     errors: SESSION_ERRORS,
   },
   {
