@@ -190,11 +190,20 @@ export class Service {
     body: z.output<typeof WriteBody>,
     onOutput?: OutputWatcher,
   ): Promise<CallResult> {
+    return this.#write(principal, body, writeYield(body.chars, body.yield_time_ms), onOutput);
+  }
+
+  #write(
+    principal: Principal,
+    body: z.output<typeof WriteBody>,
+    yieldMs: number,
+    onOutput?: OutputWatcher,
+  ): Promise<CallResult> {
     return this.#deps.manager.write({
       owner: scope(principal),
       sessionId: body.session_id,
       chars: body.chars,
-      yieldMs: writeYield(body.chars, body.yield_time_ms),
+      yieldMs,
       maxOutputTokens: body.max_output_tokens,
       until: body.until,
       outputMode: body.output_mode,
@@ -479,6 +488,22 @@ export class Service {
       throw new HistoryNotFoundError("the history is off on this server (UEXEC_HISTORY=off)");
     }
     return this.#deps.history;
+  }
+
+  // --- WebSocket front door (issue 14) ---
+
+  /**
+   * `write_stdin` for a front door that pushes output as it comes (the WebSocket): as `write`,
+   * except that `yield_time_ms: 0` returns at once with whatever is pending, since the caller
+   * reads the rest from its subscription. Over HTTP the clamp stays (Codex's rule).
+   */
+  writeStreaming(principal: Principal, body: z.output<typeof WriteBody>): Promise<CallResult> {
+    return body.yield_time_ms === 0 ? this.#write(principal, body, 0) : this.write(principal, body);
+  }
+
+  /** True while the agent `name` is registered (not revoked): a long-lived connection's check. */
+  agentExists(name: string): boolean {
+    return this.#deps.agents.principal(name) !== undefined;
   }
 }
 

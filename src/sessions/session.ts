@@ -57,8 +57,11 @@ export interface Taken {
 
 /** A listener for a session's raw output bytes and its end. */
 export interface SessionListener {
-  /** Output arrived (the bytes are valid only during the call). */
-  output?(bytes: Uint8Array): void;
+  /**
+   * Output arrived (the bytes are valid only during the call); `offset` is the byte offset of
+   * its first byte in everything the session ever printed.
+   */
+  output?(bytes: Uint8Array, offset: number): void;
   /** The child ended and all its output was delivered. */
   ended?(status: ExitStatus): void;
 }
@@ -91,6 +94,8 @@ export class Session implements ChildSink {
   #plain?: PlainRenderer;
   #screen?: Screen;
   #listeners = new Set<SessionListener>();
+  /** Output bytes seen so far: the byte offset of the next output (WebSocket `output`). */
+  #offset = 0;
   #exit?: ExitStatus;
   #closed = Promise.withResolvers<ExitStatus>();
   #onClose: (session: Session, status: ExitStatus) => void;
@@ -126,6 +131,11 @@ export class Session implements ChildSink {
   /** Resolves with the exit status once the child closed. */
   get closed(): Promise<ExitStatus> {
     return this.#closed.promise;
+  }
+
+  /** Output bytes the session printed so far (the offset of the next byte). */
+  get offset(): number {
+    return this.#offset;
   }
 
   /** Mark the session used now. */
@@ -192,7 +202,9 @@ export class Session implements ChildSink {
     this.#pending.push(bytes);
     // A screen that falls behind pauses the child (as a slow terminal does) until it caught up.
     if (this.#screen && !this.#screen.feed(bytes)) this.#child?.pause();
-    for (const listener of this.#listeners) listener.output?.(bytes);
+    const offset = this.#offset;
+    this.#offset += bytes.length;
+    for (const listener of this.#listeners) listener.output?.(bytes, offset);
   }
 
   /** ChildSink: the child ended and its output is drained. */
