@@ -3,7 +3,7 @@
  * `ws` package (transport `ws`) or Node's `http` with a keep-alive agent against the JSON API
  * (transport `http`), or under Deno with its built-in `WebSocket` (transport `deno-ws`).
  *
- * Input: one JSON argument {url, token, transport, ids, rounds, passes, wsModule?}. Each
+ * Input: one JSON argument {url, wsUrl, token, transport, ids, rounds, passes, wsModule?}. Each
  * session does `rounds` sequential round trips (write `marker\n`, wait until cat's output
  * shows the marker twice: the terminal's echo and cat's copy), all sessions at once. Over a
  * WebSocket each session has its own connection, subscribed to its output; writes use
@@ -19,9 +19,14 @@ const isDeno = typeof Deno !== "undefined";
 const nodeProcess = globalThis.process;
 const cfg = JSON.parse(isDeno ? Deno.args[0] : nodeProcess.argv[2]);
 
+/** Writes a line; resolves once it is flushed (a pipe write in Node is asynchronous). */
 function out(line) {
-  if (isDeno) Deno.stdout.writeSync(new TextEncoder().encode(line + "\n"));
-  else nodeProcess.stdout.write(line + "\n");
+  if (isDeno) {
+    const bytes = new TextEncoder().encode(line + "\n");
+    for (let at = 0; at < bytes.length;) at += Deno.stdout.writeSync(bytes.subarray(at));
+    return Promise.resolve();
+  }
+  return new Promise((resolve) => nodeProcess.stdout.write(line + "\n", resolve));
 }
 
 async function stdinLine() {
@@ -41,7 +46,7 @@ async function webSocketClass() {
 
 /** A session driven over its own WebSocket. */
 async function wsSession(WS, id) {
-  const socket = new WS(cfg.url.replace(/^http/, "ws") + "/v1/ws", {
+  const socket = new WS(cfg.wsUrl, {
     headers: { authorization: `Bearer ${cfg.token}` },
   });
   await new Promise((resolve, reject) => {
@@ -150,11 +155,11 @@ async function main() {
     return { wall_s: (performance.now() - t0) / 1000, latencies_ms: latencies };
   };
   await pass("w");
-  out("warm");
+  await out("warm");
   await stdinLine();
   const passes = [];
   for (let p = 0; p < cfg.passes; p++) passes.push(await pass(`p${p}`));
-  out(JSON.stringify({ passes }));
+  await out(JSON.stringify({ passes }));
   for (const s of sessions) s.close();
   if (!isDeno) nodeProcess.exit(0);
 }

@@ -10,7 +10,7 @@ import { requestGuard, withCors } from "./http/guard.ts";
 import { type HttpListener, serveLimited } from "./http/listener.ts";
 import { sandboxedPeerCheck } from "./http/sandbox_peer.ts";
 import { createApp } from "./http/routes.ts";
-import { listenWebSocket, type WebSocketListener } from "./http/ws_listener.ts";
+import { elsewhere, listenWebSocket, type WebSocketListener } from "./http/ws_listener.ts";
 import { probeSandbox } from "./sandbox/apply.ts";
 import { deniedByProfile } from "./sandbox/confinement.ts";
 import { sandboxIds } from "./sandbox/identity.ts";
@@ -83,7 +83,7 @@ export async function startServer(config: Config): Promise<Server> {
   const guard = requestGuard(config);
   const cors = config.allowedOrigins.length > 0;
   const handler: Deno.ServeHandler = (req, info) => {
-    const refused = guard(req);
+    const refused = guard(req) ?? elsewhere(req, websocket);
     if (refused) return refused;
     if (!cors) return app.fetch(req, info);
     return Promise.resolve(app.fetch(req, info)).then((res) => withCors(req, res, config));

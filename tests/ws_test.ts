@@ -271,10 +271,22 @@ Deno.test("websocket: who may upgrade", async (t) => {
         "HTTP/1.1 403 Forbidden",
       );
     });
-    await t.step("a plain GET: 426", async () => {
-      const res = await server.get("/v1/ws");
+    await t.step("a plain GET: 426; the HTTP port names the WebSocket URL", async () => {
+      const url = await wsUrl(server.url);
+      const res = await fetch(url.replace(/^ws/, "http"), { headers: server.auth });
       assert.equal(res.status, 426);
-      assert.equal(res.body.error.code, "upgrade_required");
+      assert.equal((await res.json()).error.code, "upgrade_required");
+      const http = await server.get("/v1/ws");
+      assert.equal(http.status, 426);
+      assert.equal(
+        http.body.error.message,
+        `WebSockets are served at ${url} (also in GET /healthz as websocket)`,
+      );
+      const other = await fetch(url.replace(/^ws/, "http").replace("/v1/ws", "/v1/sessions"), {
+        headers: server.auth,
+      });
+      assert.equal(other.status, 404, "the WebSocket port serves nothing else");
+      await other.body?.cancel();
     });
     await t.step("another agent's session is unknown; the operator sees it", async () => {
       const other = await server.operator.post("/v1/agents", { name: "other" });

@@ -47,3 +47,22 @@ export function listenWebSocket(
     shutdown: () => server.shutdown(),
   };
 }
+
+/**
+ * On the HTTP listener, the answer to a request for the WebSocket path (426 `upgrade_required`,
+ * naming the WebSocket listener's URL), or undefined for any other request.
+ */
+export function elsewhere(
+  req: Request,
+  websocket: WebSocketListener | undefined,
+): Response | undefined {
+  if (!req.url.includes(WS_PATH) || new URL(req.url).pathname !== WS_PATH) return undefined;
+  return Response.json({
+    error: {
+      code: "upgrade_required",
+      message: websocket
+        ? `WebSockets are served at ${websocket.url} (also in GET /healthz as websocket)`
+        : "WebSockets are served on TCP servers only",
+    },
+  }, { status: 426 });
+}
