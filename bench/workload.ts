@@ -23,6 +23,8 @@ export interface Sizes {
   /** Timed passes of the concurrent workload; the median is reported. */
   concurrentPasses: number;
   idleSessions: number;
+  /** Idle sessions opened over one WebSocket. */
+  wsIdleSessions: number;
   healthzRuns: number;
   floodBytes: number;
   truncationRuns: number;
@@ -38,6 +40,7 @@ export const FULL: Sizes = {
   concurrentRounds: 20,
   concurrentPasses: 5,
   idleSessions: 1000,
+  wsIdleSessions: 10_000,
   healthzRuns: 500,
   floodBytes: 1024 ** 3,
   truncationRuns: 5,
@@ -53,6 +56,7 @@ export const QUICK: Sizes = {
   concurrentRounds: 20,
   concurrentPasses: 1,
   idleSessions: 100,
+  wsIdleSessions: 200,
   healthzRuns: 100,
   floodBytes: 64 * 1024 ** 2,
   truncationRuns: 2,
@@ -116,7 +120,6 @@ export async function startServer(
 ): Promise<UexecServer> {
   ctx.signal.throwIfAborted();
   const server = await UexecServer.start(ctx.root, ctx.entry, {
-    ...env,
     UEXEC_PROFILE: "full-access",
     UEXEC_MAX_SESSIONS: "1100",
     UEXEC_WORKSPACE: ctx.workspace,
@@ -124,6 +127,7 @@ export async function startServer(
     UEXEC_OPERATOR_TOKEN: benchToken(),
     UEXEC_AGENT_TOKEN: benchToken(),
     UEXEC_DASHBOARD: "off",
+    ...env,
   });
   ctx.servers.push(server);
   return server;
