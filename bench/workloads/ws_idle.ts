@@ -14,7 +14,7 @@ import { summarize, type Summary } from "../stats.ts";
 import { connect, type Context, type Outcome, startServer } from "../workload.ts";
 
 const IN_FLIGHT = 64;
-const PTY_MAX = "/proc/sys/kernel/pty/max";
+const PTY_MAX = "kernel.pty.max";
 
 async function healthzLatency(client: UexecClient, n: number): Promise<Summary> {
   const samples: number[] = [];
@@ -26,12 +26,20 @@ async function healthzLatency(client: UexecClient, n: number): Promise<Summary> 
   return summarize(samples);
 }
 
-/** Raises kernel.pty.max to `want` when it is lower and writable; returns the restore step. */
+/** `sysctl` (Deno needs --allow-all to write /proc/sys itself); throws with its stderr. */
+function sysctl(...args: string[]): string {
+  const res = new Deno.Command("sysctl", { args, stdout: "piped", stderr: "piped" }).outputSync();
+  const text = new TextDecoder();
+  if (!res.success) throw new Error(text.decode(res.stderr).trim());
+  return text.decode(res.stdout).trim();
+}
+
+/** Raises kernel.pty.max to `want` when it is lower and settable; returns the restore step. */
 function raisePtyMax(want: number): { ok: boolean; note: string; restore: () => void } {
-  const before = Number(Deno.readTextFileSync(PTY_MAX).trim());
+  const before = Number(sysctl("-n", PTY_MAX));
   if (before >= want) return { ok: true, note: `kernel.pty.max ${before}`, restore: () => {} };
   try {
-    Deno.writeTextFileSync(PTY_MAX, String(want));
+    sysctl("-w", `${PTY_MAX}=${want}`);
   } catch (err) {
     return {
       ok: false,
@@ -42,7 +50,7 @@ function raisePtyMax(want: number): { ok: boolean; note: string; restore: () => 
   return {
     ok: true,
     note: `kernel.pty.max raised from ${before} to ${want} for the run`,
-    restore: () => Deno.writeTextFileSync(PTY_MAX, String(before)),
+    restore: () => sysctl("-w", `${PTY_MAX}=${before}`),
   };
 }
 
