@@ -392,3 +392,15 @@ Deno.test("websocket: a client that does not read is dropped, then told the gap"
     await server.stop();
   }
 });
+
+Deno.test("websocket: the server stops on SIGTERM with a socket still open", async () => {
+  const server = await startServer();
+  const ws = await RpcSocket.open(await wsUrl(server.url), server.auth);
+  const cat = await ws.call("exec_command", { cmd: "echo ready; exec cat", until: "ready" });
+  await ws.call("subscribe", { session_id: cat.result.session_id });
+  const stopped = await server.stop();
+  assert.equal(stopped.code, 0, stopped.stderr);
+  const exit = await ws.wait((f) => f.method === "exit");
+  assert.equal(exit.params.session_id, cat.result.session_id);
+  await ws.closed;
+});
