@@ -15,7 +15,7 @@
  */
 
 import { CharCarry } from "../output/carry.ts";
-import type { Session } from "../sessions/session.ts";
+import type { Session, SessionListener } from "../sessions/session.ts";
 import { notificationFrame } from "./protocol.ts";
 
 /** Where notifications go, and how much is queued there. */
@@ -57,7 +57,7 @@ export function subscribe(
     const whole = carry.complete(bytes, final);
     if (whole.length > 0) notify("output", { offset: start, text: decoder.decode(whole) });
   };
-  return session.listen({
+  const listener: SessionListener = {
     output(bytes, offset) {
       const queued = outbox.bufferedAmount;
       if (gap) {
@@ -85,5 +85,9 @@ export function subscribe(
       notify("exit", { exit_code: status.code });
       onEnd();
     },
-  });
+  };
+  // A session that already ended tells no listener again: its exit follows the answer.
+  const ended = session.exit;
+  if (ended) queueMicrotask(() => listener.ended!(ended));
+  return session.listen(listener);
 }
