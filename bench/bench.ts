@@ -28,6 +28,8 @@ import { truncation } from "./workloads/truncation.ts";
 import { idleSessions } from "./workloads/idle.ts";
 import { unpolledFlood } from "./workloads/flood.ts";
 import { outputModes } from "./workloads/output_modes.ts";
+import { stockClients } from "./workloads/transports.ts";
+import { wsIdleSessions } from "./workloads/ws_idle.ts";
 
 /** The whole bench stays under 5 minutes: workloads not started by then are skipped. */
 const BUDGET_MS = 280_000;
@@ -39,8 +41,10 @@ const WORKLOADS: { name: string; run: (ctx: Context) => Promise<Outcome>; limitM
   { name: "PTY throughput", run: ptyThroughput, limitMs: 60_000 },
   { name: "concurrent cat sessions", run: concurrentCats, limitMs: 30_000 },
   { name: "soak", run: soak, limitMs: 60_000 },
+  { name: "stock clients: WebSocket and Node http", run: stockClients, limitMs: 90_000 },
   { name: "truncation", run: truncation, limitMs: 30_000 },
   { name: "live idle sessions", run: idleSessions, limitMs: 60_000 },
+  { name: "WebSocket idle sessions", run: wsIdleSessions, limitMs: 120_000 },
   { name: "output no one polls", run: unpolledFlood, limitMs: 120_000 },
   { name: "output modes", run: outputModes, limitMs: 90_000 },
 ];

@@ -25,6 +25,8 @@ export interface Sizes {
   /** Sessions of the soak workload (each does `concurrentRounds` checked round trips). */
   soakSessions: number;
   idleSessions: number;
+  /** Idle sessions opened over one WebSocket. */
+  wsIdleSessions: number;
   healthzRuns: number;
   floodBytes: number;
   truncationRuns: number;
@@ -41,6 +43,7 @@ export const FULL: Sizes = {
   concurrentPasses: 5,
   soakSessions: 200,
   idleSessions: 1000,
+  wsIdleSessions: 10_000,
   healthzRuns: 500,
   floodBytes: 1024 ** 3,
   truncationRuns: 5,
@@ -57,6 +60,7 @@ export const QUICK: Sizes = {
   concurrentPasses: 1,
   soakSessions: 40,
   idleSessions: 100,
+  wsIdleSessions: 200,
   healthzRuns: 100,
   floodBytes: 64 * 1024 ** 2,
   truncationRuns: 2,
@@ -120,7 +124,6 @@ export async function startServer(
 ): Promise<UexecServer> {
   ctx.signal.throwIfAborted();
   const server = await UexecServer.start(ctx.root, ctx.entry, {
-    ...env,
     UEXEC_PROFILE: "full-access",
     UEXEC_MAX_SESSIONS: "1100",
     UEXEC_WORKSPACE: ctx.workspace,
@@ -128,6 +131,7 @@ export async function startServer(
     UEXEC_OPERATOR_TOKEN: benchToken(),
     UEXEC_AGENT_TOKEN: benchToken(),
     UEXEC_DASHBOARD: "off",
+    ...env,
   });
   ctx.servers.push(server);
   return server;

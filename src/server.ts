@@ -10,6 +10,7 @@ import { requestGuard, withCors } from "./http/guard.ts";
 import { type HttpListener, serveLimited } from "./http/listener.ts";
 import { sandboxedPeerCheck } from "./http/sandbox_peer.ts";
 import { createApp } from "./http/routes.ts";
+import { elsewhere, listenWebSocket, type WebSocketListener } from "./http/ws_listener.ts";
 import { probeSandbox } from "./sandbox/apply.ts";
 import { deniedByProfile } from "./sandbox/confinement.ts";
 import { sandboxIds } from "./sandbox/identity.ts";
@@ -63,6 +64,9 @@ export async function startServer(config: Config): Promise<Server> {
   // Until the listening address is known, no TCP request passes (fail closed).
   let fromSandbox = (info: Deno.ServeHandlerInfo | undefined) =>
     info?.remoteAddr.transport === "tcp";
+  // The WebSocket listener's connections, with whether each came from the sandbox.
+  const wsPeers = new WeakMap<Deno.ServeHandlerInfo, boolean>();
+  let websocket: WebSocketListener | undefined;
   const app = createApp({
     service: runtime.service,
     health: async () => ({
@@ -70,15 +74,16 @@ export async function startServer(config: Config): Promise<Server> {
       sessions: runtime.sessions,
       sandbox,
       history: await runtime.historyHealth(),
+      websocket: websocket?.url ?? null,
     }),
-    fromSandbox: (info) => fromSandbox(info),
+    fromSandbox: (info) => info && wsPeers.has(info) ? wsPeers.get(info)! : fromSandbox(info),
     log: runtime.log,
     dashboard: config.dashboard,
   });
   const guard = requestGuard(config);
   const cors = config.allowedOrigins.length > 0;
   const handler: Deno.ServeHandler = (req, info) => {
-    const refused = guard(req);
+    const refused = guard(req) ?? elsewhere(req, websocket);
     if (refused) return refused;
     if (!cors) return app.fetch(req, info);
     return Promise.resolve(app.fetch(req, info)).then((res) => withCors(req, res, config));
@@ -86,12 +91,22 @@ export async function startServer(config: Config): Promise<Server> {
   const http = listen(config, handler);
   const addr = http.addr;
   fromSandbox = peerCheck(addr);
+  if (addr.transport === "tcp") {
+    // Until its address is known, every request on it counts as sandboxed (fail closed).
+    let wsFromSandbox = (_: Deno.ServeHandlerInfo) => true;
+    websocket = listenWebSocket(addr.hostname, (req, info) => {
+      wsPeers.set(info, wsFromSandbox(info));
+      return guard(req) ?? app.fetch(req, info);
+    });
+    wsFromSandbox = peerCheck(websocket.addr);
+  }
   return {
     addr,
     tokens: runtime.tokens,
     dashboardUrl: config.dashboard ? signInUrl(addr, runtime.operatorToken()) : undefined,
     async shutdown() {
       await runtime.stopSessions();
+      await websocket?.shutdown();
       await http.shutdown();
       await runtime.close();
     },

@@ -79,6 +79,14 @@ export const ERRORS = {
   stdin_closed: [409, "The session's stdin was closed (^D on a pipe session)."],
   stdin_full: [429, "More input is queued for the session than it reads; the limit is 1 MiB."],
   idempotency_conflict: [422, "The Idempotency-Key was used with a different body."],
+  too_many_requests: [
+    429,
+    "Over the WebSocket: more requests in flight on one connection than it may have.",
+  ],
+  upgrade_required: [
+    426,
+    "GET /v1/ws takes a WebSocket upgrade, on the WebSocket port that /healthz names.",
+  ],
 } as const satisfies Record<string, readonly [number, string]>;
 
 /** An error code of {@link ERRORS}. */
@@ -419,6 +427,18 @@ export const OPERATIONS: readonly Operation[] = [
     caller: "operator",
     text: "The Prometheus text exposition format.",
     errors: ["forbidden", "not_found"],
+  },
+  {
+    method: "get",
+    path: "/v1/ws",
+    tag: "websocket",
+    summary: "The same operations over one WebSocket (JSON-RPC 2.0)",
+    description: "Served on the WebSocket port that /healthz names (`websocket`); on the HTTP " +
+      "port it answers 426 with that URL. Methods: exec_command, write_stdin, kill, resize, " +
+      "signal, subscribe, unsubscribe; output is pushed while subscribed.",
+    caller: "agent",
+    events: "After the upgrade: JSON-RPC responses, and `output`, `gap` and `exit` notifications.",
+    errors: ["upgrade_required", "too_many_requests"],
   },
   {
     method: "post",

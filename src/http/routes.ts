@@ -44,6 +44,7 @@ import { registerOutputRoutes } from "./output_routes.ts";
 import { screenRoutes } from "./screen_routes.ts";
 import { sseResponse } from "./sse.ts";
 import { registerHistoryRoutes } from "./history_routes.ts";
+import { wsRoutes } from "./ws_routes.ts";
 import { noteCaller, requestLog } from "./request_log.ts";
 import type { Logger } from "../log.ts";
 
@@ -237,6 +238,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
   mcpRoutes(app, service, who);
   registerHistoryRoutes(app, service, who);
   docsRoutes(app);
+  wsRoutes(app, service, who);
 
   if (deps.dashboard) dashboardRoutes(app, deps);
   return app;

@@ -236,12 +236,21 @@ export class Service {
     body: z.output<typeof WriteBody>,
     call: { signal?: AbortSignal; onOutput?: OutputWatcher } = {},
   ): Promise<CallResult> {
+    return this.#write(principal, body, writeYield(body.chars, body.yield_time_ms), call);
+  }
+
+  #write(
+    principal: Principal,
+    body: z.output<typeof WriteBody>,
+    yieldMs: number,
+    call: { signal?: AbortSignal; onOutput?: OutputWatcher } = {},
+  ): Promise<CallResult> {
     return this.#deps.manager.write({
       signal: call.signal,
       owner: scope(principal),
       sessionId: body.session_id,
       chars: body.chars,
-      yieldMs: writeYield(body.chars, body.yield_time_ms),
+      yieldMs,
       maxOutputTokens: body.max_output_tokens,
       until: body.until,
       outputMode: body.output_mode,
@@ -545,6 +554,22 @@ export class Service {
       );
     }
     return { ...history.read(since ?? history.start), exitCode: session.exit?.code };
+  }
+
+  // --- WebSocket front door (issue 14) ---
+
+  /**
+   * `write_stdin` for a front door that pushes output as it comes (the WebSocket): as `write`,
+   * except that `yield_time_ms: 0` returns at once with whatever is pending, since the caller
+   * reads the rest from its subscription. Over HTTP the clamp stays (Codex's rule).
+   */
+  writeStreaming(principal: Principal, body: z.output<typeof WriteBody>): Promise<CallResult> {
+    return body.yield_time_ms === 0 ? this.#write(principal, body, 0) : this.write(principal, body);
+  }
+
+  /** True while the agent `name` is registered (not revoked): a long-lived connection's check. */
+  agentExists(name: string): boolean {
+    return this.#deps.agents.principal(name) !== undefined;
   }
 }
 

@@ -59,8 +59,11 @@ export interface Taken {
 
 /** A listener for a session's raw output bytes and its end. */
 export interface SessionListener {
-  /** Output arrived (the bytes are valid only during the call). */
-  output?(bytes: Uint8Array): void;
+  /**
+   * Output arrived (the bytes are valid only during the call); `offset` is the byte offset of
+   * its first byte in everything the session ever printed.
+   */
+  output?(bytes: Uint8Array, offset: number): void;
   /** The child ended and all its output was delivered. */
   ended?(status: ExitStatus): void;
 }
@@ -130,6 +133,11 @@ export class Session implements ChildSink {
   /** Resolves with the exit status once the child closed. */
   get closed(): Promise<ExitStatus> {
     return this.#closed.promise;
+  }
+
+  /** Output bytes the session printed so far (the offset of the next byte). */
+  get offset(): number {
+    return this.#history.end;
   }
 
   /** Mark the session used now. */
@@ -212,11 +220,12 @@ export class Session implements ChildSink {
 
   /** ChildSink: output arrived. */
   output(bytes: Uint8Array): void {
+    const offset = this.#history.end;
     this.#pending.push(bytes);
     this.#history.push(bytes);
     // A screen that falls behind pauses the child (as a slow terminal does) until it caught up.
     if (this.#screen && !this.#screen.feed(bytes)) this.#child?.pause();
-    for (const listener of this.#listeners) listener.output?.(bytes);
+    for (const listener of this.#listeners) listener.output?.(bytes, offset);
   }
 
   /** ChildSink: the child ended and its output is drained. */

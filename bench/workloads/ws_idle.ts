@@ -1,0 +1,165 @@
+/**
+ * Scale over the WebSocket: open N idle `cat` sessions through one WebSocket connection (64
+ * `exec_command` requests in flight), then read the server's resident memory and time
+ * `/healthz` while they live. N beyond the kernel's PTY limit needs `kernel.pty.max` raised:
+ * as root the bench raises it for the run and puts it back after; otherwise the row says so.
+ * The sessions end with the server's SIGTERM shutdown.
+ * @module
+ */
+
+import type { UexecClient } from "../client.ts";
+import { log, ticker } from "../log.ts";
+import { noFigure, row } from "../report.ts";
+import { summarize, type Summary } from "../stats.ts";
+import { connect, type Context, type Outcome, startServer } from "../workload.ts";
+
+const IN_FLIGHT = 64;
+const PTY_MAX = "kernel.pty.max";
+
+async function healthzLatency(client: UexecClient, n: number): Promise<Summary> {
+  const samples: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await client.healthz();
+    samples.push(performance.now() - t0);
+  }
+  return summarize(samples);
+}
+
+/** `sysctl` (Deno needs --allow-all to write /proc/sys itself); throws with its stderr. */
+function sysctl(...args: string[]): string {
+  const res = new Deno.Command("sysctl", { args, stdout: "piped", stderr: "piped" }).outputSync();
+  const text = new TextDecoder();
+  if (!res.success) throw new Error(text.decode(res.stderr).trim());
+  return text.decode(res.stdout).trim();
+}
+
+/** Raises kernel.pty.max to `want` when it is lower and settable; returns the restore step. */
+function raisePtyMax(want: number): { ok: boolean; note: string; restore: () => void } {
+  const before = Number(sysctl("-n", PTY_MAX));
+  if (before >= want) return { ok: true, note: `kernel.pty.max ${before}`, restore: () => {} };
+  try {
+    sysctl("-w", `${PTY_MAX}=${want}`);
+  } catch (err) {
+    return {
+      ok: false,
+      note: `kernel.pty.max is ${before} and could not be raised: ${(err as Error).message}`,
+      restore: () => {},
+    };
+  }
+  return {
+    ok: true,
+    note: `kernel.pty.max raised from ${before} to ${want} for the run`,
+    restore: () => sysctl("-w", `${PTY_MAX}=${before}`),
+  };
+}
+
+/** Opens `n` cat sessions over one WebSocket, `IN_FLIGHT` at a time. */
+async function openOverWebSocket(url: string, token: string, n: number): Promise<WebSocket> {
+  const socket = new WebSocket(url, { headers: { authorization: `Bearer ${token}` } });
+  await new Promise((resolve, reject) => {
+    socket.onopen = resolve;
+    socket.onerror = (e) => reject(new Error(`websocket: ${(e as ErrorEvent).message}`));
+  });
+  const tick = ticker("sessions open", n);
+  let sent = 0;
+  let opened = 0;
+  const done = Promise.withResolvers<void>();
+  const next = () => {
+    const id = ++sent;
+    socket.send(JSON.stringify({
+      jsonrpc: "2.0",
+      id,
+      method: "exec_command",
+      params: {
+        cmd: "echo cat-ready; exec cat",
+        shell: "/bin/sh",
+        login: false,
+        until: "cat-ready",
+      },
+    }));
+  };
+  socket.onclose = () => done.reject(new Error(`websocket closed after ${opened} sessions`));
+  socket.onmessage = (e) => {
+    const msg = JSON.parse(e.data as string);
+    if (msg.error || msg.result?.session_id === undefined) {
+      done.reject(new Error(`session ${opened + 1}: ${JSON.stringify(msg).slice(0, 300)}`));
+      return;
+    }
+    tick(++opened);
+    if (opened === n) done.resolve();
+    else if (sent < n) next();
+  };
+  for (let i = 0; i < Math.min(IN_FLIGHT, n); i++) next();
+  await done.promise;
+  return socket;
+}
+
+/**
+ * The sessions the server's descriptor limit (inherited from the bench) leaves room for: each
+ * holds two (its PTY and its pidfd), and 1,024 are kept for everything else.
+ */
+function fdRoom(): { sessions: number; limit: number } {
+  const out = new Deno.Command("sh", { args: ["-c", "ulimit -n"], stdout: "piped" }).outputSync();
+  const limit = Number(new TextDecoder().decode(out.stdout).trim());
+  return { sessions: Number.isFinite(limit) ? Math.floor((limit - 1024) / 2) : Infinity, limit };
+}
+
+export async function wsIdleSessions(ctx: Context): Promise<Outcome> {
+  const room = fdRoom();
+  const n = Math.min(ctx.sizes.wsIdleSessions, room.sessions);
+  const capped = n < ctx.sizes.wsIdleSessions
+    ? `; ${ctx.sizes.wsIdleSessions.toLocaleString("en-US")} wanted, the descriptor limit ` +
+      `(${room.limit}, not raisable here) allows ${n.toLocaleString("en-US")}`
+    : "";
+  const workload = `${n.toLocaleString("en-US")} live idle sessions over a WebSocket`;
+  const pty = raisePtyMax(n + 2048);
+  if (!pty.ok) return { rows: [noFigure(workload, "skipped", pty.note)], details: {} };
+  try {
+    await using server = await startServer(ctx, { UEXEC_MAX_SESSIONS: String(n + 100) });
+    const client = connect(ctx, server);
+    const healthzBefore = await healthzLatency(client, ctx.sizes.healthzRuns);
+    const memBefore = server.memory();
+    const wsUrl = (await client.healthz() as { websocket: string }).websocket;
+    log(`opening ${n} idle cat sessions over one WebSocket, ${IN_FLIGHT} in flight (${pty.note})`);
+    const t0 = performance.now();
+    const socket = await openOverWebSocket(wsUrl, server.token, n);
+    const openS = (performance.now() - t0) / 1000;
+    const memAfter = server.memory();
+    log(`all open in ${openS.toFixed(2)} s, server RSS ${memAfter.rssMiB} MiB`);
+    // A fresh client: the first one's keep-alive connection outlived the server's idle timeout.
+    const healthzDuring = await healthzLatency(connect(ctx, server), ctx.sizes.healthzRuns);
+    socket.onclose = null;
+    socket.close();
+    return {
+      rows: [
+        row({
+          workload,
+          metric: "time to open all",
+          unit: "s",
+          uexec: Math.round(openS * 100) / 100,
+          note: pty.note + capped,
+        }),
+        row({
+          workload,
+          metric: "server RSS",
+          unit: "MiB",
+          uexec: memAfter.rssMiB,
+          baseline: { value: memBefore.rssMiB, label: "no sessions" },
+          goal: { op: "<=", value: 1024, text: "<= 1 GiB" },
+        }),
+        row({
+          workload,
+          metric: "/healthz p99",
+          unit: "ms",
+          uexec: healthzDuring.p99,
+          baseline: { value: healthzBefore.p99, label: "no sessions" },
+          goal: { op: "<=", value: 10, text: "<= 10 ms" },
+        }),
+      ],
+      details: { open_seconds: openS, memory_before: memBefore, memory_after: memAfter },
+    };
+  } finally {
+    pty.restore();
+  }
+}

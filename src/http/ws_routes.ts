@@ -1,0 +1,55 @@
+/**
+ * `GET /v1/ws`: the WebSocket front door's upgrade. The caller is authenticated as on every
+ * route (the agent's bearer token, or the dashboard's cookie; never a sandboxed peer), and an
+ * upgrade carrying any `Origin` but the server's own is refused: browsers apply no CORS to
+ * WebSockets, so an origin allowed for CORS (`UEXEC_ALLOWED_ORIGINS`) is refused here too
+ * (cross-site WebSocket hijacking). Translation only: the connection runs operations of the core.
+ *
+ * @module
+ */
+
+import type { Context, Hono } from "hono";
+import type { Principal } from "../service/principal.ts";
+import type { Service } from "../service/service.ts";
+import { serveSocket } from "../ws/connection.ts";
+import { CrossSiteError, UnauthorizedError } from "./auth.ts";
+
+/** A plain GET to the WebSocket endpoint (426 `upgrade_required`). */
+class UpgradeRequiredError extends Error {
+  readonly status = 426;
+  readonly code = "upgrade_required";
+  constructor() {
+    super("GET /v1/ws takes a WebSocket upgrade (Upgrade: websocket)");
+  }
+}
+
+/** Register the WebSocket route on `app`. */
+export function wsRoutes(
+  app: Hono<{ Bindings: Deno.ServeHandlerInfo | undefined }>,
+  service: Service,
+  who: (c: Context) => Principal,
+): void {
+  app.get("/v1/ws", (c) => {
+    const origin = c.req.header("origin");
+    const own = `http://${c.req.header("host") ?? ""}`;
+    if (origin !== undefined && origin.toLowerCase() !== own.toLowerCase()) {
+      throw new CrossSiteError(
+        `a WebSocket upgrade may carry no Origin but the server's own (${own}), got ${
+          JSON.stringify(origin)
+        }`,
+      );
+    }
+    const principal = who(c);
+    if (c.req.header("upgrade")?.toLowerCase() !== "websocket") throw new UpgradeRequiredError();
+    const { socket, response } = Deno.upgradeWebSocket(c.req.raw);
+    // The request is gone once upgraded: later requests check that the agent still exists
+    // (a revoked agent's connection is refused and closed).
+    serveSocket(socket, service, () => {
+      if (principal.role === "agent" && !service.agentExists(principal.name)) {
+        throw new UnauthorizedError();
+      }
+      return principal;
+    });
+    return response;
+  });
+}

@@ -1,0 +1,167 @@
+/**
+ * One WebSocket connection of the front door: it reads JSON-RPC requests, runs each as an
+ * operation of the core for the connection's caller and answers it as soon as it completes, so
+ * many requests are in flight at once and a long poll holds up nothing else. It also keeps the
+ * connection's output subscriptions and ends them when the socket closes.
+ *
+ * Methods: `exec_command` and `write_stdin` (the HTTP bodies, the HTTP results; `write_stdin`
+ * may take `yield_time_ms: 0`), `kill`, `resize`, `signal`, `subscribe`, `unsubscribe`.
+ *
+ * The caller is authenticated again for every request, so a revoked token stops working on an
+ * open connection too (the socket is then closed). It must never run an operation without the
+ * principal, and never let one connection hold more than its bounded number of requests.
+ *
+ * @module
+ */
+
+import type { z } from "zod";
+import type { Principal } from "../service/principal.ts";
+import { ExecBody, parseInput, WriteBody } from "../service/schemas.ts";
+import type { Service } from "../service/service.ts";
+import { PayloadTooLargeError } from "../http/body.ts";
+import { InvalidRequestError } from "../sessions/errors.ts";
+import { ResizeParams, SessionParams, SignalParams, SubscribeParams } from "./params.ts";
+import {
+  errorFrame,
+  idOf,
+  internalError,
+  parseRequest,
+  ProtocolError,
+  resultFrame,
+  RPC,
+  rpcError,
+  type RpcId,
+} from "./protocol.ts";
+import { subscribe } from "./subscription.ts";
+
+/** Requests one connection may have in flight; more are refused (`too_many_requests`). */
+export const MAX_IN_FLIGHT = 1024;
+/** The largest request frame, in UTF-16 code units read (as the HTTP body limit, 1 MiB). */
+const MAX_FRAME = 1024 * 1024;
+
+/** More requests in flight on one connection than it may have (429). */
+class TooManyRequestsError extends Error {
+  readonly status = 429;
+  readonly code = "too_many_requests";
+  constructor() {
+    super(`at most ${MAX_IN_FLIGHT} requests may be in flight on one connection`);
+  }
+}
+
+/**
+ * Serve `socket` for the caller that `authenticate` names (it throws the HTTP layer's error
+ * when the credential no longer works, which closes the socket).
+ */
+export function serveSocket(
+  socket: WebSocket,
+  service: Service,
+  authenticate: () => Principal,
+): void {
+  const subscriptions = new Map<number, () => void>();
+  let inFlight = 0;
+  const send = (frame: string) => {
+    if (socket.readyState === WebSocket.OPEN) socket.send(frame);
+  };
+  const fail = (id: RpcId, err: unknown) => {
+    const known = rpcError(err);
+    if (known) return send(errorFrame(id, known));
+    const requestId = crypto.randomUUID();
+    console.error(`uexec: websocket request ${requestId} failed:`, err);
+    send(errorFrame(id, internalError(requestId)));
+  };
+
+  const methods: Record<string, (who: Principal, params: unknown) => unknown> = {
+    exec_command: (who, params) => service.exec(who, parseInput(ExecBody, params)),
+    write_stdin: (who, params) => service.writeStreaming(who, parseInput(WriteBody, params)),
+    kill: (who, params) => service.kill(who, parseInput(SessionParams, params).session_id),
+    resize: (who, params) => {
+      const { session_id, ...size } = parseInput(ResizeParams, params);
+      service.resize(who, session_id, size);
+      return { ok: true };
+    },
+    signal: (who, params) => {
+      const { session_id, signal } = parseInput(SignalParams, params);
+      service.signal(who, session_id, signal);
+      return { ok: true };
+    },
+    subscribe: (who, params) => watch(who, parseInput(SubscribeParams, params)),
+    unsubscribe: (who, params) => {
+      const { session_id } = parseInput(SessionParams, params);
+      service.session(who, session_id);
+      subscriptions.get(session_id)?.();
+      subscriptions.delete(session_id);
+      return { ok: true };
+    },
+  };
+
+  /** Subscribe to a session's output; notifications follow the answer, never precede it. */
+  const watch = (who: Principal, params: z.output<typeof SubscribeParams>) => {
+    const id = params.session_id;
+    const session = service.session(who, id);
+    if (subscriptions.has(id)) {
+      throw new InvalidRequestError(`session_id: already subscribed to session ${id}`);
+    }
+    const outbox = {
+      send,
+      get bufferedAmount() {
+        return socket.bufferedAmount;
+      },
+    };
+    subscriptions.set(
+      id,
+      subscribe(session, outbox, params.encoding, () => subscriptions.delete(id)),
+    );
+    return { session_id: id, offset: session.offset };
+  };
+
+  const handle = (frame: string) => {
+    let id: RpcId = null;
+    try {
+      if (frame.length > MAX_FRAME) {
+        id = idOf(frame);
+        throw new PayloadTooLargeError("request exceeds 1 MiB");
+      }
+      const request = parseRequest(frame);
+      id = request.id ?? null;
+      const method = Object.hasOwn(methods, request.method) ? methods[request.method] : undefined;
+      if (!method) {
+        throw new ProtocolError(
+          RPC.methodNotFound,
+          "not_found",
+          `no method ${JSON.stringify(request.method)}; use one of ${
+            Object.keys(methods).join(", ")
+          }`,
+        );
+      }
+      if (inFlight >= MAX_IN_FLIGHT) throw new TooManyRequestsError();
+      const result = method(authenticate(), request.params);
+      if (!(result instanceof Promise)) {
+        if (request.id !== undefined) send(resultFrame(request.id, result));
+        return;
+      }
+      inFlight++;
+      result.then(
+        (value) => request.id !== undefined && send(resultFrame(request.id, value)),
+        (err) => request.id !== undefined && fail(request.id, err),
+      ).finally(() => inFlight--);
+    } catch (err) {
+      if (id === null && !(err instanceof ProtocolError)) id = idOf(frame);
+      fail(id, err);
+      if (err instanceof Error && "status" in err && err.status === 401) {
+        socket.close(1008, "credential no longer valid");
+      }
+    }
+  };
+
+  socket.onmessage = (event) => {
+    if (typeof event.data === "string") return handle(event.data);
+    fail(
+      null,
+      new ProtocolError(RPC.invalidRequest, "invalid_request", "send requests as text frames"),
+    );
+  };
+  socket.onclose = () => {
+    for (const unsubscribe of subscriptions.values()) unsubscribe();
+    subscriptions.clear();
+  };
+}
