@@ -69,6 +69,7 @@ export async function startServer(config: Config): Promise<Server> {
       version: VERSION,
       sessions: runtime.sessions,
       sandbox,
+      ...runtime.containment,
       history: await runtime.historyHealth(),
     }),
     fromSandbox: (info) => fromSandbox(info),

@@ -1,7 +1,7 @@
 /**
  * Starting a child with `posix_spawnp`: a new session, default signal dispositions, an empty
  * signal mask, a working directory, an explicit environment, and a new PTY or pipes as stdio.
- * No descriptor of the server leaks into the child. The PTY is opened on the calling thread,
+ * No descriptor of the server leaks into the child but the cgroup gate it is given as fd 3. The PTY is opened on the calling thread,
  * so it belongs to that thread's devpts instance (a sandbox domain has its own), and the child
  * opens the slave by path, which makes it its controlling terminal.
  *
@@ -37,6 +37,8 @@ export interface SpawnSpec {
   env: string[];
   cwd: string;
   stdio: Stdio;
+  /** A descriptor the child gets as fd 3 (the read end of its cgroup gate). */
+  gate?: number;
 }
 
 /** A spawn that failed, with the errno posix_spawnp reported. */
@@ -103,7 +105,8 @@ function spawnWith(
       c.posix_spawn_file_actions_adddup2(actions, stdio.output, 1);
     }
     c.posix_spawn_file_actions_adddup2(actions, 1, 2);
-    c.posix_spawn_file_actions_addclosefrom_np(actions, 3);
+    if (spec.gate !== undefined) c.posix_spawn_file_actions_adddup2(actions, spec.gate, 3);
+    c.posix_spawn_file_actions_addclosefrom_np(actions, spec.gate === undefined ? 3 : 4);
     pinned = [];
     const file = cString(spec.argv[0]);
     const argv = cStringArray(spec.argv);

@@ -19,6 +19,8 @@ import type { Spawned } from "../pty/spawn.ts";
 import type { Truncator } from "../output/truncator.ts";
 import { ScreenHost, type ScreenSnapshot, type ScreenView } from "../output/screen.ts";
 import type { SandboxChoice, SessionDir } from "../sandbox/domains.ts";
+import type { CgroupHost, SessionCgroup, Usage } from "../sandbox/cgroups.ts";
+import { SandboxUnavailableError } from "../sandbox/errors.ts";
 import { type Denial, detectDenial } from "../sandbox/denial.ts";
 import { type SpawnerPool, SpawnFailure } from "../workers/pool.ts";
 import { collect, type Collected } from "./collect.ts";
@@ -100,6 +102,8 @@ export interface CallResult {
   sandbox: SandboxReport;
   /** With `output_mode: "screen"`: the terminal now (`output` holds the lines scrolled off). */
   screen?: ScreenView;
+  /** Once exited: what the command's whole process tree used (cgroup containment only). */
+  usage?: Usage;
 }
 
 /** What the sandbox did to a command, as reported to the caller. */
@@ -131,6 +135,8 @@ export interface ManagerOptions {
   /** Where `screen` sessions' emulators run (one is made when absent). */
   screens?: ScreenHost;
   observer?: SessionObserver;
+  /** Each session's cgroup; without it sessions are contained by their process group only. */
+  cgroups?: CgroupHost;
 }
 
 const PROTECTED_RECENT = 8;
@@ -175,6 +181,8 @@ export class SessionManager {
   #reserved = new Map<number, string>();
   #encoder = new TextEncoder();
   #screens: ScreenHost;
+  /** Each session's cgroup (cgroup containment only). */
+  #cgroups = new Map<Session, SessionCgroup>();
 
   constructor(opts: ManagerOptions) {
     this.#opts = opts;
@@ -339,13 +347,19 @@ export class SessionManager {
 
   async #start(id: number, req: ExecRequest): Promise<Session> {
     const { sandbox } = req;
-    const command = sandbox.wrap([req.shell, req.login ? "-lc" : "-c", req.cmd]);
+    const { cgroups } = this.#opts;
+    const command = sandbox.wrap([req.shell, req.login ? "-lc" : "-c", req.cmd], !!cgroups);
     const lease = await this.#opts.pool.acquire(sandbox.domain, sandbox.restriction);
     let dir: SessionDir | undefined;
     let pipes: ReturnType<typeof openPipes> | undefined;
+    let cgroup: SessionCgroup | undefined;
+    let gate: [number, number] | undefined;
+    let child: number | undefined;
     let spawned: Spawned;
     try {
       dir = await sandbox.session();
+      cgroup = cgroups && contain(() => cgroups.create(sandbox.policy.limits));
+      gate = cgroup && openPipe();
       pipes = req.tty ? undefined : openPipes();
       spawned = await lease.spawner.spawn({
         uid: dir.uid,
@@ -353,9 +367,22 @@ export class SessionManager {
         env: childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env }),
         cwd: req.workdir,
         stdio: pipes ? { kind: "pipes", ...pipes.child } : { kind: "pty", size: req.size },
+        gate: gate?.[0],
       });
+      if (gate) {
+        child = spawned.pid;
+        closeAll([gate[0]]);
+        gate[0] = -1;
+        openGate(cgroup!, spawned.pid, gate[1]);
+        closeAll([gate[1]]);
+        gate = undefined;
+      }
     } catch (err) {
       if (pipes) closeAll([pipes.parent.output, pipes.parent.input]);
+      if (gate) closeAll(gate);
+      // A child still at its closed gate ends by itself (125); reap it.
+      if (child !== undefined) libc().waitpid(child, new Uint8Array(4), 0);
+      await cgroup?.kill();
       dir?.release();
       lease.release();
       if (err instanceof SpawnFailure && err.kind === "spawn") {
@@ -366,6 +393,7 @@ export class SessionManager {
       if (pipes) closeAll([pipes.child.stdin, pipes.child.output]);
     }
     const sessionDir = dir;
+    const sessionCgroup = cgroup;
     const session = new Session(
       {
         id,
@@ -381,6 +409,11 @@ export class SessionManager {
       },
       (s, status) => {
         clearTimeout(timeout);
+        if (sessionCgroup) {
+          // What its tree used, then whatever it left behind dies with it.
+          s.usage = sessionCgroup.usage();
+          sessionCgroup.kill().finally(() => this.#cgroups.delete(s));
+        }
         sessionDir.release();
         lease.release();
         this.#opts.bus.publish({
@@ -390,9 +423,11 @@ export class SessionManager {
           exit_code: status.code,
           duration_seconds: (performance.now() - s.startedMs) / 1000,
           reason: s.endReason,
+          ...(s.usage ? { usage: s.usage } : {}),
         });
       },
     );
+    if (sessionCgroup) this.#cgroups.set(session, sessionCgroup);
     this.#opts.observer?.started(session, req.execId);
     const timeout = req.timeoutMs === undefined
       ? undefined
@@ -454,6 +489,7 @@ export class SessionManager {
     if (screen) result.screen = screen;
     if (got.exited) {
       result.exit_code = session.exit!.code;
+      if (session.usage) result.usage = session.usage;
       if (session.endReason === "timeout") result.timed_out = true;
       const found = detectDenial({
         policy: session.policy,
@@ -473,18 +509,27 @@ export class SessionManager {
   }
 
   /**
-   * End `sessions` together: SIGHUP and SIGTERM to their whole sessions, SIGKILL to whatever is
-   * left after the grace period (or at once for sessions that had already exited), with one
-   * /proc scan per step for the whole batch; resolves once the killed processes are gone.
+   * End `sessions` together: SIGHUP and SIGTERM to their whole sessions (with cgroups: to every
+   * process in their cgroups), SIGKILL to whatever is left after the grace period (or at once
+   * for sessions that had already exited); resolves once the killed processes are gone. With
+   * cgroups the SIGKILL is `cgroup.kill`, which nothing escapes; without, one /proc scan per
+   * step for the whole batch finds the members of their process sessions.
    */
   async #terminate(sessions: Session[], reason: EndReason): Promise<void> {
     const live = sessions.filter((s) => !s.exit);
     for (const s of live) s.endReason = reason;
-    killSessions(live.map((s) => s.child.pid), [SIGHUP, SIGTERM]);
+    const { cgroups } = this.#opts;
+    const cgroupOf = (s: Session) => this.#cgroups.get(s);
+    if (!cgroups) killSessions(live.map((s) => s.child.pid), [SIGHUP, SIGTERM]);
+    else for (const sig of [SIGHUP, SIGTERM]) for (const s of live) cgroupOf(s)?.signal(sig);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const grace = new Promise<void>((r) => timer = setTimeout(r, this.#opts.killGraceMs ?? 1000));
     await Promise.race([Promise.all(live.map((s) => s.closed)), grace]);
     clearTimeout(timer);
+    if (cgroups) {
+      await Promise.all(sessions.map((s) => Promise.all([cgroupOf(s)?.kill(), s.closed])));
+      return;
+    }
     const killed = killSessions(sessions.map((s) => s.child.pid), [SIGKILL]);
     await Promise.all([
       ...sessions.map((s) => s.closed),
@@ -504,6 +549,26 @@ function screenOf(session: Session) {
     `screen: session ${session.id} was started without screen: true, so no terminal emulator ` +
       "follows it; start it with screen: true, or use output_mode raw or plain",
   );
+}
+
+/** Run a cgroup step; any failure is the sandbox's (the session must not run uncontained). */
+function contain<T>(step: () => T): T {
+  try {
+    return step();
+  } catch (err) {
+    throw new SandboxUnavailableError(`cannot contain the session in a cgroup: ${err}`, {
+      cause: err,
+    });
+  }
+}
+
+/** Put the child waiting at its gate into its cgroup, then let it run. */
+function openGate(cgroup: SessionCgroup, pid: number, gate: number): void {
+  contain(() => cgroup.place(pid));
+  const go = new TextEncoder().encode("\n");
+  if (Number(libc().write(gate, go, 1n)) !== 1) {
+    throw new SandboxUnavailableError("cannot open the cgroup gate of the session's child");
+  }
 }
 
 function closeAll(fds: number[]): void {
