@@ -71,6 +71,9 @@ export async function startRuntime(config: Config): Promise<Runtime> {
   if (containment.reaped > 0) {
     log.warn("dead_instance_reaped", { cgroups: containment.reaped });
   }
+  if (containment.report.reason) {
+    log.warn("containment_process_group", { reason: containment.report.reason });
+  }
   const manager = new SessionManager({
     reactor,
     cgroups: containment.host,

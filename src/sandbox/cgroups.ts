@@ -18,13 +18,26 @@
  * @module
  */
 
-import { cString, libc, listDir, O, rawSyscall, readSmallFile } from "../ffi/libc.ts";
+import {
+  cString,
+  errno,
+  libc,
+  listDir,
+  O,
+  OsError,
+  rawSyscall,
+  readSmallFile,
+} from "../ffi/libc.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { SandboxUnavailableError } from "./errors.ts";
 import type { ResourceLimits } from "./policy.ts";
 
 const EPOLLPRI = 0x2;
 const SYS_PREAD64 = 17;
+const SYS_MKDIR = 83;
+const SYS_RMDIR = 84;
+const O_WRONLY = 1;
+const EEXIST = 17;
 const PARENT = "uexec";
 
 /** How a limit is enforced by the kernel on this host. */
@@ -74,7 +87,7 @@ export class SessionCgroup {
   /** Put process `pid` (waiting at its gate) into every cgroup of the session. */
   place(pid: number): void {
     for (const d of this.#host.dirsOf(this.name)) {
-      Deno.writeTextFileSync(`${d}/cgroup.procs`, `${pid}\n`);
+      writeFile(`${d}/cgroup.procs`, `${pid}\n`);
     }
   }
 
@@ -135,7 +148,7 @@ export class CgroupHost {
     }
     const instance = instanceName(Deno.pid);
     const dir = `${root}/${PARENT}/${instance}`;
-    Deno.mkdirSync(dir, { recursive: true });
+    mkdirs(dir);
     const v1: V1[] = [];
     for (const controller of ["pids", "memory"] as const) {
       if (v2Controls(root, controller)) continue;
@@ -143,7 +156,7 @@ export class CgroupHost {
       if (own === undefined) continue;
       const vdir = `${own}/${PARENT}/${instance}`;
       try {
-        Deno.mkdirSync(vdir, { recursive: true });
+        mkdirs(vdir);
         v1.push({ controller, dir: vdir });
       } catch {
         // Not writable here: that limit falls back to its rlimit.
@@ -179,21 +192,27 @@ export class CgroupHost {
   create(limits: ResourceLimits): SessionCgroup {
     const name = `s${++this.#next}`;
     const [v2, ...rest] = this.dirsOf(name);
-    Deno.mkdirSync(v2);
-    for (const d of rest) Deno.mkdirSync(d);
+    mkdir(v2);
+    for (const d of rest) mkdir(d);
     const root = this.dir.slice(0, this.dir.lastIndexOf(`/${PARENT}/`));
     const pids = v2Controls(root, "pids") ? v2 : this.v1Dir("pids", name);
     if (pids && limits.maxProcesses !== undefined) {
-      Deno.writeTextFileSync(`${pids}/pids.max`, `${limits.maxProcesses}`);
+      writeFile(`${pids}/pids.max`, `${limits.maxProcesses}`);
     }
     const memory = limits.addressSpaceBytes;
     if (memory !== undefined) {
       if (v2Controls(root, "memory")) {
-        Deno.writeTextFileSync(`${v2}/memory.max`, `${memory}`);
-        Deno.writeTextFileSync(`${v2}/memory.swap.max`, "0");
+        writeFile(`${v2}/memory.max`, `${memory}`);
+        writeFile(`${v2}/memory.swap.max`, "0");
       } else {
         const m = this.v1Dir("memory", name);
-        if (m) Deno.writeTextFileSync(`${m}/memory.limit_in_bytes`, `${memory}`);
+        if (m) {
+          writeFile(`${m}/memory.limit_in_bytes`, `${memory}`);
+          // No swapping past the limit either, where swap is accounted.
+          if (readSmallFile(`${m}/memory.memsw.limit_in_bytes`) !== undefined) {
+            writeFile(`${m}/memory.memsw.limit_in_bytes`, `${memory}`);
+          }
+        }
       }
     }
     return new SessionCgroup(this, name);
@@ -203,7 +222,7 @@ export class CgroupHost {
   close(): void {
     for (const d of [this.dir, ...this.#v1.map((v) => v.dir)]) {
       try {
-        Deno.removeSync(d);
+        rmdir(d);
       } catch {
         // A session cgroup still draining; the next start removes it.
       }
@@ -236,7 +255,7 @@ export class CgroupHost {
       }
       for (const d of [dir, ...v1]) {
         try {
-          Deno.removeSync(d);
+          rmdir(d);
         } catch {
           // Gone already, or never made in that hierarchy.
         }
@@ -316,7 +335,7 @@ async function killAndRemove(reactor: Reactor, dir: string, v1: string[]): Promi
     });
     try {
       if (populated()) {
-        Deno.writeTextFileSync(`${dir}/cgroup.kill`, "1");
+        writeFile(`${dir}/cgroup.kill`, "1");
         if (populated()) await promise;
       }
     } finally {
@@ -327,7 +346,7 @@ async function killAndRemove(reactor: Reactor, dir: string, v1: string[]): Promi
   }
   for (const d of [dir, ...v1]) {
     try {
-      Deno.removeSync(d);
+      rmdir(d);
     } catch {
       // Never made in that hierarchy.
     }
@@ -376,4 +395,45 @@ export async function openContainment(
     if (mode === "cgroup") throw new SandboxUnavailableError(reason, { cause: err });
     return fallback(reason);
   }
+}
+
+/*
+ * The cgroup files are written through libc: Deno's own file APIs want every permission for
+ * anything beneath /sys.
+ */
+
+/** Write `text` to the cgroup file `path`. */
+function writeFile(path: string, text: string): void {
+  const c = libc();
+  const fd = c.open(cString(path), O_WRONLY | O.CLOEXEC);
+  if (fd < 0) throw new OsError(`open(${path})`, errno());
+  try {
+    const bytes = new TextEncoder().encode(text);
+    if (Number(c.write(fd, bytes, BigInt(bytes.length))) !== bytes.length) {
+      throw new OsError(`write(${path})`, errno());
+    }
+  } finally {
+    c.close(fd);
+  }
+}
+
+/** Make the directory `path`. */
+function mkdir(path: string): void {
+  if (rawSyscall(SYS_MKDIR, cString(path), 0o755) < 0) throw new OsError(`mkdir(${path})`, errno());
+}
+
+/** Make `path` and the parents it lacks. */
+function mkdirs(path: string): void {
+  let at = "";
+  for (const part of path.split("/").slice(1)) {
+    at += `/${part}`;
+    if (rawSyscall(SYS_MKDIR, cString(at), 0o755) < 0 && errno() !== EEXIST) {
+      throw new OsError(`mkdir(${at})`, errno());
+    }
+  }
+}
+
+/** Remove the (empty) cgroup directory `path`. */
+function rmdir(path: string): void {
+  if (rawSyscall(SYS_RMDIR, cString(path)) < 0) throw new OsError(`rmdir(${path})`, errno());
 }
