@@ -8,6 +8,7 @@
 
 import assert from "node:assert/strict";
 import { startServer, type TestServer } from "./helpers/server.ts";
+import { connectSse } from "./helpers/sse.ts";
 
 /** Whether process `pid` exits (or has exited) within `seconds`, watched through a pidfd. */
 async function exitsWithin(pid: number, seconds: number): Promise<boolean> {
@@ -121,6 +122,7 @@ Deno.test("usage of the whole tree and the limits in force are reported", async 
     assert.match(health.body.cgroup, /\/uexec\/i\d+-\d+$/);
     assert.deepEqual(Object.keys(health.body.limits).sort(), ["cpu", "memory", "pids"]);
 
+    const events = await connectSse(`${server.url}/v1/events`, server.auth);
     const cmd = "python3 -c 'import time\nb = bytearray(64 << 20)\nt = time.process_time()\n" +
       "while time.process_time() - t < 0.3: pass'";
     const r = await server.post("/v1/exec_command", { cmd, login: false, tty: false });
@@ -129,6 +131,15 @@ Deno.test("usage of the whole tree and the limits in force are reported", async 
     if (health.body.limits.memory !== "rlimit") {
       assert.ok(r.body.usage.peak_memory_bytes > 64 << 20, JSON.stringify(r.body.usage));
     }
+    const got = await events.until((evs) => evs.some((e) => e.event === "end"));
+    await events.close();
+    assert.deepEqual(got.find((e) => e.event === "end")!.data.usage, r.body.usage);
+    const [row] = (await server.get("/v1/history")).body.items;
+    assert.equal(row.command, cmd);
+    assert.deepEqual(row.usage, {
+      cpu_seconds: r.body.usage.cpu_seconds,
+      peak_memory_bytes: r.body.usage.peak_memory_bytes,
+    });
 
     // The session's leader is in its own cgroup, with the profile's process limit.
     const live = await withDaemon(server);
