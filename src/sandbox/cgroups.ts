@@ -129,11 +129,14 @@ export class CgroupHost {
   /** `<root>/uexec/<instance>`. */
   readonly dir: string;
   readonly #v1: V1[];
+  /** The controllers the v2 hierarchy has. */
+  readonly #v2: Set<string>;
   #next = 0;
 
-  private constructor(reactor: Reactor, dir: string, v1: V1[]) {
+  private constructor(reactor: Reactor, dir: string, v2: Set<string>, v1: V1[]) {
     this.reactor = reactor;
     this.dir = dir;
+    this.#v2 = v2;
     this.#v1 = v1;
   }
 
@@ -149,9 +152,10 @@ export class CgroupHost {
     const instance = instanceName(Deno.pid);
     const dir = `${root}/${PARENT}/${instance}`;
     mkdirs(dir);
+    const v2 = enableControllers([root, `${root}/${PARENT}`, dir], ["pids", "memory"]);
     const v1: V1[] = [];
     for (const controller of ["pids", "memory"] as const) {
-      if (v2Controls(root, controller)) continue;
+      if (v2.has(controller)) continue;
       const own = v1Own(controller);
       if (own === undefined) continue;
       const vdir = `${own}/${PARENT}/${instance}`;
@@ -162,7 +166,7 @@ export class CgroupHost {
         // Not writable here: that limit falls back to its rlimit.
       }
     }
-    return new CgroupHost(reactor, dir, v1);
+    return new CgroupHost(reactor, dir, v2, v1);
   }
 
   /** Every directory of session `name`: the v2 one first. */
@@ -178,9 +182,8 @@ export class CgroupHost {
 
   /** How each limit is enforced for a session's tree here. */
   limits(): ContainmentReport["limits"] {
-    const root = this.dir.slice(0, this.dir.lastIndexOf(`/${PARENT}/`));
     const by = (c: "pids" | "memory" | "cpu", fallback: Enforcement): Enforcement =>
-      v2Controls(root, c)
+      this.#v2.has(c)
         ? "cgroup-v2"
         : this.#v1.some((v) => v.controller === c)
         ? "cgroup-v1"
@@ -194,14 +197,13 @@ export class CgroupHost {
     const [v2, ...rest] = this.dirsOf(name);
     mkdir(v2);
     for (const d of rest) mkdir(d);
-    const root = this.dir.slice(0, this.dir.lastIndexOf(`/${PARENT}/`));
-    const pids = v2Controls(root, "pids") ? v2 : this.v1Dir("pids", name);
+    const pids = this.#v2.has("pids") ? v2 : this.v1Dir("pids", name);
     if (pids && limits.maxProcesses !== undefined) {
       writeFile(`${pids}/pids.max`, `${limits.maxProcesses}`);
     }
     const memory = limits.addressSpaceBytes;
     if (memory !== undefined) {
-      if (v2Controls(root, "memory")) {
+      if (this.#v2.has("memory")) {
         writeFile(`${v2}/memory.max`, `${memory}`);
         writeFile(`${v2}/memory.swap.max`, "0");
       } else {
@@ -288,9 +290,23 @@ function startTime(pid: number): number | undefined {
   return Number(rest[19]);
 }
 
-/** Whether the v2 hierarchy at `root` has `controller` (so v1 does not own it). */
-function v2Controls(root: string, controller: string): boolean {
-  return (readSmallFile(`${root}/cgroup.controllers`) ?? "").split(/\s+/).includes(controller);
+/**
+ * Enable `wanted` controllers (where available) for the children of each of `path`, top down;
+ * returns those the last one's children get.
+ */
+function enableControllers(path: string[], wanted: string[]): Set<string> {
+  for (const dir of path) {
+    const available = (readSmallFile(`${dir}/cgroup.controllers`) ?? "").split(/\s+/);
+    for (const c of wanted.filter((c) => available.includes(c))) {
+      try {
+        writeFile(`${dir}/cgroup.subtree_control`, `+${c}`);
+      } catch {
+        // Not ours to enable (or processes live there): that limit is not enforced by v2.
+      }
+    }
+  }
+  const last = path[path.length - 1];
+  return new Set((readSmallFile(`${last}/cgroup.subtree_control`) ?? "").split(/\s+/));
 }
 
 /** `<mount><our own cgroup>` in the v1 hierarchy of `controller`, when one is mounted. */
