@@ -412,7 +412,9 @@ export class SessionManager {
         if (sessionCgroup) {
           // What its tree used, then whatever it left behind dies with it.
           s.usage = sessionCgroup.usage();
-          sessionCgroup.kill().finally(() => this.#cgroups.delete(s));
+          sessionCgroup.kill()
+            .catch((err) => console.error(`uexec: cannot kill session ${s.id}'s cgroup:`, err))
+            .finally(() => this.#cgroups.delete(s));
         }
         sessionDir.release();
         lease.release();
