@@ -118,7 +118,11 @@ async function historyCost(ctx: Context, client: UexecClient, n: number): Promis
  * in alternating rounds of the same run.
  */
 async function containmentCost(ctx: Context, client: UexecClient, n: number): Promise<Row[]> {
-  await using groups = await startServer(ctx, { UEXEC_CONTAINMENT: "process-group" });
+  // Sandboxed sessions of a second server need uids of their own.
+  await using groups = await startServer(ctx, {
+    UEXEC_CONTAINMENT: "process-group",
+    UEXEC_UID_RANGE: "2100000000-2100065535",
+  });
   const other = connect(ctx, groups);
   const rows: Row[] = [];
   for (

@@ -84,11 +84,23 @@ export class SessionCgroup {
     return `${this.#host.dir}/${this.name}`;
   }
 
-  /** Put process `pid` (waiting at its gate) into every cgroup of the session. */
-  place(pid: number): void {
+  /**
+   * The `cgroup.procs` file of every cgroup of the session, opened for writing (close them
+   * after use): whoever writes a pid there moves that process in with our credentials, which
+   * the kernel checks at open.
+   */
+  openProcs(): number[] {
+    const fds: number[] = [];
     for (const d of this.#host.dirsOf(this.name)) {
-      writeFile(`${d}/cgroup.procs`, `${pid}\n`);
+      const fd = libc().open(cString(`${d}/cgroup.procs`), O_WRONLY | O.CLOEXEC);
+      if (fd < 0) {
+        const code = errno();
+        for (const f of fds) libc().close(f);
+        throw new OsError(`open(${d}/cgroup.procs)`, code);
+      }
+      fds.push(fd);
     }
+    return fds;
   }
 
   /** What the session's tree used so far (exited processes included). */

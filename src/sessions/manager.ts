@@ -15,7 +15,7 @@ import type { Reactor } from "../io/reactor.ts";
 import { openPipe, setNonBlocking, type WindowSize } from "../pty/open.ts";
 import { whenGone } from "../pty/gone.ts";
 import { killSessions, SIGNALS } from "../pty/signals.ts";
-import type { Spawned } from "../pty/spawn.ts";
+import type { Gate, Spawned } from "../pty/spawn.ts";
 import type { Truncator } from "../output/truncator.ts";
 import { ScreenHost, type ScreenSnapshot, type ScreenView } from "../output/screen.ts";
 import type { SandboxChoice, SessionDir } from "../sandbox/domains.ts";
@@ -353,13 +353,12 @@ export class SessionManager {
     let dir: SessionDir | undefined;
     let pipes: ReturnType<typeof openPipes> | undefined;
     let cgroup: SessionCgroup | undefined;
-    let gate: [number, number] | undefined;
-    let child: number | undefined;
-    let spawned: Spawned;
+    let gate: Gate | undefined;
+    let spawned: Spawned | undefined;
     try {
       dir = await sandbox.session();
       cgroup = cgroups && contain(() => cgroups.create(sandbox.policy.limits));
-      gate = cgroup && openPipe();
+      gate = cgroup && openGatePipe(cgroup);
       pipes = req.tty ? undefined : openPipes();
       spawned = await lease.spawner.spawn({
         uid: dir.uid,
@@ -367,21 +366,17 @@ export class SessionManager {
         env: childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env }),
         cwd: req.workdir,
         stdio: pipes ? { kind: "pipes", ...pipes.child } : { kind: "pty", size: req.size },
-        gate: gate?.[0],
+        gate,
       });
-      if (gate) {
-        child = spawned.pid;
-        closeAll([gate[0]]);
-        gate[0] = -1;
-        openGate(cgroup!, spawned.pid, gate[1]);
-        closeAll([gate[1]]);
-        gate = undefined;
+      if (spawned.unplaced) {
+        throw new SandboxUnavailableError("cannot put the session's child into its cgroup");
       }
     } catch (err) {
       if (pipes) closeAll([pipes.parent.output, pipes.parent.input]);
-      if (gate) closeAll(gate);
-      // A child still at its closed gate ends by itself (125); reap it.
-      if (child !== undefined) libc().waitpid(child, new Uint8Array(4), 0);
+      if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
+      gate = undefined;
+      // A child still at its closed gate ends by itself (125) without running; reap it.
+      if (spawned) libc().waitpid(spawned.pid, new Uint8Array(4), 0);
       await cgroup?.kill();
       dir?.release();
       lease.release();
@@ -391,6 +386,7 @@ export class SessionManager {
       throw err;
     } finally {
       if (pipes) closeAll([pipes.child.stdin, pipes.child.output]);
+      if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
     }
     const sessionDir = dir;
     const sessionCgroup = cgroup;
@@ -564,13 +560,11 @@ function contain<T>(step: () => T): T {
   }
 }
 
-/** Put the child waiting at its gate into its cgroup, then let it run. */
-function openGate(cgroup: SessionCgroup, pid: number, gate: number): void {
-  contain(() => cgroup.place(pid));
-  const go = new TextEncoder().encode("\n");
-  if (Number(libc().write(gate, go, 1n)) !== 1) {
-    throw new SandboxUnavailableError("cannot open the cgroup gate of the session's child");
-  }
+/** A gate for a child of `cgroup`: the pipe, and its `cgroup.procs` files opened by us. */
+function openGatePipe(cgroup: SessionCgroup): Gate {
+  const procs = contain(() => cgroup.openProcs());
+  const [fd, release] = openPipe();
+  return { fd, release, procs };
 }
 
 function closeAll(fds: number[]): void {
