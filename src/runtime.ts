@@ -148,7 +148,7 @@ export async function startRuntime(config: Config): Promise<Runtime> {
       await manager.shutdown();
     },
     async close() {
-      containment.host?.close();
+      await containment.host?.close();
       await pool.close();
       await reactor.close();
       truncator.close();

@@ -144,6 +144,10 @@ export class CgroupHost {
   /** The controllers the v2 hierarchy has. */
   readonly #v2: Set<string>;
   #next = 0;
+  /** A session cgroup made ahead for the next session with the same limits. */
+  #spare?: { key: string; cgroup: SessionCgroup };
+  #refill?: ReturnType<typeof setTimeout>;
+  #closed = false;
 
   private constructor(reactor: Reactor, dir: string, v2: Set<string>, v1: V1[]) {
     this.reactor = reactor;
@@ -205,6 +209,28 @@ export class CgroupHost {
 
   /** Make the cgroups of a new session, limited by `limits`. */
   create(limits: ResourceLimits): SessionCgroup {
+    const key = `${limits.maxProcesses}/${limits.addressSpaceBytes}`;
+    const spare = this.#spare;
+    this.#spare = undefined;
+    if (spare && spare.key !== key) {
+      spare.cgroup.kill().catch((err) => console.error("uexec: cannot remove a cgroup:", err));
+    }
+    const cgroup = spare?.key === key ? spare.cgroup : this.#make(limits);
+    // The next session's cgroup is made after this one has started, off its path.
+    clearTimeout(this.#refill);
+    this.#refill = setTimeout(() => {
+      if (this.#closed || this.#spare) return;
+      try {
+        this.#spare = { key, cgroup: this.#make(limits) };
+      } catch {
+        // The next session makes its own (and reports why it cannot).
+      }
+    }, 0);
+    return cgroup;
+  }
+
+  /** Make the cgroups of a session, limited by `limits`. */
+  #make(limits: ResourceLimits): SessionCgroup {
     const name = `s${++this.#next}`;
     const [v2, ...rest] = this.dirsOf(name);
     mkdir(v2);
@@ -233,7 +259,10 @@ export class CgroupHost {
   }
 
   /** Remove this instance's (empty) directories (server shutdown, after every session). */
-  close(): void {
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearTimeout(this.#refill);
+    await this.#spare?.cgroup.kill();
     for (const d of [this.dir, ...this.#v1.map((v) => v.dir)]) {
       try {
         rmdir(d);

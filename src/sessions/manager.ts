@@ -406,11 +406,12 @@ export class SessionManager {
       (s, status) => {
         clearTimeout(timeout);
         if (sessionCgroup) {
-          // What its tree used, then whatever it left behind dies with it.
+          // What its tree used, then (after this exit is reported) whatever it left dies.
           s.usage = sessionCgroup.usage();
-          sessionCgroup.kill()
-            .catch((err) => console.error(`uexec: cannot kill session ${s.id}'s cgroup:`, err))
-            .finally(() => this.#cgroups.delete(s));
+          setTimeout(() =>
+            sessionCgroup.kill()
+              .catch((err) => console.error(`uexec: cannot kill session ${s.id}'s cgroup:`, err))
+              .finally(() => this.#cgroups.delete(s)), 0);
         }
         sessionDir.release();
         lease.release();
