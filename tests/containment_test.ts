@@ -154,6 +154,16 @@ Deno.test("usage of the whole tree and the limits in force are reported", async 
       assert.equal((await Deno.readTextFile(`/sys/fs/cgroup/pids${path}/pids.max`)).trim(), "1024");
     }
     await server.del(`/v1/sessions/${live.id}`);
+
+    // A sandboxed command cannot move itself out of its cgroup (root-owned files, no caps).
+    const parent = health.body.cgroup.slice(0, health.body.cgroup.lastIndexOf("/"));
+    const escape = await server.post("/v1/exec_command", {
+      cmd: `echo $$ > ${parent}/cgroup.procs && echo moved`,
+      login: false,
+      tty: false,
+    });
+    assert.notEqual(escape.body.exit_code, 0, JSON.stringify(escape.body));
+    assert.doesNotMatch(escape.body.output, /moved/);
   } finally {
     await server.stop();
   }
