@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { startServer, type TestServer } from "./helpers/server.ts";
+import { type Client, startServer } from "./helpers/server.ts";
 import { connectSse } from "./helpers/sse.ts";
 
 /** Whether process `pid` exits (or has exited) within `seconds`, watched through a pidfd. */
@@ -28,7 +28,7 @@ function alive(pid: number): boolean {
 }
 
 /** Start a command that leaves a `setsid` daemon behind; returns the session and the daemon. */
-async function withDaemon(server: TestServer, extra: Record<string, unknown> = {}) {
+async function withDaemon(server: Client, extra: Record<string, unknown> = {}) {
   const r = await server.post("/v1/exec_command", {
     cmd: "setsid sleep 1003 </dev/null >/dev/null 2>&1 & echo daemon=$!; read x",
     login: false,
@@ -219,5 +219,26 @@ Deno.test("a fork bomb and a memory hog hit their session's limits; the rest ans
   } finally {
     await server.stop();
     await Deno.remove(profiles, { recursive: true });
+  }
+});
+
+Deno.test("pruning and revoking an agent kill their sessions' daemons", async () => {
+  const server = await startServer({ UEXEC_MAX_SESSIONS: "9" });
+  try {
+    // Nine live sessions; the tenth prunes the least recently used (never one of the last 8).
+    const first = await withDaemon(server);
+    for (let i = 0; i < 8; i++) await withDaemon(server);
+    const tenth = await withDaemon(server);
+    assert.equal((await server.get(`/v1/sessions/${first.id}`)).status, 404);
+    assert.equal(alive(first.daemon), false, "the pruned session's daemon survived");
+    assert.equal(alive(tenth.daemon), true);
+
+    const minted = await server.operator.post("/v1/agents", { name: "agent-b" });
+    assert.equal(minted.status, 201);
+    const b = await withDaemon(server.as(minted.body.token));
+    assert.equal((await server.operator.del("/v1/agents/agent-b")).status, 200);
+    assert.equal(alive(b.daemon), false, "a revoked agent's daemon survived");
+  } finally {
+    await server.stop();
   }
 });
