@@ -62,6 +62,14 @@ export interface Config {
   dashboard: boolean;
   /** `UEXEC_DASHBOARD_SESSION_HOURS` (default 12): how long a browser sign-in lasts. */
   dashboardSessionMs: number;
+  // Containment settings (issue 11).
+  /** `UEXEC_CGROUP_ROOT`: the cgroup v2 hierarchy for session cgroups (default: this host's). */
+  cgroupRoot?: string;
+  /**
+   * `UEXEC_CONTAINMENT`: `auto` (default: cgroups where writable, else process groups, as
+   * `/healthz` says), `cgroup` (refuse to start without them) or `process-group`.
+   */
+  containment: "auto" | "cgroup" | "process-group";
 }
 
 const SHIPPED_PROFILES = new URL("../sandbox-profiles", import.meta.url).pathname;
@@ -216,6 +224,7 @@ export function loadConfig(
     mcpAgent: env.UEXEC_MCP_AGENT || DEFAULT_AGENT,
     ...observability(env),
     ...dashboardSettings(env),
+    ...containmentSettings(env),
   };
 }
 
@@ -259,4 +268,17 @@ function dashboardSettings(
     720,
   );
   return { dashboard: dashboard === "on", dashboardSessionMs: hours * 3_600_000 };
+}
+
+/** The containment settings. */
+function containmentSettings(
+  env: Record<string, string | undefined>,
+): Pick<Config, "cgroupRoot" | "containment"> {
+  const containment = env.UEXEC_CONTAINMENT || "auto";
+  if (containment !== "auto" && containment !== "cgroup" && containment !== "process-group") {
+    throw new ConfigError(
+      `UEXEC_CONTAINMENT must be auto, cgroup or process-group, got ${JSON.stringify(containment)}`,
+    );
+  }
+  return { cgroupRoot: env.UEXEC_CGROUP_ROOT || undefined, containment };
 }

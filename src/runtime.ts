@@ -28,6 +28,7 @@ import { HistoryStore } from "./history/store.ts";
 import { HistoryWriter } from "./history/writer.ts";
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics/metrics.ts";
+import { type ContainmentReport, openContainment } from "./sandbox/cgroups.ts";
 
 /** A running service. */
 export interface Runtime {
@@ -38,6 +39,8 @@ export interface Runtime {
   readonly sessions: number;
   /** The request and lifecycle log (`UEXEC_LOG`). */
   log: Logger;
+  /** How sessions are contained and limited, for `/healthz`. */
+  containment: ContainmentReport;
   /** Whether the history can be written, for `/healthz`. */
   historyHealth(): Promise<Record<string, unknown>>;
   /** The operator's token, only for the dashboard's sign-in URL (printed on stdout). */
@@ -64,8 +67,16 @@ export async function startRuntime(config: Config): Promise<Runtime> {
   bus.subscribe((event) => log.event(event));
   const history = config.history ? openHistory(config, state, bus, log) : undefined;
   let metrics: Metrics | undefined = undefined;
+  const containment = await openContainment(reactor, config.containment, config.cgroupRoot);
+  if (containment.reaped > 0) {
+    log.warn("dead_instance_reaped", { cgroups: containment.reaped });
+  }
+  if (containment.report.reason) {
+    log.warn("containment_process_group", { reason: containment.report.reason });
+  }
   const manager = new SessionManager({
     reactor,
+    cgroups: containment.host,
     pool,
     bus,
     truncator,
@@ -129,6 +140,7 @@ export async function startRuntime(config: Config): Promise<Runtime> {
       return manager.size;
     },
     log,
+    containment: containment.report,
     historyHealth: async () => await history?.health() ?? { ok: true, enabled: false },
     operatorToken: () => config.operatorToken ?? state.read("operator.token")?.trim(),
     async stopSessions() {
@@ -136,6 +148,7 @@ export async function startRuntime(config: Config): Promise<Runtime> {
       await manager.shutdown();
     },
     async close() {
+      await containment.host?.close();
       await pool.close();
       await reactor.close();
       truncator.close();

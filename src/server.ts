@@ -73,6 +73,7 @@ export async function startServer(config: Config): Promise<Server> {
       version: VERSION,
       sessions: runtime.sessions,
       sandbox,
+      ...runtime.containment,
       history: await runtime.historyHealth(),
       websocket: websocket?.url ?? null,
     }),

@@ -96,7 +96,8 @@ function initialize(headers: Record<string, string>): RequestInit {
 
 /** A result with its per-call fields (chunk id, wall time) blanked. */
 function comparable(result: CallResult) {
-  return { ...result, chunk_id: "", wall_time_seconds: 0 };
+  const usage = result.usage && { cpu_seconds: 0, peak_memory_bytes: 0 };
+  return { ...result, chunk_id: "", wall_time_seconds: 0, usage };
 }
 
 Deno.test("mcp: five tools, with the HTTP API's input schemas and an output schema each", async () => {

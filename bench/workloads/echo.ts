@@ -46,8 +46,36 @@ async function timeEcho(
   return { summary: summarize(samples), serverWall: summarize(serverWall), sample, samples };
 }
 
-/** Rounds of the history comparison, alternating servers so drift hits both alike. */
-const HISTORY_ROUNDS = 5;
+/** Rounds of a same-run comparison of two servers. */
+const ROUNDS = 5;
+
+/**
+ * `echo hi` (with `extra`) p50 on `client`'s server and on `other`, in alternating rounds of
+ * the same run (each goes first in every other round), after warming `other` up with `warmup`
+ * runs; also the runs per round.
+ */
+async function alternatingP50(
+  client: UexecClient,
+  other: UexecClient,
+  n: number,
+  warmup: number,
+  extra: Partial<ExecRequest>,
+  labels: [string, string],
+): Promise<{ p50: number; otherP50: number; per: number }> {
+  const mine: number[] = [];
+  const theirs: number[] = [];
+  const per = Math.max(1, Math.round(n / ROUNDS));
+  if (warmup > 0) await timeEcho(other, warmup, extra, `${labels[1]}, warm-up`);
+  for (let round = 0; round < ROUNDS; round++) {
+    const first = round % 2 === 0;
+    const run = async () =>
+      mine.push(...(await timeEcho(client, per, extra, `${labels[0]} ${round + 1}`)).samples);
+    if (first) await run();
+    theirs.push(...(await timeEcho(other, per, extra, `${labels[1]} ${round + 1}`)).samples);
+    if (!first) await run();
+  }
+  return { p50: summarize(mine).p50, otherP50: summarize(theirs).p50, per };
+}
 
 /**
  * `echo hi` p50 with the history on (`client`'s server) and off (a second server with
@@ -55,27 +83,22 @@ const HISTORY_ROUNDS = 5;
  */
 async function historyCost(ctx: Context, client: UexecClient, n: number): Promise<Row[]> {
   await using off = await startServer(ctx, { UEXEC_HISTORY: "off" });
-  const offClient = connect(ctx, off);
-  const on: number[] = [];
-  const without: number[] = [];
-  const per = Math.max(1, Math.round(n / HISTORY_ROUNDS));
   // The history-on server has run 2n commands by now: warm the other one up as much.
-  await timeEcho(offClient, 2 * n, SH, "history off, warm-up");
-  for (let round = 0; round < HISTORY_ROUNDS; round++) {
-    const first = round % 2 === 0;
-    if (first) on.push(...(await timeEcho(client, per, SH, `history on ${round + 1}`)).samples);
-    without.push(...(await timeEcho(offClient, per, SH, `history off ${round + 1}`)).samples);
-    if (!first) on.push(...(await timeEcho(client, per, SH, `history on ${round + 1}`)).samples);
-  }
-  const p50On = summarize(on).p50;
-  const p50Off = summarize(without).p50;
+  const { p50: p50On, otherP50: p50Off, per } = await alternatingP50(
+    client,
+    connect(ctx, off),
+    n,
+    2 * n,
+    SH,
+    ["history on", "history off"],
+  );
   return [
     row({
       workload: "exec echo hi, history off",
       metric: "p50",
       unit: "ms",
       uexec: p50Off,
-      note: `${HISTORY_ROUNDS} rounds of ${per} after ${2 * n} warm-up runs, alternating with ` +
+      note: `${ROUNDS} rounds of ${per} after ${2 * n} warm-up runs, alternating with ` +
         "the history-on server (which goes first in every other round)",
     }),
     row({
@@ -87,6 +110,41 @@ async function historyCost(ctx: Context, client: UexecClient, n: number): Promis
       note: `history on p50 ${p50On} ms, off ${p50Off} ms, same run`,
     }),
   ];
+}
+
+/**
+ * What a cgroup per session adds to the `echo hi` p50, unsandboxed and sandboxed: `client`'s
+ * server (cgroups where the host allows) against one with `UEXEC_CONTAINMENT=process-group`,
+ * in alternating rounds of the same run.
+ */
+async function containmentCost(ctx: Context, client: UexecClient, n: number): Promise<Row[]> {
+  // Sandboxed sessions of a second server need uids of their own.
+  await using groups = await startServer(ctx, {
+    UEXEC_CONTAINMENT: "process-group",
+    UEXEC_UID_RANGE: "2100000000-2100065535",
+  });
+  const other = connect(ctx, groups);
+  const rows: Row[] = [];
+  for (
+    const [what, extra] of [
+      ["unsandboxed", SH],
+      ["workspace-write", { ...SH, profile: "workspace-write" }],
+    ] as const
+  ) {
+    const { p50, otherP50 } = await alternatingP50(client, other, n, n, extra, [
+      `${what}, cgroup`,
+      `${what}, process group`,
+    ]);
+    rows.push(row({
+      workload: `cgroup cost (echo p50, ${what})`,
+      metric: "p50",
+      unit: "ms",
+      uexec: Math.round((p50 - otherP50) * 1000) / 1000,
+      goal: { op: "<=", value: 0.3, text: "<= 0.3 ms" },
+      note: `cgroup p50 ${p50} ms, process group ${otherP50} ms, same run`,
+    }));
+  }
+  return rows;
 }
 
 export async function echoLatency(ctx: Context): Promise<Outcome> {
@@ -183,6 +241,8 @@ export async function echoLatency(ctx: Context): Promise<Outcome> {
 
   log(`exec echo hi, history on vs off (x${n} each)`);
   rows.push(...await historyCost(ctx, client, n));
+  log(`exec echo hi, cgroup vs process group (x${n} each, unsandboxed and sandboxed)`);
+  rows.push(...await containmentCost(ctx, client, n));
 
   const m = ctx.sizes.loginShellRuns;
   log(`exec echo hi x${m} with the default shell (login)`);

@@ -30,6 +30,8 @@ export type LifecycleEvent =
     exit_code: number;
     duration_seconds: number;
     reason: EndReason;
+    /** What the session's whole process tree used (where its cgroup accounts it). */
+    usage?: { cpu_seconds: number; peak_memory_bytes: number | null };
   }
   | { type: "approval_requested"; agent: string; approval: unknown }
   | { type: "approval_decided"; agent: string; approval: unknown };

@@ -158,6 +158,8 @@ export class HistoryRecorder {
           duration_ms: performance.now() - session.startedMs,
           status: session.endReason !== "exit" ? "killed" : status.code === 0 ? "exited" : "failed",
           tail: tail.snapshot(),
+          cpu_ms: session.usage ? session.usage.cpu_seconds * 1000 : null,
+          peak_memory_bytes: session.usage?.peak_memory_bytes ?? null,
         });
         entry.session = undefined;
         this.#queue(entry.row);

@@ -1,7 +1,7 @@
 /**
  * Starting a child with `posix_spawnp`: a new session, default signal dispositions, an empty
  * signal mask, a working directory, an explicit environment, and a new PTY or pipes as stdio.
- * No descriptor of the server leaks into the child. The PTY is opened on the calling thread,
+ * No descriptor of the server leaks into the child but the cgroup gate it is given as fd 3. The PTY is opened on the calling thread,
  * so it belongs to that thread's devpts instance (a sandbox domain has its own), and the child
  * opens the slave by path, which makes it its controlling terminal.
  *
@@ -27,6 +27,8 @@ export type Stdio =
 export interface Spawned {
   pid: number;
   master?: number;
+  /** Set when the child could not be put into its cgroups (it waits at its gate). */
+  unplaced?: boolean;
 }
 
 /** Everything needed to start one child. */
@@ -37,6 +39,20 @@ export interface SpawnSpec {
   env: string[];
   cwd: string;
   stdio: Stdio;
+  /** The child's cgroup gate (see {@link Gate}). */
+  gate?: Gate;
+}
+
+/**
+ * A child that waits at a gate until it is in its cgroups: it gets `fd` (a pipe's read end) as
+ * its fd 3; the spawning thread writes its pid to each of `procs` (`cgroup.procs` files the
+ * server opened, so the kernel checks the server's credentials, not the thread's), then a line
+ * to `release`, the pipe's write end.
+ */
+export interface Gate {
+  fd: number;
+  procs: number[];
+  release: number;
 }
 
 /** A spawn that failed, with the errno posix_spawnp reported. */
@@ -103,7 +119,8 @@ function spawnWith(
       c.posix_spawn_file_actions_adddup2(actions, stdio.output, 1);
     }
     c.posix_spawn_file_actions_adddup2(actions, 1, 2);
-    c.posix_spawn_file_actions_addclosefrom_np(actions, 3);
+    if (spec.gate !== undefined) c.posix_spawn_file_actions_adddup2(actions, spec.gate.fd, 3);
+    c.posix_spawn_file_actions_addclosefrom_np(actions, spec.gate === undefined ? 3 : 4);
     pinned = [];
     const file = cString(spec.argv[0]);
     const argv = cStringArray(spec.argv);
@@ -117,4 +134,17 @@ function spawnWith(
     c.posix_spawn_file_actions_destroy(actions);
     c.posix_spawnattr_destroy(attr);
   }
+}
+
+/**
+ * Put the child `pid`, waiting at its gate, into its cgroups and let it run; false when it
+ * cannot be placed (it is not let through, and ends at its closed gate without running).
+ */
+export function openGate(pid: number, gate: Gate): boolean {
+  const c = libc();
+  const line = new TextEncoder().encode(`${pid}\n`);
+  for (const fd of gate.procs) {
+    if (Number(c.write(fd, line, BigInt(line.length))) !== line.length) return false;
+  }
+  return Number(c.write(gate.release, line.subarray(-1), 1n)) === 1;
 }

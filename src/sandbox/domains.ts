@@ -31,7 +31,7 @@ import {
   type SandboxIds,
   sandboxIds,
 } from "./identity.ts";
-import { withLimits } from "./limits.ts";
+import { withGate, withLimits } from "./limits.ts";
 import type { ResolvedPolicy } from "./policy.ts";
 import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
 import { leaseUidRange, type UidLease } from "./uid_lease.ts";
@@ -73,7 +73,7 @@ export interface SandboxChoice {
   /** How that worker restricts itself; undefined when nothing is enforced. */
   restriction?: Restriction;
   /** Wrap the argv (resource limits). */
-  wrap(argv: string[]): string[];
+  wrap(argv: string[], gate?: boolean): string[];
   /** The session's private directory and uid. */
   session(): Promise<SessionDir>;
 }
@@ -199,7 +199,7 @@ export class SandboxDomains {
         uid: uids?.ids.spawner,
         gid: uids?.ids.gid,
       },
-      wrap: (argv) => withLimits(argv, domain.policy.limits),
+      wrap: (argv, gate) => withLimits(argv, domain.policy.limits, undefined, gate),
       session: () => this.#session(domain, uids),
     };
   }
@@ -261,7 +261,7 @@ export class SandboxDomains {
       profile: name,
       policy,
       domain: FULL_ACCESS,
-      wrap: (argv) => argv,
+      wrap: (argv, gate) => gate ? withGate(argv) : argv,
       session: () => Promise.resolve(NO_SESSION_DIR),
     };
   }

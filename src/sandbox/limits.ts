@@ -18,6 +18,14 @@ export const PRLIMIT = "/usr/bin/prlimit";
 /** Debian's /bin/sh; its `ulimit` sets soft and hard limits with one letter per call. */
 export const DASH = "/bin/dash";
 
+/**
+ * The descriptor a gated child waits on: the wrapper reads one line from it before anything
+ * else runs, so the server can put the child into its cgroup first; end of file without that
+ * line (the server died) ends the child with 125.
+ */
+export const GATE_FD = 3;
+const GATE = `IFS= read -r _ <&${GATE_FD} || exit 125; exec ${GATE_FD}<&-`;
+
 /** Which program applies the limits. */
 export type LimitWrapper = "dash" | "prlimit";
 
@@ -51,12 +59,16 @@ export function prlimitOptions(limits: ResourceLimits): string[] {
  * The dash script that sets `limits` (soft = hard; sizes rounded down to dash's units) and
  * execs its arguments; a limit it cannot set ends it with 126 before anything runs.
  */
-export function dashScript(limits: ResourceLimits): string {
+export function dashScript(limits: ResourceLimits, gate = false): string {
   const steps = [
+    ...(gate ? [GATE] : []),
     "ulimit -c 0",
     ...values(limits).map(([, letter, v, unit]) => `ulimit -${letter} ${Math.floor(v / unit)}`),
   ];
-  return `${steps.join(" && ")} || exit 126\nexec "$@"`;
+  const [first, ...more] = steps;
+  return gate
+    ? `${first}\n${more.join(" && ")} || exit 126\nexec "$@"`
+    : `${steps.join(" && ")} || exit 126\nexec "$@"`;
 }
 
 function exists(path: string): boolean {
@@ -72,15 +84,30 @@ export function limitWrapper(): LimitWrapper | null {
   return chosen;
 }
 
-/** `argv` wrapped so that it runs under `limits`. */
+/** `argv` wrapped so that it first waits at the gate on {@link GATE_FD} (one dash exec). */
+export function withGate(argv: string[]): string[] {
+  if (argv.length === 0) throw new RangeError("argv must not be empty");
+  if (!exists(DASH)) {
+    throw new SandboxUnavailableError(`cannot gate a child into its cgroup: ${DASH} is missing`);
+  }
+  return [DASH, "-c", `${GATE}\nexec "$@"`, "uexec-gate", ...argv];
+}
+
+/** `argv` wrapped so that it runs under `limits` (after the gate, when `gate`). */
 export function withLimits(
   argv: string[],
   limits: ResourceLimits,
   wrapper: LimitWrapper | null = limitWrapper(),
+  gate = false,
 ): string[] {
   if (argv.length === 0) throw new RangeError("argv must not be empty");
-  if (wrapper === "dash") return [DASH, "-c", dashScript(limits), "uexec-limits", ...argv];
-  if (wrapper === "prlimit") return [PRLIMIT, ...prlimitOptions(limits), "--", ...argv];
+  if (wrapper === "dash") {
+    return [DASH, "-c", dashScript(limits, gate), "uexec-limits", ...argv];
+  }
+  if (wrapper === "prlimit") {
+    const limited = [PRLIMIT, ...prlimitOptions(limits), "--", ...argv];
+    return gate ? withGate(limited) : limited;
+  }
   throw new SandboxUnavailableError(
     `cannot apply resource limits: neither ${DASH} nor ${PRLIMIT} exists (install dash or util-linux)`,
   );

@@ -66,6 +66,12 @@ export const CallResultSchema = z.object({
   }).describe("What the sandbox did to the command."),
   screen: ScreenViewSchema.optional()
     .describe("With output_mode screen: the terminal now (output holds what scrolled off)."),
+  usage: z.object({
+    cpu_seconds: z.number(),
+    peak_memory_bytes: z.number().nullable(),
+  }).optional().describe(
+    "Once exited: CPU time and peak memory of the command's whole process tree (cgroups only).",
+  ),
 });
 
 /** A live session, as listed. */

@@ -15,10 +15,12 @@ import type { Reactor } from "../io/reactor.ts";
 import { openPipe, setNonBlocking, type WindowSize } from "../pty/open.ts";
 import { whenGone } from "../pty/gone.ts";
 import { killSessions, SIGNALS } from "../pty/signals.ts";
-import type { Spawned } from "../pty/spawn.ts";
+import type { Gate, Spawned } from "../pty/spawn.ts";
 import type { Truncator } from "../output/truncator.ts";
 import { ScreenHost, type ScreenSnapshot, type ScreenView } from "../output/screen.ts";
 import type { SandboxChoice, SessionDir } from "../sandbox/domains.ts";
+import type { CgroupHost, SessionCgroup, Usage } from "../sandbox/cgroups.ts";
+import { SandboxUnavailableError } from "../sandbox/errors.ts";
 import { type Denial, detectDenial } from "../sandbox/denial.ts";
 import { type SpawnerPool, SpawnFailure } from "../workers/pool.ts";
 import { collect, type Collected } from "./collect.ts";
@@ -114,6 +116,8 @@ export interface CallResult {
   sandbox: SandboxReport;
   /** With `output_mode: "screen"`: the terminal now (`output` holds the lines scrolled off). */
   screen?: ScreenView;
+  /** Once exited: what the command's whole process tree used (cgroup containment only). */
+  usage?: Usage;
 }
 
 /** What the sandbox did to a command, as reported to the caller. */
@@ -145,6 +149,8 @@ export interface ManagerOptions {
   /** Where `screen` sessions' emulators run (one is made when absent). */
   screens?: ScreenHost;
   observer?: SessionObserver;
+  /** Each session's cgroup; without it sessions are contained by their process group only. */
+  cgroups?: CgroupHost;
 }
 
 const PROTECTED_RECENT = 8;
@@ -225,6 +231,8 @@ export class SessionManager {
   #closing = false;
   #encoder = new TextEncoder();
   #screens: ScreenHost;
+  /** Each session's cgroup (cgroup containment only). */
+  #cgroups = new Map<Session, SessionCgroup>();
 
   constructor(opts: ManagerOptions) {
     this.#opts = opts;
@@ -413,13 +421,18 @@ export class SessionManager {
 
   async #start(id: number, req: ExecRequest): Promise<Session> {
     const { sandbox } = req;
-    const command = sandbox.wrap([req.shell, req.login ? "-lc" : "-c", req.cmd]);
+    const { cgroups } = this.#opts;
+    const command = sandbox.wrap([req.shell, req.login ? "-lc" : "-c", req.cmd], !!cgroups);
     const lease = await this.#opts.pool.acquire(sandbox.domain, sandbox.restriction);
     let dir: SessionDir | undefined;
     let pipes: ReturnType<typeof openPipes> | undefined;
-    let spawned: Spawned;
+    let cgroup: SessionCgroup | undefined;
+    let gate: Gate | undefined;
+    let spawned: Spawned | undefined;
     try {
       dir = await sandbox.session();
+      cgroup = cgroups && contain(() => cgroups.create(sandbox.policy.limits));
+      gate = cgroup && openGatePipe(cgroup);
       pipes = req.tty ? undefined : openPipes();
       spawned = await lease.spawner.spawn({
         uid: dir.uid,
@@ -427,9 +440,18 @@ export class SessionManager {
         env: childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env }),
         cwd: req.workdir,
         stdio: pipes ? { kind: "pipes", ...pipes.child } : { kind: "pty", size: req.size },
+        gate,
       });
+      if (spawned.unplaced) {
+        throw new SandboxUnavailableError("cannot put the session's child into its cgroup");
+      }
     } catch (err) {
       if (pipes) closeAll([pipes.parent.output, pipes.parent.input]);
+      if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
+      gate = undefined;
+      // A child still at its closed gate ends by itself (125) without running; reap it.
+      if (spawned) libc().waitpid(spawned.pid, new Uint8Array(4), 0);
+      await cgroup?.kill();
       dir?.release();
       lease.release();
       if (err instanceof SpawnFailure && err.kind === "spawn") {
@@ -440,8 +462,10 @@ export class SessionManager {
       throw err;
     } finally {
       if (pipes) closeAll([pipes.child.stdin, pipes.child.output]);
+      if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
     }
     const sessionDir = dir;
+    const sessionCgroup = cgroup;
     const session = new Session(
       {
         id,
@@ -457,6 +481,14 @@ export class SessionManager {
       },
       (s, status) => {
         clearTimeout(timeout);
+        if (sessionCgroup) {
+          // What its tree used, then (after this exit is reported) whatever it left dies.
+          s.usage = sessionCgroup.usage();
+          setTimeout(() =>
+            sessionCgroup.kill()
+              .catch((err) => console.error(`uexec: cannot kill session ${s.id}'s cgroup:`, err))
+              .finally(() => this.#cgroups.delete(s)), 0);
+        }
         sessionDir.release();
         lease.release();
         this.#opts.bus.publish({
@@ -466,9 +498,11 @@ export class SessionManager {
           exit_code: status.code,
           duration_seconds: (performance.now() - s.startedMs) / 1000,
           reason: s.endReason,
+          ...(s.usage ? { usage: s.usage } : {}),
         });
       },
     );
+    if (sessionCgroup) this.#cgroups.set(session, sessionCgroup);
     this.#opts.observer?.started(session, req.execId);
     const master = spawned.master!;
     const fds = pipes
@@ -540,6 +574,7 @@ export class SessionManager {
     if (screen) result.screen = screen;
     if (got.exited) {
       result.exit_code = session.exit!.code;
+      if (session.usage) result.usage = session.usage;
       if (session.endReason === "timeout") result.timed_out = true;
       const found = detectDenial({
         policy: session.policy,
@@ -559,18 +594,27 @@ export class SessionManager {
   }
 
   /**
-   * End `sessions` together: SIGHUP and SIGTERM to their whole sessions, SIGKILL to whatever is
-   * left after the grace period (or at once for sessions that had already exited), with one
-   * /proc scan per step for the whole batch; resolves once the killed processes are gone.
+   * End `sessions` together: SIGHUP and SIGTERM to their whole sessions (with cgroups: to every
+   * process in their cgroups), SIGKILL to whatever is left after the grace period (or at once
+   * for sessions that had already exited); resolves once the killed processes are gone. With
+   * cgroups the SIGKILL is `cgroup.kill`, which nothing escapes; without, one /proc scan per
+   * step for the whole batch finds the members of their process sessions.
    */
   async #terminate(sessions: Session[], reason: EndReason): Promise<void> {
     const live = sessions.filter((s) => !s.exit);
     for (const s of live) s.endReason = reason;
-    killSessions(live.map((s) => s.child.pid), [SIGHUP, SIGTERM]);
+    const { cgroups } = this.#opts;
+    const cgroupOf = (s: Session) => this.#cgroups.get(s);
+    if (!cgroups) killSessions(live.map((s) => s.child.pid), [SIGHUP, SIGTERM]);
+    else for (const sig of [SIGHUP, SIGTERM]) for (const s of live) cgroupOf(s)?.signal(sig);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const grace = new Promise<void>((r) => timer = setTimeout(r, this.#opts.killGraceMs ?? 1000));
     await Promise.race([Promise.all(live.map((s) => s.closed)), grace]);
     clearTimeout(timer);
+    if (cgroups) {
+      await Promise.all(sessions.map((s) => Promise.all([cgroupOf(s)?.kill(), s.closed])));
+      return;
+    }
     const killed = killSessions(sessions.map((s) => s.child.pid), [SIGKILL]);
     await Promise.all([
       ...sessions.map((s) => s.closed),
@@ -613,6 +657,24 @@ function abandonChild(fds: { pid: number; output: number; input: number }): void
   libc().kill(-fds.pid, SIGKILL);
   libc().waitpid(fds.pid, new Uint8Array(4), 0);
   closeAll(fds.output === fds.input ? [fds.output] : [fds.output, fds.input]);
+}
+
+/** Run a cgroup step; any failure is the sandbox's (the session must not run uncontained). */
+function contain<T>(step: () => T): T {
+  try {
+    return step();
+  } catch (err) {
+    throw new SandboxUnavailableError(`cannot contain the session in a cgroup: ${err}`, {
+      cause: err,
+    });
+  }
+}
+
+/** A gate for a child of `cgroup`: the pipe, and its `cgroup.procs` files opened by us. */
+function openGatePipe(cgroup: SessionCgroup): Gate {
+  const procs = contain(() => cgroup.openProcs());
+  const [fd, release] = openPipe();
+  return { fd, release, procs };
 }
 
 function closeAll(fds: number[]): void {

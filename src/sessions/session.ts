@@ -10,6 +10,7 @@
  * @module
  */
 
+import type { Usage } from "../sandbox/cgroups.ts";
 import type { EndReason } from "../events/bus.ts";
 import { Child, type ChildFds, type ChildSink, type ExitStatus } from "../pty/child.ts";
 import type { Reactor } from "../io/reactor.ts";
@@ -90,6 +91,8 @@ export class Session implements ChildSink {
   lastUsedAt = Date.now();
   /** Why it ended, once decided by whoever ends it; defaults to a plain exit. */
   endReason: EndReason = "exit";
+  /** What its whole process tree used, once it ended (where its cgroup accounts it). */
+  usage?: Usage;
   #child?: Child;
   #pending = new HeadTailBuffer();
   #history = new OutputHistory();

@@ -80,7 +80,7 @@ export class Spawner {
   async spawn(spec: SpawnSpec): Promise<Spawned> {
     const reply = await this.#request({ type: "spawn", spec });
     if (reply.type !== "spawned") throw failure(reply);
-    return { pid: reply.pid, master: reply.master };
+    return { pid: reply.pid, master: reply.master, unplaced: reply.unplaced };
   }
 
   /** Kill every process of each of `uids` (only on a worker that is never restricted, as root). */

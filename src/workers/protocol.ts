@@ -20,7 +20,7 @@ export type WorkerRequest =
 /** A worker's reply. */
 export type WorkerReply =
   | { type: "ready" }
-  | { id: number; type: "spawned"; pid: number; master?: number }
+  | { id: number; type: "spawned"; pid: number; master?: number; unplaced?: boolean }
   | { id: number; type: "restricted" }
   | { id: number; type: "reaped" }
   | {

@@ -1,7 +1,8 @@
 /**
  * The spawner worker's entry point. Its thread is the one whose sandbox children inherit: it
  * restricts itself at most once (through synchronous calls only) and then starts children with
- * `posix_spawnp` on this same thread, switched to the session's uid when the server is root.
+ * `posix_spawnp` on this same thread, switched to the session's uid when the server is root,
+ * and lets a gated child run once it put it into its cgroups (no trip through the main thread).
  * An unrestricted worker may instead reap uids (kill what is left of one before its reuse).
  *
  * It must never spawn before a requested restriction succeeded, never restrict twice, never
@@ -12,7 +13,7 @@
 
 /// <reference lib="deno.worker" />
 
-import { spawnChild, SpawnError } from "../pty/spawn.ts";
+import { openGate, spawnChild, SpawnError } from "../pty/spawn.ts";
 import { applySandbox, SandboxUnavailableError } from "../sandbox/apply.ts";
 import { killAllOf, switchesUid, withThreadUid } from "../sandbox/identity.ts";
 import type { WorkerReply, WorkerRequest } from "./protocol.ts";
@@ -37,6 +38,9 @@ function handle(req: WorkerRequest): WorkerReply {
         const spawned = uid === undefined
           ? spawnChild(req.spec)
           : withThreadUid(uid, () => spawnChild(req.spec));
+        if (req.spec.gate && !openGate(spawned.pid, req.spec.gate)) {
+          return { id: req.id, type: "spawned", ...spawned, unplaced: true };
+        }
         return { id: req.id, type: "spawned", ...spawned };
       } catch (err) {
         if (err instanceof SpawnError) {

@@ -1,0 +1,244 @@
+/**
+ * Containment (issue 11): every session in a cgroup of its own, so that nothing it starts
+ * outlives it, whatever it did with sessions or process groups; limits and usage of its whole
+ * tree; and what a killed server left is killed by the next one.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { type Client, startServer } from "./helpers/server.ts";
+import { connectSse } from "./helpers/sse.ts";
+
+/** Whether process `pid` exits (or has exited) within `seconds`, watched through a pidfd. */
+async function exitsWithin(pid: number, seconds: number): Promise<boolean> {
+  const script = "import os, select, sys\n" +
+    `print(bool(select.select([os.pidfd_open(${pid})], [], [], ${seconds})[0]))`;
+  const out = await new Deno.Command("python3", { args: ["-c", script] }).output();
+  return new TextDecoder().decode(out.stdout) === "True\n";
+}
+
+function alive(pid: number): boolean {
+  try {
+    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
+    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
+  } catch {
+    return false;
+  }
+}
+
+/** Start a command that leaves a `setsid` daemon behind; returns the session and the daemon. */
+async function withDaemon(server: Client, extra: Record<string, unknown> = {}) {
+  const r = await server.post("/v1/exec_command", {
+    cmd: "setsid sleep 1003 </dev/null >/dev/null 2>&1 & echo daemon=$!; read x",
+    login: false,
+    tty: false,
+    until: "daemon=\\d+\\n",
+    ...extra,
+  });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  const daemon = Number(/daemon=(\d+)/.exec(r.body.output)![1]);
+  assert.ok(alive(daemon));
+  return { id: r.body.session_id as number, daemon };
+}
+
+Deno.test("a setsid daemon does not survive DELETE of its session", async () => {
+  for (const profile of ["workspace-write", "full-access"]) {
+    const server = await startServer({ UEXEC_PROFILE: profile });
+    try {
+      const { id, daemon } = await withDaemon(server);
+      const killed = await server.del(`/v1/sessions/${id}`);
+      assert.equal(killed.status, 200);
+      assert.equal(alive(daemon), false, `${profile}: daemon ${daemon} survived DELETE`);
+    } finally {
+      await server.stop();
+    }
+  }
+});
+
+Deno.test("what a session leaves behind dies with it: exit, double fork, timeout", async () => {
+  const server = await startServer();
+  try {
+    const exited = await server.post("/v1/exec_command", {
+      cmd: "setsid sleep 1004 </dev/null >/dev/null 2>&1 & echo daemon=$!",
+      login: false,
+      tty: false,
+    });
+    assert.equal(exited.body.exit_code, 0);
+    const daemon = Number(/daemon=(\d+)/.exec(exited.body.output)![1]);
+    assert.equal(await exitsWithin(daemon, 20), true, "the daemon outlived its session's exit");
+
+    const { id, daemon: orphan } = await withDaemon(server, {
+      cmd: "(setsid sh -c 'sleep 1005 </dev/null >/dev/null 2>&1 & echo daemon=$!' &); read x",
+    });
+    assert.equal((await server.del(`/v1/sessions/${id}`)).status, 200);
+    assert.equal(alive(orphan), false, "a double-forked daemon survived DELETE");
+
+    const timed = await withDaemon(server, { timeout_ms: 300 });
+    assert.equal(await exitsWithin(timed.daemon, 20), true, "the daemon outlived timeout_ms");
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("shutdown kills every session's daemons", async () => {
+  const server = await startServer();
+  let daemon = 0;
+  try {
+    daemon = (await withDaemon(server)).daemon;
+  } finally {
+    await server.stop();
+  }
+  assert.equal(alive(daemon), false, "a daemon survived the server's shutdown");
+});
+
+Deno.test("after kill -9 of the server, the next one kills what its sessions left", async () => {
+  const first = await startServer();
+  let daemon = 0;
+  try {
+    daemon = (await withDaemon(first)).daemon;
+    Deno.kill(first.pid, "SIGKILL");
+  } finally {
+    await first.stop();
+  }
+  assert.equal(alive(daemon), true, "the daemon should still run after the crash");
+  const second = await startServer();
+  try {
+    // The dead instance's cgroups are gone by the time the new server listens.
+    assert.equal(alive(daemon), false, "the next server left the dead instance's daemon");
+    const health = await second.get("/healthz");
+    assert.equal(health.body.containment, "cgroup");
+  } finally {
+    const { stderr } = await second.stop();
+    // Its session's cgroup, and the one it had made ahead for the next session.
+    assert.match(stderr, /"msg":"dead_instance_reaped".*"cgroups":2\b/);
+  }
+});
+
+Deno.test("usage of the whole tree and the limits in force are reported", async () => {
+  const server = await startServer();
+  try {
+    const health = await server.get("/healthz");
+    assert.equal(health.body.containment, "cgroup");
+    assert.match(health.body.cgroup, /\/uexec\/i\d+-\d+$/);
+    assert.deepEqual(Object.keys(health.body.limits).sort(), ["cpu", "memory", "pids"]);
+
+    const events = await connectSse(`${server.url}/v1/events`, server.auth);
+    const cmd = "python3 -c 'import time\nb = bytearray(64 << 20)\nt = time.process_time()\n" +
+      "while time.process_time() - t < 0.3: pass'";
+    const r = await server.post("/v1/exec_command", { cmd, login: false, tty: false });
+    assert.equal(r.body.exit_code, 0, JSON.stringify(r.body));
+    assert.ok(r.body.usage.cpu_seconds > 0.1, JSON.stringify(r.body.usage));
+    if (health.body.limits.memory !== "rlimit") {
+      assert.ok(r.body.usage.peak_memory_bytes > 64 << 20, JSON.stringify(r.body.usage));
+    }
+    const got = await events.until((evs) => evs.some((e) => e.event === "end"));
+    await events.close();
+    assert.deepEqual(got.find((e) => e.event === "end")!.data.usage, r.body.usage);
+    const [row] = (await server.get("/v1/history")).body.items;
+    assert.equal(row.command, cmd);
+    // The history keeps milliseconds: equal up to floating-point rounding.
+    assert.ok(Math.abs(row.usage.cpu_seconds - r.body.usage.cpu_seconds) < 1e-9, row.usage);
+    assert.equal(row.usage.peak_memory_bytes, r.body.usage.peak_memory_bytes);
+
+    // The session's leader is in its own cgroup, with the profile's process limit.
+    const live = await withDaemon(server);
+    const leader = (await server.get(`/v1/sessions/${live.id}`)).body.pid;
+    const cgroups = await Deno.readTextFile(`/proc/${leader}/cgroup`);
+    const v2 = /^0::(.*)$/m.exec(cgroups)![1];
+    assert.ok(health.body.cgroup.endsWith(v2.slice(0, v2.lastIndexOf("/"))), cgroups);
+    const daemonCgroups = await Deno.readTextFile(`/proc/${live.daemon}/cgroup`);
+    assert.equal(daemonCgroups, cgroups);
+    if (health.body.limits.pids === "cgroup-v1") {
+      const path = /^\d+:pids:(.*)$/m.exec(cgroups)![1];
+      assert.equal((await Deno.readTextFile(`/sys/fs/cgroup/pids${path}/pids.max`)).trim(), "1024");
+    }
+    await server.del(`/v1/sessions/${live.id}`);
+
+    // A sandboxed command cannot move itself out of its cgroup (root-owned files, no caps).
+    const parent = health.body.cgroup.slice(0, health.body.cgroup.lastIndexOf("/"));
+    const escape = await server.post("/v1/exec_command", {
+      cmd: `echo $$ > ${parent}/cgroup.procs && echo moved`,
+      login: false,
+      tty: false,
+    });
+    assert.notEqual(escape.body.exit_code, 0, JSON.stringify(escape.body));
+    assert.doesNotMatch(escape.body.output, /moved/);
+  } finally {
+    await server.stop();
+  }
+});
+
+/** A profiles directory whose unsandboxed profile has `limits` (only a cgroup can apply them). */
+async function limitedProfiles(limits: Record<string, number>): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "uexec-profiles-" });
+  const shipped = new URL("../sandbox-profiles/", import.meta.url).pathname;
+  for await (const entry of Deno.readDir(shipped)) {
+    const profile = JSON.parse(await Deno.readTextFile(shipped + entry.name));
+    if (entry.name === "full-access.json") profile.limits = limits;
+    await Deno.writeTextFile(`${dir}/${entry.name}`, JSON.stringify(profile));
+  }
+  return dir;
+}
+
+Deno.test("a fork bomb and a memory hog hit their session's limits; the rest answers", async () => {
+  const profiles = await limitedProfiles({
+    max_processes: 32,
+    address_space_bytes: 256 << 20,
+  });
+  const server = await startServer({ UEXEC_PROFILES_DIR: profiles, UEXEC_PROFILE: "full-access" });
+  try {
+    // Root ignores RLIMIT_NPROC: only the session's pids limit stops it (bounded at 200).
+    const bomb = await server.post("/v1/exec_command", {
+      cmd: "python3 -c 'import os, time\nn = 0\ntry:\n  for i in range(200):\n" +
+        "    if os.fork() == 0:\n      time.sleep(1000)\n    n += 1\n" +
+        'except OSError as e:\n  print("forked", n, e.errno, flush=True)\ntime.sleep(1000)\'',
+      login: false,
+      tty: false,
+      until: "forked \\d+ \\d+",
+    });
+    assert.equal(bomb.status, 200, JSON.stringify(bomb.body));
+    const [forked, code] = /forked (\d+) (\d+)/.exec(bomb.body.output)!.slice(1).map(Number);
+    assert.equal(code, 11, "fork failed with EAGAIN");
+    assert.ok(forked < 32, `forked ${forked}`);
+    const other = await server.post("/v1/exec_command", { cmd: "echo fine", login: false });
+    assert.equal(other.body.output, "fine\r\n");
+    assert.equal((await server.get("/healthz")).status, 200);
+    assert.equal((await server.del(`/v1/sessions/${bomb.body.session_id}`)).status, 200);
+
+    // A tree that allocates more than the limit in all is killed inside its own cgroup.
+    const hog = await server.post("/v1/exec_command", {
+      cmd: "python3 -c 'b = bytearray(512 << 20); print(\"allocated\")'",
+      login: false,
+      tty: false,
+    });
+    assert.equal(hog.body.exit_code, 128 + 9, JSON.stringify(hog.body));
+    assert.doesNotMatch(hog.body.output, /allocated/);
+    const after = await server.post("/v1/exec_command", { cmd: "echo alive", login: false });
+    assert.equal(after.body.output, "alive\r\n");
+  } finally {
+    await server.stop();
+    await Deno.remove(profiles, { recursive: true });
+  }
+});
+
+Deno.test("pruning and revoking an agent kill their sessions' daemons", async () => {
+  const server = await startServer({ UEXEC_MAX_SESSIONS: "9" });
+  try {
+    // Nine live sessions; the tenth prunes the least recently used (never one of the last 8).
+    const first = await withDaemon(server);
+    for (let i = 0; i < 8; i++) await withDaemon(server);
+    const tenth = await withDaemon(server);
+    assert.equal((await server.get(`/v1/sessions/${first.id}`)).status, 404);
+    assert.equal(alive(first.daemon), false, "the pruned session's daemon survived");
+    assert.equal(alive(tenth.daemon), true);
+
+    const minted = await server.operator.post("/v1/agents", { name: "agent-b" });
+    assert.equal(minted.status, 201);
+    const b = await withDaemon(server.as(minted.body.token));
+    assert.equal((await server.operator.del("/v1/agents/agent-b")).status, 200);
+    assert.equal(alive(b.daemon), false, "a revoked agent's daemon survived");
+  } finally {
+    await server.stop();
+  }
+});
