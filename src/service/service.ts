@@ -39,6 +39,7 @@ import {
   type ExecBody,
   execYield,
   type ResizeBody,
+  waitConditions,
   type WriteBody,
   writeYield,
 } from "./schemas.ts";
@@ -164,6 +165,7 @@ export class Service {
         yieldMs: execYield(body.yield_time_ms),
         maxOutputTokens: body.max_output_tokens,
         until: body.until,
+        waits: waitConditions(body),
         timeoutMs: body.timeout_ms,
         screen: body.screen,
         outputMode: body.output_mode,
@@ -197,6 +199,7 @@ export class Service {
       yieldMs: writeYield(body.chars, body.yield_time_ms),
       maxOutputTokens: body.max_output_tokens,
       until: body.until,
+      waits: waitConditions(body),
       outputMode: body.output_mode,
       onOutput,
     });

@@ -25,6 +25,7 @@ import { collect, type Collected } from "./collect.ts";
 import { childEnv } from "./env.ts";
 import { InvalidRequestError, SessionLimitError, UnknownSessionError } from "./errors.ts";
 import { Session, type SessionInfo } from "./session.ts";
+import { checkWaits, inputState, type WaitConditions } from "./waits.ts";
 
 /**
  * How a call's output is shown: `raw` as the bytes came (decoded), `plain` as a reader sees
@@ -48,6 +49,8 @@ export interface ExecRequest {
   yieldMs: number;
   maxOutputTokens: number;
   until?: RegExp;
+  /** Return as soon as one of these holds (`until_idle_ms`, `until_port`, `until_input`). */
+  waits?: WaitConditions;
   /** The sandbox the child runs under. */
   sandbox: SandboxChoice;
   /** Kill the session this long after it started. */
@@ -81,6 +84,8 @@ export interface WriteRequest {
   yieldMs: number;
   maxOutputTokens: number;
   until?: RegExp;
+  /** Return as soon as one of these holds (`until_idle_ms`, `until_port`, `until_input`). */
+  waits?: WaitConditions;
   outputMode?: OutputMode;
   /** Told of each piece of output that arrives while this call waits. */
   onOutput?: OutputWatcher;
@@ -100,6 +105,10 @@ export interface CallResult {
   sandbox: SandboxReport;
   /** With `output_mode: "screen"`: the terminal now (`output` holds the lines scrolled off). */
   screen?: ScreenView;
+  /** PTY sessions still running: true when the foreground job is blocked reading the terminal. */
+  waiting_for_input?: boolean;
+  /** Beside `waiting_for_input`: false when the terminal does not echo input (a password). */
+  input_echo?: boolean;
 }
 
 /** What the sandbox did to a command, as reported to the caller. */
@@ -206,6 +215,7 @@ export class SessionManager {
         "screen: a screen follows a terminal; it needs tty: true (use output_mode plain instead)",
       );
     }
+    checkWaits(req.waits, req.tty);
     const id = await this.#reserve(req.owner, req.maxSessions);
     let session: Session;
     try {
@@ -231,6 +241,7 @@ export class SessionManager {
     const started = performance.now();
     const session = this.get(req.sessionId, req.owner);
     if (req.outputMode === "screen") screenOf(session);
+    checkWaits(req.waits, session.tty);
     session.touch();
     if (req.chars.length > 0) {
       this.#opts.bus.publish({
@@ -411,7 +422,7 @@ export class SessionManager {
   async #collect(session: Session, req: ExecRequest | WriteRequest): Promise<Collected> {
     const unwatch = req.onOutput && session.listen({ output: req.onOutput });
     try {
-      return await collect(session, { yieldMs: req.yieldMs, until: req.until });
+      return await collect(session, { yieldMs: req.yieldMs, until: req.until, waits: req.waits });
     } finally {
       unwatch?.();
     }
@@ -468,6 +479,11 @@ export class SessionManager {
       this.#remove(session);
     } else {
       result.session_id = session.id;
+      const input = inputState(session);
+      if (input) {
+        result.waiting_for_input = input.waiting;
+        result.input_echo = input.echo;
+      }
     }
     return result;
   }
