@@ -1,9 +1,12 @@
 /**
  * Whether a terminal's foreground job is waiting for input, seen from the PTY master: the
  * foreground process group (`tcgetpgrp` on the master), and for each of its processes in the
- * session's tree, whether `/proc/<pid>/syscall` shows it blocked in `read` on a descriptor that
- * is this terminal (the descriptor's device is the PTY's slave). Also whether the terminal
- * echoes input (ECHO off: a password prompt).
+ * session's tree, whether `/proc/<pid>/syscall` shows it blocked reading a descriptor that is
+ * this terminal (the descriptor's device is the PTY's slave): in `read`, or waiting for it to be
+ * readable in `poll`/`ppoll`, `select`/`pselect6` (the descriptor sets, read from
+ * `/proc/<pid>/mem`) or `epoll_wait` (the epoll's interest list, from `/proc/<pid>/fdinfo`), as
+ * readline-based REPLs and event loops do. Also whether the terminal echoes input (ECHO off: a
+ * password prompt).
  *
  * A point check: a few ioctls and small /proc reads, all synchronous and through libc (Deno
  * refuses /proc reads of other processes without `--allow-all`). It must never wait, never
@@ -12,7 +15,7 @@
  * @module
  */
 
-import { AT_FDCWD, cString, libc, rawSyscall, readSmallFile } from "../ffi/libc.ts";
+import { AT_FDCWD, cString, libc, O, rawSyscall, readSmallFile } from "../ffi/libc.ts";
 
 const TCGETS = 0x5401;
 const TIOCGPGRP = 0x540f;
@@ -20,8 +23,22 @@ const TIOCGPTN = 0x80045430;
 /** `c_lflag` offset in the kernel's struct termios, and its ECHO bit. */
 const LFLAG = 12;
 const ECHO = 0o10;
-const SYS_READ = 0;
-const SYS_NEWFSTATAT = 262;
+const SYS = {
+  read: 0,
+  poll: 7,
+  pread64: 17,
+  select: 23,
+  epoll_wait: 232,
+  pselect6: 270,
+  ppoll: 271,
+  epoll_pwait: 281,
+  epoll_pwait2: 441,
+  newfstatat: 262,
+} as const;
+const POLLIN = 1;
+const EPOLLIN = 1;
+/** Descriptor sets and poll arrays larger than this are not inspected. */
+const MAX_WATCHED = 1024;
 /** `st_rdev` offset in x86_64's struct stat (144 bytes). */
 const ST_RDEV = 40;
 const STAT_SIZE = 144;
@@ -53,7 +70,7 @@ function slaveDevice(master: number): bigint | undefined {
 /** The device number of what `path` leads to (following a /proc fd link to the open file). */
 function deviceOf(path: string): bigint | undefined {
   const st = new Uint8Array(STAT_SIZE);
-  if (rawSyscall(SYS_NEWFSTATAT, AT_FDCWD, cString(path), st, 0) < 0) return undefined;
+  if (rawSyscall(SYS.newfstatat, AT_FDCWD, cString(path), st, 0) < 0) return undefined;
   return new DataView(st.buffer).getBigUint64(ST_RDEV, true);
 }
 
@@ -79,11 +96,78 @@ export function processTree(leader: number): number[] {
   return tree;
 }
 
-/** Whether `pid` is blocked in `read` on a descriptor whose device is `tty`. */
+/** `length` bytes of the memory of `pid` at `address`; undefined if unreadable. */
+function readMemory(pid: number, address: bigint, length: number): Uint8Array | undefined {
+  const c = libc();
+  const fd = c.open(cString(`/proc/${pid}/mem`), O.CLOEXEC);
+  if (fd < 0) return undefined;
+  try {
+    const buf = new Uint8Array(length);
+    return rawSyscall(SYS.pread64, fd, buf, length, address) === length ? buf : undefined;
+  } finally {
+    c.close(fd);
+  }
+}
+
+/** The descriptors an `fd_set` of `nfds` bits at `address` in `pid` holds. */
+function fdSet(pid: number, address: bigint, nfds: number): number[] {
+  if (address === 0n || nfds <= 0 || nfds > MAX_WATCHED) return [];
+  const bits = readMemory(pid, address, Math.ceil(nfds / 64) * 8);
+  const fds: number[] = [];
+  for (let fd = 0; bits && fd < nfds; fd++) if (bits[fd >> 3] & (1 << (fd & 7))) fds.push(fd);
+  return fds;
+}
+
+/** The descriptors polled for input in a `struct pollfd` array of `n` at `address` in `pid`. */
+function pollFds(pid: number, address: bigint, n: number): number[] {
+  if (n <= 0 || n > MAX_WATCHED) return [];
+  const raw = readMemory(pid, address, n * 8);
+  if (!raw) return [];
+  const view = new DataView(raw.buffer);
+  const fds: number[] = [];
+  for (let i = 0; i < n; i++) {
+    if (view.getInt16(i * 8 + 4, true) & POLLIN) fds.push(view.getInt32(i * 8, true));
+  }
+  return fds;
+}
+
+/** The descriptors an epoll instance `epfd` of `pid` watches for input. */
+function epollFds(pid: number, epfd: number): number[] {
+  const info = readSmallFile(`/proc/${pid}/fdinfo/${epfd}`, 65536) ?? "";
+  const fds: number[] = [];
+  for (const m of info.matchAll(/^tfd:\s*(\d+)\s+events:\s*([0-9a-f]+)/gm)) {
+    if (parseInt(m[2], 16) & EPOLLIN) fds.push(Number(m[1]));
+  }
+  return fds;
+}
+
+/** The descriptors `pid` is blocked waiting to read, per its current system call. */
+function awaitedFds(pid: number): number[] {
+  const fields = readSmallFile(`/proc/${pid}/syscall`, 256)?.trim().split(" ");
+  if (!fields || !/^\d+$/.test(fields[0])) return []; // "running", or not blocked
+  const nr = Number(fields[0]);
+  const arg = (i: number) => BigInt(fields[i + 1]);
+  switch (nr) {
+    case SYS.read:
+      return [Number(arg(0))];
+    case SYS.poll:
+    case SYS.ppoll:
+      return pollFds(pid, arg(0), Number(arg(1)));
+    case SYS.select:
+    case SYS.pselect6:
+      return fdSet(pid, arg(1), Number(arg(0)));
+    case SYS.epoll_wait:
+    case SYS.epoll_pwait:
+    case SYS.epoll_pwait2:
+      return epollFds(pid, Number(arg(0)));
+    default:
+      return [];
+  }
+}
+
+/** Whether `pid` is blocked waiting to read a descriptor whose device is `tty`. */
 function readingTerminal(pid: number, tty: bigint): boolean {
-  const syscall = readSmallFile(`/proc/${pid}/syscall`, 256)?.split(" ");
-  if (!syscall || Number(syscall[0]) !== SYS_READ) return false;
-  return deviceOf(`/proc/${pid}/fd/${Number(syscall[1])}`) === tty;
+  return awaitedFds(pid).some((fd) => deviceOf(`/proc/${pid}/fd/${fd}`) === tty);
 }
 
 /**
