@@ -182,8 +182,11 @@ export function terminalInput(master: number, leader: number): TerminalInput | u
   const group = ioctlInt(master, TIOCGPGRP);
   const tty = slaveDevice(master);
   if (group === undefined || tty === undefined) return undefined;
-  const waiting = processTree(leader).some((pid) =>
-    Number(statFields(pid)?.[2]) === group && readingTerminal(pid, tty)
-  );
+  // The group's leader first (the usual reader, found without walking the tree); any process
+  // of the foreground group belongs to the terminal's session.
+  const waiting = readingTerminal(group, tty) ||
+    processTree(leader).some((pid) =>
+      pid !== group && Number(statFields(pid)?.[2]) === group && readingTerminal(pid, tty)
+    );
   return { waiting, echo };
 }
