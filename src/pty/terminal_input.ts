@@ -10,7 +10,7 @@
  *
  * A point check: a few ioctls and small /proc reads, all synchronous and through libc (Deno
  * refuses /proc reads of other processes without `--allow-all`). It must never wait, never
- * write to the terminal and never touch a process.
+ * write to the terminal and never touch a process; the descriptors it holds are closed with it.
  *
  * @module
  */
@@ -36,6 +36,7 @@ const SYS = {
   newfstatat: 262,
 } as const;
 const POLLIN = 1;
+const O_DIRECTORY = 0o200000;
 const EPOLLIN = 1;
 /** Descriptor sets and poll arrays larger than this are not inspected. */
 const MAX_WATCHED = 1024;
@@ -44,6 +45,13 @@ const ST_RDEV = 40;
 const STAT_SIZE = 144;
 /** The first major number of UNIX98 PTY slaves; each major holds 256 of them. */
 const PTY_SLAVE_MAJOR = 136;
+
+/** Buffers reused by every ask (asks are synchronous and never nest). */
+const decoder = new TextDecoder();
+const termios = new Uint8Array(60);
+const termiosView = new DataView(termios.buffer);
+const stat = new Uint8Array(STAT_SIZE);
+const statView = new DataView(stat.buffer);
 
 /** What a terminal's foreground job is doing about input. */
 export interface TerminalInput {
@@ -69,9 +77,8 @@ function slaveDevice(master: number): bigint | undefined {
 
 /** The device number of what `path` leads to (following a /proc fd link to the open file). */
 function deviceOf(path: string): bigint | undefined {
-  const st = new Uint8Array(STAT_SIZE);
-  if (rawSyscall(SYS.newfstatat, AT_FDCWD, cString(path), st, 0) < 0) return undefined;
-  return new DataView(st.buffer).getBigUint64(ST_RDEV, true);
+  if (rawSyscall(SYS.newfstatat, AT_FDCWD, cString(path), stat, 0) < 0) return undefined;
+  return statView.getBigUint64(ST_RDEV, true);
 }
 
 /** The fields of `/proc/<pid>/stat` after the command name (field 3 on). */
@@ -141,9 +148,12 @@ function epollFds(pid: number, epfd: number): number[] {
   return fds;
 }
 
-/** The descriptors `pid` is blocked waiting to read, per its current system call. */
-function awaitedFds(pid: number): number[] {
-  const fields = readSmallFile(`/proc/${pid}/syscall`, 256)?.trim().split(" ");
+/**
+ * The descriptors `pid` is blocked waiting to read, per `syscall` (the text of its
+ * `/proc/<pid>/syscall`).
+ */
+function awaitedFds(pid: number, syscall: string | undefined): number[] {
+  const fields = syscall?.trim().split(" ");
   if (!fields || !/^\d+$/.test(fields[0])) return []; // "running", or not blocked
   const nr = Number(fields[0]);
   const arg = (i: number) => BigInt(fields[i + 1]);
@@ -167,26 +177,83 @@ function awaitedFds(pid: number): number[] {
 
 /** Whether `pid` is blocked waiting to read a descriptor whose device is `tty`. */
 function readingTerminal(pid: number, tty: bigint): boolean {
-  return awaitedFds(pid).some((fd) => deviceOf(`/proc/${pid}/fd/${fd}`) === tty);
+  return awaitedFds(pid, readSmallFile(`/proc/${pid}/syscall`, 256))
+    .some((fd) => deviceOf(`/proc/${pid}/fd/${fd}`) === tty);
 }
 
 /**
- * What the foreground job of the terminal on `master` does about input, among the processes of
- * the tree of `leader` (the session's first process). Undefined when the terminal cannot be
- * asked (it is gone).
+ * The foreground group leader's `/proc/<pid>/syscall` and `/proc/<pid>/fd`, held open between
+ * asks: re-reading them skips two /proc path walks (half the cost of an ask). They stay bound to
+ * that process, so a reused pid never answers for it.
  */
-export function terminalInput(master: number, leader: number): TerminalInput | undefined {
-  const termios = new Uint8Array(60);
-  if (libc().ioctl(master, BigInt(TCGETS), termios) < 0) return undefined;
-  const echo = (new DataView(termios.buffer).getUint32(LFLAG, true) & ECHO) !== 0;
-  const group = ioctlInt(master, TIOCGPGRP);
-  const tty = slaveDevice(master);
-  if (group === undefined || tty === undefined) return undefined;
-  // The group's leader first (the usual reader, found without walking the tree); any process
-  // of the foreground group belongs to the terminal's session.
-  const waiting = readingTerminal(group, tty) ||
-    processTree(leader).some((pid) =>
-      pid !== group && Number(statFields(pid)?.[2]) === group && readingTerminal(pid, tty)
+class LeaderFiles {
+  readonly syscall: number;
+  readonly fdDir: number;
+  #buf = new Uint8Array(256);
+
+  constructor(readonly pid: number) {
+    const c = libc();
+    this.syscall = c.open(cString(`/proc/${pid}/syscall`), O.CLOEXEC);
+    this.fdDir = c.open(cString(`/proc/${pid}/fd`), O.CLOEXEC | O_DIRECTORY);
+  }
+
+  /** Whether the process is blocked waiting to read a descriptor whose device is `tty`. */
+  reading(tty: bigint): boolean {
+    if (this.syscall < 0 || this.fdDir < 0) return readingTerminal(this.pid, tty);
+    const n = rawSyscall(SYS.pread64, this.syscall, this.#buf, this.#buf.length, 0);
+    if (n <= 0) return false;
+    // Not blocked in a system call ("running"): nothing to parse.
+    if (this.#buf[0] < 0x30 || this.#buf[0] > 0x39) return false;
+    const text = decoder.decode(this.#buf.subarray(0, n));
+    return awaitedFds(this.pid, text).some((fd) =>
+      rawSyscall(SYS.newfstatat, this.fdDir, cString(String(fd)), stat, 0) === 0 &&
+      statView.getBigUint64(ST_RDEV, true) === tty
     );
-  return { waiting, echo };
+  }
+
+  close(): void {
+    for (const fd of [this.syscall, this.fdDir]) if (fd >= 0) libc().close(fd);
+  }
+}
+
+/**
+ * Asks one PTY what its foreground job does about input, among the processes of the tree of
+ * `leader` (the session's first process). `close` it when the session ends.
+ */
+export class TerminalProbe {
+  #master: number;
+  #leader: number;
+  #tty?: bigint;
+  #files?: LeaderFiles;
+
+  constructor(master: number, leader: number) {
+    this.#master = master;
+    this.#leader = leader;
+  }
+
+  /** What the foreground job does about input now; undefined when the terminal is gone. */
+  ask(): TerminalInput | undefined {
+    if (libc().ioctl(this.#master, BigInt(TCGETS), termios) < 0) return undefined;
+    const echo = (termiosView.getUint32(LFLAG, true) & ECHO) !== 0;
+    const group = ioctlInt(this.#master, TIOCGPGRP);
+    const tty = this.#tty ??= slaveDevice(this.#master);
+    if (group === undefined || tty === undefined) return undefined;
+    if (this.#files?.pid !== group) {
+      this.#files?.close();
+      this.#files = new LeaderFiles(group);
+    }
+    // The group's leader first (the usual reader, found without walking the tree); any process
+    // of the foreground group belongs to the terminal's session.
+    const waiting = this.#files.reading(tty) ||
+      processTree(this.#leader).some((pid) =>
+        pid !== group && Number(statFields(pid)?.[2]) === group && readingTerminal(pid, tty)
+      );
+    return { waiting, echo };
+  }
+
+  /** Release the descriptors held open. */
+  close(): void {
+    this.#files?.close();
+    this.#files = undefined;
+  }
 }

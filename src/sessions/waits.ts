@@ -24,7 +24,7 @@ import { type Deadline, Deadlines } from "./deadlines.ts";
 import { InvalidRequestError } from "./errors.ts";
 import { sessionListens } from "./listening.ts";
 import type { Session } from "./session.ts";
-import { type TerminalInput, terminalInput } from "../pty/terminal_input.ts";
+import { type TerminalInput, TerminalProbe } from "../pty/terminal_input.ts";
 
 /** The conditions a call may end on, besides exit, `until` and its yield. */
 export interface WaitConditions {
@@ -40,11 +40,20 @@ export interface WaitConditions {
 export const SETTLE_MS = 25;
 
 const deadlines = new Deadlines();
+/** Each PTY session's probe, closed when the session closes. */
+const probes = new WeakMap<Session, TerminalProbe>();
 
 /** What a PTY session's terminal says about input now; undefined for pipes or a closed one. */
 export function inputState(session: Session): TerminalInput | undefined {
   const master = session.child.terminal;
-  return master === undefined ? undefined : terminalInput(master, session.child.pid);
+  if (master === undefined) return undefined;
+  let probe = probes.get(session);
+  if (!probe) {
+    const made = probe = new TerminalProbe(master, session.child.pid);
+    probes.set(session, made);
+    session.closed.then(() => made.close());
+  }
+  return probe.ask();
 }
 
 /** Refuse conditions a session cannot meet: `until_input` needs a terminal. */
