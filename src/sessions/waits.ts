@@ -14,7 +14,9 @@
  *   doubling intervals from the call's start or its latest output (`SETTLE_MS`, then 2x, 4x…),
  *   so a quiet stretch of length T costs about log2(T / SETTLE_MS) checks, not T / interval.
  *
- * The call's yield bounds every wait. This module must never block, and never write to or
+ * A condition found holding is confirmed by one more check `SETTLE_MS` later before the call
+ * returns, so output written just before it (a prompt still in the kernel's terminal buffers)
+ * is part of the response. The call's yield bounds every wait. This module must never block, and never write to or
  * signal the session.
  *
  * @module
@@ -76,6 +78,8 @@ export class Waits {
   #checkDue = Infinity;
   #interval = SETTLE_MS;
   #outputSinceCheck = false;
+  /** The last check found a condition holding; the next one confirms it. */
+  #confirming = false;
 
   constructor(session: Session, conditions: WaitConditions, met: () => void) {
     this.#session = session;
@@ -114,7 +118,14 @@ export class Waits {
   }
 
   #run(): void {
-    if (this.#holds()) return this.#met();
+    if (this.#holds()) {
+      // Confirmed by a second check: output written just before the read (the prompt) may
+      // still be on its way through the kernel's terminal buffers; it arrives meanwhile.
+      if (this.#confirming) return this.#met();
+      this.#confirming = true;
+      return this.#schedule(SETTLE_MS);
+    }
+    this.#confirming = false;
     this.#interval = this.#outputSinceCheck ? SETTLE_MS : this.#interval * 2;
     this.#outputSinceCheck = false;
     this.#schedule(this.#interval);
