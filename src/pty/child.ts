@@ -151,6 +151,11 @@ export class Child {
     return this.#closed;
   }
 
+  /** The PTY master while the child is open (for asking the terminal); undefined for pipes. */
+  get terminal(): number | undefined {
+    return this.tty && !this.#closed ? this.#output : undefined;
+  }
+
   /** True while input can still be written. */
   get stdinOpen(): boolean {
     return this.#input >= 0 && !this.#closed;

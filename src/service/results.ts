@@ -72,6 +72,14 @@ export const CallResultSchema = z.object({
   }).optional().describe(
     "Once exited: CPU time and peak memory of the command's whole process tree (cgroups only).",
   ),
+  waiting_for_input: z.boolean().optional().describe(
+    "PTY sessions still running: true when the foreground program is blocked reading the " +
+      "terminal (a prompt, a REPL, a password).",
+  ),
+  input_echo: z.boolean().optional().describe(
+    "Beside waiting_for_input: false when the terminal does not echo input (a password " +
+      "prompt): do not type a secret you do not have.",
+  ),
 });
 
 /** A live session, as listed. */

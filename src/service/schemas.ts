@@ -11,6 +11,7 @@ import { z } from "zod";
 import { approvalDecisionSchema } from "../approvals/store.ts";
 import { compileUntil, UntilPatternError } from "../sessions/until.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
+import type { WaitConditions } from "../sessions/waits.ts";
 
 /** Yield limits, as in Codex. */
 export const YIELD = {
@@ -38,6 +39,28 @@ const untilPattern = z.string().min(1).max(4096).transform((value, ctx) => {
     return z.NEVER;
   }
 });
+
+// Waits that end a call when there is something to do (until_idle_ms, until_port, until_input).
+const untilIdleMs = z.number().int().min(1).max(YIELD.pollMax).optional().describe(
+  "Return once output has been quiet this many milliseconds (1-300000; the yield still bounds " +
+    "the call).",
+);
+const untilPort = z.number().int().min(1).max(65535).optional().describe(
+  "Return once a process of this session listens on this TCP port (a dev server is up).",
+);
+const untilInput = z.boolean().default(false).describe(
+  "Return once the terminal's foreground program waits for input (a prompt, a REPL, a " +
+    "password; tty only). See waiting_for_input and input_echo in the result.",
+);
+
+/** The wait conditions of a parsed exec or write body, for the session layer. */
+export function waitConditions(
+  body: { until_idle_ms?: number; until_port?: number; until_input: boolean },
+): WaitConditions | undefined {
+  const { until_idle_ms: idleMs, until_port: port, until_input: input } = body;
+  if (idleMs === undefined && port === undefined && !input) return undefined;
+  return { idleMs, port, input };
+}
 
 const noNul = (s: string) => !s.includes("\0");
 const envName = z.string().min(1).max(1024).regex(/^[^=\0]+$/, "must be a name without '=' or NUL");
@@ -79,6 +102,9 @@ export const ExecBody = z.strictObject({
   max_output_tokens: maxTokens.describe("Output token budget. Default 10000."),
   until: untilPattern.optional()
     .describe("JavaScript regular expression: return as soon as the output of this call matches."),
+  until_idle_ms: untilIdleMs,
+  until_port: untilPort,
+  until_input: untilInput,
   profile: z.string().min(1).max(128).optional()
     .describe("Sandbox profile, e.g. read-only or workspace-write. Defaults to the server's."),
   sandbox_permissions: z.enum(["use_default", "require_escalated"]).default("use_default")
@@ -136,6 +162,9 @@ export const WriteBody = z.strictObject({
   max_output_tokens: maxTokens.describe("Output token budget. Default 10000."),
   until: untilPattern.optional()
     .describe("JavaScript regular expression: return as soon as the output of this call matches."),
+  until_idle_ms: untilIdleMs,
+  until_port: untilPort,
+  until_input: untilInput,
   output_mode: outputMode,
 });
 

@@ -40,6 +40,7 @@ import {
   type ExecBody,
   execYield,
   type ResizeBody,
+  waitConditions,
   type WriteBody,
   writeYield,
 } from "./schemas.ts";
@@ -206,6 +207,7 @@ export class Service {
         yieldMs: execYield(body.yield_time_ms),
         maxOutputTokens: body.max_output_tokens,
         until: body.until,
+        waits: waitConditions(body),
         timeoutMs: body.timeout_ms,
         screen: body.screen,
         outputMode: body.output_mode,
@@ -253,6 +255,7 @@ export class Service {
       yieldMs,
       maxOutputTokens: body.max_output_tokens,
       until: body.until,
+      waits: waitConditions(body),
       outputMode: body.output_mode,
       onOutput: call.onOutput,
     });

@@ -1,8 +1,9 @@
 /**
  * Waiting for a session's output within one call: until the child has closed (and all its
- * output is read), the deadline passes, or the `until` pattern matches what this call saw.
- * It wakes only on output (when it has a pattern to match), close or its deadline (one shared
- * timer serves every call); it never sleeps or polls.
+ * output is read), the deadline passes, the `until` pattern matches what this call saw, or one
+ * of the call's `waits` holds (./waits.ts). It wakes only on output (when it has a pattern to
+ * match or waits to tell), close, its deadline (one shared timer serves every call) or the
+ * waits' own timers; it never sleeps or polls.
  *
  * @module
  */
@@ -11,6 +12,7 @@ import { Deadlines } from "./deadlines.ts";
 import { CallAbandonedError } from "./errors.ts";
 import type { Session, Taken } from "./session.ts";
 import { UntilMatcher } from "./until.ts";
+import { type WaitConditions, Waits } from "./waits.ts";
 
 /** When to stop collecting. */
 export interface CollectOptions {
@@ -26,6 +28,8 @@ export interface CollectOptions {
    * and takes nothing, leaving the output (and the exit) to the next call.
    */
   signal?: AbortSignal;
+  /** Return as soon as one of these holds. */
+  waits?: WaitConditions;
 }
 
 /** What a collection produced. */
@@ -49,6 +53,7 @@ export function collect(session: Session, opts: CollectOptions): Promise<Collect
   const { promise, resolve, reject } = Promise.withResolvers<Collected>();
   const stop = () => {
     deadline.cancel();
+    waits?.cancel();
     unlisten();
     signal?.removeEventListener("abort", abandon);
   };
@@ -61,10 +66,12 @@ export function collect(session: Session, opts: CollectOptions): Promise<Collect
     reject(new CallAbandonedError());
   };
   signal?.addEventListener("abort", abandon, { once: true });
+  const waits = opts.waits && new Waits(session, opts.waits, finish);
   const unlisten = session.listen({
-    output: matcher
+    output: matcher || waits
       ? (bytes) => {
-        if (matcher.feed(bytes)) finish();
+        if (matcher?.feed(bytes)) finish();
+        else waits?.output();
       }
       : undefined,
     ended: finish,

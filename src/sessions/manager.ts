@@ -34,6 +34,7 @@ import {
   UnknownSessionError,
 } from "./errors.ts";
 import { Session, type SessionInfo } from "./session.ts";
+import { checkWaits, inputState, type WaitConditions } from "./waits.ts";
 
 /**
  * How a call's output is shown: `raw` as the bytes came (decoded), `plain` as a reader sees
@@ -57,6 +58,8 @@ export interface ExecRequest {
   yieldMs: number;
   maxOutputTokens: number;
   until?: RegExp;
+  /** Return as soon as one of these holds (`until_idle_ms`, `until_port`, `until_input`). */
+  waits?: WaitConditions;
   /** The sandbox the child runs under. */
   sandbox: SandboxChoice;
   /** Kill the session this long after it started. */
@@ -95,6 +98,8 @@ export interface WriteRequest {
   yieldMs: number;
   maxOutputTokens: number;
   until?: RegExp;
+  /** Return as soon as one of these holds (`until_idle_ms`, `until_port`, `until_input`). */
+  waits?: WaitConditions;
   outputMode?: OutputMode;
   /** Told of each piece of output that arrives while this call waits. */
   onOutput?: OutputWatcher;
@@ -118,6 +123,10 @@ export interface CallResult {
   screen?: ScreenView;
   /** Once exited: what the command's whole process tree used (cgroup containment only). */
   usage?: Usage;
+  /** PTY sessions still running: true when the foreground job is blocked reading the terminal. */
+  waiting_for_input?: boolean;
+  /** Beside `waiting_for_input`: false when the terminal does not echo input (a password). */
+  input_echo?: boolean;
 }
 
 /** What the sandbox did to a command, as reported to the caller. */
@@ -266,6 +275,7 @@ export class SessionManager {
         "screen: a screen follows a terminal; it needs tty: true (use output_mode plain instead)",
       );
     }
+    checkWaits(req.waits, req.tty);
     const starting = this.#reserve(req.owner, req.maxSessions).then(async (id) => {
       let session: Session;
       try {
@@ -308,6 +318,7 @@ export class SessionManager {
     const started = performance.now();
     const session = this.get(req.sessionId, req.owner);
     if (req.outputMode === "screen") screenOf(session);
+    checkWaits(req.waits, session.tty);
     session.touch();
     if (req.chars.length > 0) {
       this.#opts.bus.publish({
@@ -527,7 +538,12 @@ export class SessionManager {
   async #collect(session: Session, req: ExecRequest | WriteRequest): Promise<Collected> {
     const unwatch = req.onOutput && session.listen({ output: req.onOutput });
     try {
-      return await collect(session, { yieldMs: req.yieldMs, until: req.until, signal: req.signal });
+      return await collect(session, {
+        yieldMs: req.yieldMs,
+        until: req.until,
+        signal: req.signal,
+        waits: req.waits,
+      });
     } finally {
       unwatch?.();
     }
@@ -589,6 +605,11 @@ export class SessionManager {
       this.#remove(session);
     } else {
       result.session_id = session.id;
+      const input = inputState(session);
+      if (input) {
+        result.waiting_for_input = input.waiting;
+        result.input_echo = input.echo;
+      }
     }
     return result;
   }
