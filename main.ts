@@ -10,6 +10,7 @@
 
 import { ConfigError, loadConfig } from "./src/config.ts";
 import { startServer } from "./src/server.ts";
+import { StateDirError } from "./src/service/state_dir.ts";
 
 const SHUTDOWN_LIMIT_MS = 3000;
 
@@ -22,7 +23,14 @@ async function main(): Promise<void> {
     console.error(`uexec: ${err.message}`);
     Deno.exit(2);
   }
-  const server = await startServer(config);
+  let server;
+  try {
+    server = await startServer(config);
+  } catch (err) {
+    if (!(err instanceof StateDirError)) throw err;
+    console.error(`uexec: ${err.message}`);
+    Deno.exit(2);
+  }
   const { addr, tokens } = server;
   if ("path" in addr) console.log(`uexec listening on unix:${addr.path}`);
   else {

@@ -17,7 +17,7 @@ import { Truncator } from "./output/truncator.ts";
 import { SandboxDomains } from "./sandbox/domains.ts";
 import { AgentRegistry, type TokenSources } from "./service/agents.ts";
 import { Service } from "./service/service.ts";
-import { StateDir } from "./service/state_dir.ts";
+import { StateDir, StateDirError } from "./service/state_dir.ts";
 import { WebSessions } from "./service/web_sessions.ts";
 import { Supervisor } from "./service/supervisor.ts";
 import { baseEnv } from "./sessions/env.ts";
@@ -53,12 +53,7 @@ export interface Runtime {
 
 /** Start the service described by `config`; resolves once its spawners are ready. */
 export async function startRuntime(config: Config): Promise<Runtime> {
-  const state = new StateDir(config.stateDir);
-  const agents = new AgentRegistry({
-    state,
-    operatorToken: config.operatorToken,
-    agentToken: config.agentToken,
-  });
+  const { state, agents } = openState(config);
   const reactor = new Reactor();
   const pool = new SpawnerPool();
   const bus = new EventBus();
@@ -157,6 +152,25 @@ export async function startRuntime(config: Config): Promise<Runtime> {
       await history?.recorder?.close();
     },
   };
+}
+
+/**
+ * The state directory and the credentials in it; any problem with them (modes, a malformed
+ * registry) is a {@link StateDirError} that says what to fix, and nothing starts.
+ */
+function openState(config: Config): { state: StateDir; agents: AgentRegistry } {
+  try {
+    const state = new StateDir(config.stateDir);
+    const agents = new AgentRegistry({
+      state,
+      operatorToken: config.operatorToken,
+      agentToken: config.agentToken,
+    });
+    return { state, agents };
+  } catch (err) {
+    if (err instanceof StateDirError) throw err;
+    throw new StateDirError(`state directory ${config.stateDir}: ${(err as Error).message}`);
+  }
 }
 
 /** The history in the state directory; a database that cannot be opened is a warning. */

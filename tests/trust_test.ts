@@ -497,7 +497,11 @@ Deno.test("a state directory others can read is refused", async () => {
   try {
     await assert.rejects(
       () => startServer({ UEXEC_STATE_DIR: stateDir }),
-      /must be a directory owned by uid 0 with mode 0700 \(found owner 0, mode 0755\)/,
+      new RegExp(
+        `^Error: server exited 2 before listening: uexec: state directory ${stateDir} must be a ` +
+          "directory owned by uid 0 with mode 0700 \\(found owner 0, mode 0755\\); " +
+          `fix it with "chmod 700 ${stateDir}" or set UEXEC_STATE_DIR\\n$`,
+      ),
     );
   } finally {
     await Deno.remove(stateDir, { recursive: true });
@@ -574,5 +578,21 @@ Deno.test("/healthz is open, reveals no secret, and lists what each profile deni
     ]);
   } finally {
     await server.stop();
+  }
+});
+
+Deno.test("a malformed agent registry stops the server with a message naming the file", async () => {
+  const stateDir = await Deno.makeTempDir({ prefix: "uexec-state-bad-" });
+  await Deno.writeTextFile(`${stateDir}/agents.json`, "{not json", { mode: 0o600 });
+  try {
+    await assert.rejects(
+      () => startServer({ UEXEC_STATE_DIR: stateDir }),
+      new RegExp(
+        `^Error: server exited 2 before listening: uexec: state directory ${stateDir}: ` +
+          `${stateDir}/agents.json: not valid JSON`,
+      ),
+    );
+  } finally {
+    await Deno.remove(stateDir, { recursive: true });
   }
 });

@@ -21,6 +21,7 @@ import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js"
 import process from "node:process";
 import { ConfigError, loadConfig } from "../config.ts";
 import { startRuntime } from "../runtime.ts";
+import { StateDirError } from "../service/state_dir.ts";
 import { mcpServer } from "./server.ts";
 
 const SHUTDOWN_LIMIT_MS = 3000;
@@ -35,7 +36,14 @@ async function main(): Promise<void> {
     console.error(`uexec: ${err.message}`);
     Deno.exit(2);
   }
-  const runtime = await startRuntime(config);
+  let runtime;
+  try {
+    runtime = await startRuntime(config);
+  } catch (err) {
+    if (!(err instanceof StateDirError)) throw err;
+    console.error(`uexec: ${err.message}`);
+    Deno.exit(2);
+  }
   let principal;
   try {
     principal = runtime.service.agent(config.mcpAgent);
