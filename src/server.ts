@@ -13,7 +13,7 @@ import { createApp } from "./http/routes.ts";
 import { elsewhere, listenWebSocket, type WebSocketListener } from "./http/ws_listener.ts";
 import { probeSandbox } from "./sandbox/apply.ts";
 import { deniedByProfile } from "./sandbox/confinement.ts";
-import { sandboxIds } from "./sandbox/identity.ts";
+import { sandboxIds, sandboxOwners } from "./sandbox/identity.ts";
 import type { TokenSources } from "./service/agents.ts";
 import { startRuntime } from "./runtime.ts";
 import { VERSION } from "./version.ts";
@@ -130,7 +130,7 @@ function peerCheck(
     return never; // No usable sandbox uid: nothing sandboxed can run (see /healthz).
   }
   if (!ids) return never;
-  return sandboxedPeerCheck(addr, (uid) => uid >= ids.spawner && uid <= ids.last);
+  return sandboxedPeerCheck(addr, sandboxOwners(ids).isUid);
 }
 
 /**

@@ -19,7 +19,7 @@ import { InvalidRequestError } from "../sessions/errors.ts";
 import { type Restriction, Spawner } from "../workers/pool.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { existingPaths } from "./fsinfo.ts";
-import { assertNotInsideProtected, GitGuard, protectedNames, sandboxOwners } from "./git_guard.ts";
+import { assertNotInsideProtected, GitGuard, protectedNames } from "./git_guard.ts";
 import {
   assertReachable,
   createDomainDir,
@@ -30,6 +30,7 @@ import {
   removePrivateDir,
   type SandboxIds,
   sandboxIds,
+  sandboxOwners,
 } from "./identity.ts";
 import { withGate, withLimits } from "./limits.ts";
 import type { ResolvedPolicy } from "./policy.ts";

@@ -26,7 +26,7 @@
 import { type AclEntry, decodeAcl, encodeAcl, PERM, TAG } from "./acl.ts";
 import { SandboxUnavailableError } from "./errors.ts";
 import { EntryWatch, type NewEntry } from "./fanotify.ts";
-import { type SandboxIds, sandboxIds } from "./identity.ts";
+import type { SandboxOwners } from "./identity.ts";
 import { realPathOrSelf } from "./fsinfo.ts";
 import { normalizeAbsolutePath } from "./profiles.ts";
 import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
@@ -43,23 +43,6 @@ import {
   readSmallFile,
 } from "../ffi/libc.ts";
 import { EPOLLIN, type Reactor, type Registration } from "../io/reactor.ts";
-
-/** Names protected at any depth when no profile says otherwise. */
-export const DEFAULT_PROTECTED_NAMES: ReadonlySet<string> = new Set([".git", ".uexec"]);
-
-/** Which ids are the sandbox's: files it made, ACL entries that grant it. */
-export interface SandboxOwners {
-  isUid(uid: number): boolean;
-  isGid(gid: number): boolean;
-}
-
-/** The owners for sandboxed children: any uid of the session range (or the spawners'), the group. */
-export function sandboxOwners(ids: SandboxIds): SandboxOwners {
-  return {
-    isUid: (uid) => uid >= ids.spawner && uid <= ids.last,
-    isGid: (gid) => gid === ids.gid,
-  };
-}
 
 /** A workdir inside a protected directory the sandbox did not make (403 `protected_workdir`). */
 export class ProtectedWorkdirError extends Error {
@@ -182,16 +165,6 @@ export function withoutSandbox(entries: AclEntry[], owners: SandboxOwners): AclE
     .map((e) => e.tag === TAG.GROUP_OBJ ? { ...e, perm: e.perm & mask } : e);
 }
 
-/** The owners for this server's children; null when they keep the server's uid (or unknown). */
-function currentOwners(): SandboxOwners | null {
-  try {
-    const ids = sandboxIds();
-    return ids && sandboxOwners(ids);
-  } catch {
-    return null;
-  }
-}
-
 /**
  * Refuses a `workdir` (canonical, absolute) that is, or lies beneath, a directory with a
  * protected name that the sandbox did not make, with a {@link ProtectedWorkdirError}: the
@@ -201,8 +174,8 @@ function currentOwners(): SandboxOwners | null {
  */
 export function assertNotInsideProtected(
   workdir: string,
-  names: ReadonlySet<string> = DEFAULT_PROTECTED_NAMES,
-  owners: SandboxOwners | null = currentOwners(),
+  names: ReadonlySet<string>,
+  owners: SandboxOwners | null,
 ): void {
   const dir = protectedAncestor(workdir, names, owners);
   if (dir !== null) throw new ProtectedWorkdirError(workdir, dir);

@@ -48,6 +48,20 @@ export interface SandboxIds {
   gid: number;
 }
 
+/** Which ids are the sandbox's: files it made, ACL entries that grant it. */
+export interface SandboxOwners {
+  isUid(uid: number): boolean;
+  isGid(gid: number): boolean;
+}
+
+/** The owners for sandboxed children: any uid of the session range (or the spawners'), the group. */
+export function sandboxOwners(ids: SandboxIds): SandboxOwners {
+  return {
+    isUid: (uid) => uid >= ids.spawner && uid <= ids.last,
+    isGid: (gid) => gid === ids.gid,
+  };
+}
+
 /** The default uid range: above systemd's container ranges, below its "foreign" range. */
 export const DEFAULT_UID_RANGE = "2000000000-2000065535";
 
