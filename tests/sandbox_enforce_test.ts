@@ -22,13 +22,9 @@ import { withLimits } from "../src/sandbox/limits.ts";
 import { FS, landlockAbi, planRuleset } from "../src/sandbox/landlock.ts";
 import { type ApplyOptions, probeSandbox } from "../src/sandbox/apply.ts";
 import type { NetworkMode, ResolvedPolicy } from "../src/sandbox/policy.ts";
-import type {
-  CommandResult,
-  WorkerReply,
-  WorkerRequest,
-} from "./fixtures/sandbox/enforce_worker.ts";
+import { runSandboxed } from "./helpers/sandboxed.ts";
+import type { CommandResult, WorkerReply } from "./fixtures/sandbox/enforce_worker.ts";
 
-const WORKER = new URL("./fixtures/sandbox/enforce_worker.ts", import.meta.url);
 const SH = "/bin/sh";
 const PY = "/usr/bin/python3";
 
@@ -85,31 +81,20 @@ function policyFor(
   };
 }
 
-async function sandboxed(
+function sandboxed(
   f: Fixture,
   policy: ResolvedPolicy,
   commands: string[][],
   opts: ApplyOptions = {},
 ): Promise<WorkerReply> {
-  const worker = new Worker(WORKER, { type: "module" });
-  try {
-    const reply = new Promise<WorkerReply>((resolve, reject) => {
-      worker.onmessage = (e: MessageEvent<WorkerReply>) => resolve(e.data);
-      worker.onerror = (e) => reject(new Error(e.message));
-    });
-    const req: WorkerRequest = {
-      policy,
-      opts,
-      uid: UID,
-      cwd: f.ws,
-      env: { PATH: "/usr/bin:/bin", ...privateEnv(f.priv) },
-      commands,
-    };
-    worker.postMessage(req);
-    return await reply;
-  } finally {
-    worker.terminate();
-  }
+  return runSandboxed({
+    policy,
+    opts,
+    uid: UID,
+    cwd: f.ws,
+    env: { PATH: "/usr/bin:/bin", ...privateEnv(f.priv) },
+    commands,
+  });
 }
 
 async function run(
