@@ -80,6 +80,16 @@ export function outputModeDefault(mode: z.infer<typeof OutputMode>) {
 }
 const outputMode = outputModeDefault("raw");
 
+/** How much a call returns and when it returns early: the same on exec_command and write_stdin. */
+const returnWhen = {
+  max_output_tokens: maxTokens.describe("Output token budget. Default 10000."),
+  until: untilPattern.optional()
+    .describe("JavaScript regular expression: return as soon as the output of this call matches."),
+  until_idle_ms: untilIdleMs,
+  until_port: untilPort,
+  until_input: untilInput,
+};
+
 /** `POST /v1/exec_command`. */
 export const ExecBody = z.strictObject({
   cmd: z.string().min(1).max(65_536).refine(noNul, "must not contain NUL")
@@ -99,12 +109,7 @@ export const ExecBody = z.strictObject({
     .describe("Environment variables added on top of the base environment."),
   yield_time_ms: yieldMs.optional()
     .describe("How long to wait for output before yielding. Default 10000, range 250-30000."),
-  max_output_tokens: maxTokens.describe("Output token budget. Default 10000."),
-  until: untilPattern.optional()
-    .describe("JavaScript regular expression: return as soon as the output of this call matches."),
-  until_idle_ms: untilIdleMs,
-  until_port: untilPort,
-  until_input: untilInput,
+  ...returnWhen,
   profile: z.string().min(1).max(128).optional()
     .describe("Sandbox profile, e.g. read-only or workspace-write. Defaults to the server's."),
   sandbox_permissions: z.enum(["use_default", "require_escalated"]).default("use_default")
@@ -159,12 +164,7 @@ export const WriteBody = z.strictObject({
   yield_time_ms: yieldMs.optional().describe(
     "How long to wait for output. Writes default to 250 (max 30000); empty polls wait 5000-300000.",
   ),
-  max_output_tokens: maxTokens.describe("Output token budget. Default 10000."),
-  until: untilPattern.optional()
-    .describe("JavaScript regular expression: return as soon as the output of this call matches."),
-  until_idle_ms: untilIdleMs,
-  until_port: untilPort,
-  until_input: untilInput,
+  ...returnWhen,
   output_mode: outputMode,
 });
 
