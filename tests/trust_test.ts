@@ -185,6 +185,8 @@ Deno.test("roles: agents run their own sessions only; the operator sees and deci
     await t.step("another agent's session is unknown, exactly as a missing one", async () => {
       const probes: [string, (id: number) => Promise<{ status: number; body: unknown }>][] = [
         ["get", (id) => b.get(`/v1/sessions/${id}`)],
+        ["output", (id) => b.get(`/v1/sessions/${id}/output?since=0`)],
+        ["screen", (id) => b.get(`/v1/sessions/${id}/screen`)],
         ["write", (id) => b.post("/v1/write_stdin", { session_id: id, chars: "stolen\n" })],
         ["signal", (id) => b.post(`/v1/sessions/${id}/signal`, { signal: "SIGKILL" })],
         ["resize", (id) => b.post(`/v1/sessions/${id}/resize`, { cols: 20, rows: 5 })],
