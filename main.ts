@@ -9,12 +9,14 @@
  */
 
 import { ConfigError, loadConfig } from "./src/config.ts";
+import type { RuntimeParts } from "./src/runtime.ts";
 import { startServer } from "./src/server.ts";
 import { StateDirError } from "./src/service/state_dir.ts";
 
 const SHUTDOWN_LIMIT_MS = 3000;
 
-async function main(): Promise<void> {
+/** Run the server until SIGINT/SIGTERM; a test's entry point may pass `parts` of its own. */
+export async function main(parts: RuntimeParts = {}): Promise<void> {
   let config;
   try {
     config = loadConfig(Deno.args, Deno.env.toObject(), Deno.cwd());
@@ -25,7 +27,7 @@ async function main(): Promise<void> {
   }
   let server;
   try {
-    server = await startServer(config);
+    server = await startServer(config, parts);
   } catch (err) {
     if (!(err instanceof StateDirError)) throw err;
     console.error(`uexec: ${err.message}`);

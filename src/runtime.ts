@@ -51,11 +51,20 @@ export interface Runtime {
   close(): Promise<void>;
 }
 
+/**
+ * Parts a test puts in place of the real ones (passed in code only: nothing in a request, the
+ * environment or a flag reaches them).
+ */
+export interface RuntimeParts {
+  /** The spawner workers' module: a wrapper of `src/workers/spawner.ts` that can die. */
+  spawnerModule?: URL;
+}
+
 /** Start the service described by `config`; resolves once its spawners are ready. */
-export async function startRuntime(config: Config): Promise<Runtime> {
+export async function startRuntime(config: Config, parts: RuntimeParts = {}): Promise<Runtime> {
   const { state, agents } = openState(config);
   const reactor = new Reactor();
-  const pool = new SpawnerPool();
+  const pool = new SpawnerPool({ module: parts.spawnerModule });
   const bus = new EventBus();
   const truncator = new Truncator();
   const log = new Logger(config.log);

@@ -15,7 +15,7 @@ import { probeSandbox } from "./sandbox/apply.ts";
 import { deniedByProfile } from "./sandbox/confinement.ts";
 import { sandboxIds, sandboxOwners } from "./sandbox/identity.ts";
 import type { TokenSources } from "./service/agents.ts";
-import { startRuntime } from "./runtime.ts";
+import { type RuntimeParts, startRuntime } from "./runtime.ts";
 import { VERSION } from "./version.ts";
 
 /** A running server. */
@@ -57,9 +57,9 @@ function sandboxHealth(config: Config) {
   };
 }
 
-/** Start the server described by `config`. */
-export async function startServer(config: Config): Promise<Server> {
-  const runtime = await startRuntime(config);
+/** Start the server described by `config` (with `parts` a test puts in place). */
+export async function startServer(config: Config, parts: RuntimeParts = {}): Promise<Server> {
+  const runtime = await startRuntime(config, parts);
   const sandbox = sandboxHealth(config);
   // Until the listening address is known, no TCP request passes (fail closed).
   let fromSandbox = (info: Deno.ServeHandlerInfo | undefined) =>

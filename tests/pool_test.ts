@@ -26,7 +26,7 @@ const spec = {
 };
 
 Deno.test("leases share a domain's worker; an idle domain's worker is replaced", async () => {
-  const pool = new SpawnerPool(1, 20);
+  const pool = new SpawnerPool({ warm: 1, idleMs: 20 });
   try {
     const a = await pool.acquire("d");
     const b = await pool.acquire("d");
@@ -47,7 +47,7 @@ Deno.test("leases share a domain's worker; an idle domain's worker is replaced",
 });
 
 Deno.test("a restriction that fails is reported and its worker is not reused", async () => {
-  const pool = new SpawnerPool(1, 20);
+  const pool = new SpawnerPool({ warm: 1, idleMs: 20 });
   const broken: ResolvedPolicy = {
     profile: "broken",
     enforce: true,

@@ -16,10 +16,13 @@ import { SandboxUnavailableError } from "../sandbox/errors.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
 import type { WorkerReply, WorkerRequest } from "./protocol.ts";
 
-/** A failed worker request: `kind` says whether the spawn itself or the worker failed. */
+/**
+ * A failed worker request: `kind` says whether the spawn itself failed, the worker reported an
+ * internal failure, or the worker died before it answered.
+ */
 export class SpawnFailure extends Error {
   constructor(
-    readonly kind: "spawn" | "internal",
+    readonly kind: "spawn" | "internal" | "died",
     message: string,
     readonly code?: number,
   ) {
@@ -37,6 +40,9 @@ export interface Restriction {
   gid?: number;
 }
 
+/** The spawner worker's module. */
+const SPAWNER_MODULE = new URL("./spawner.ts", import.meta.url);
+
 type Pending = { resolve(reply: WorkerReply): void; reject(err: Error): void };
 type Request = WorkerRequest extends infer R ? R extends { id: number } ? Omit<R, "id"> : never
   : never;
@@ -53,8 +59,9 @@ export class Spawner {
   onDeath?: () => void;
   #stopped = Promise.withResolvers<void>();
 
-  constructor() {
-    this.#worker = new Worker(new URL("./spawner.ts", import.meta.url), { type: "module" });
+  /** Start a worker running `module` (the spawner; a test may wrap it). */
+  constructor(module: URL = SPAWNER_MODULE) {
+    this.#worker = new Worker(module, { type: "module" });
     const { promise, resolve, reject } = Promise.withResolvers<void>();
     this.ready = promise;
     promise.catch(() => {});
@@ -67,7 +74,7 @@ export class Spawner {
     };
     this.#worker.onerror = (e) => {
       e.preventDefault();
-      this.#dead = new SpawnFailure("internal", `spawner worker failed: ${e.message}`);
+      this.#dead = new SpawnFailure("died", `spawner worker died: ${e.message}`);
       reject(this.#dead);
       for (const p of this.#pending.values()) p.reject(this.#dead);
       this.#pending.clear();
@@ -141,16 +148,28 @@ interface Binding {
 /** How long a domain's worker outlives its last session, by default. */
 const IDLE_MS = 5 * 60_000;
 
+/** Settings of a pool. */
+export interface PoolOptions {
+  /** Workers kept loaded ahead of demand (default 2). */
+  warm?: number;
+  /** How long a domain's worker outlives its last session (default 5 minutes). */
+  idleMs?: number;
+  /** The workers' module (default the spawner; a test may pass a wrapper of it). */
+  module?: URL;
+}
+
 /** Warm workers plus the workers bound to domains. */
 export class SpawnerPool {
   #warm: Spawner[] = [];
   #domains = new Map<string, Binding>();
   #warmSize: number;
   #idleMs: number;
+  #module?: URL;
 
-  constructor(warmSize = 2, idleMs = IDLE_MS) {
-    this.#warmSize = warmSize;
-    this.#idleMs = idleMs;
+  constructor(opts: PoolOptions = {}) {
+    this.#warmSize = opts.warm ?? 2;
+    this.#idleMs = opts.idleMs ?? IDLE_MS;
+    this.#module = opts.module;
     this.#refill();
   }
 
@@ -223,7 +242,7 @@ export class SpawnerPool {
   }
 
   async #bind(restriction?: Restriction): Promise<Spawner> {
-    const worker = this.#warm.shift() ?? new Spawner();
+    const worker = this.#warm.shift() ?? new Spawner(this.#module);
     this.#refill();
     if (!restriction) return worker;
     try {
@@ -236,6 +255,6 @@ export class SpawnerPool {
   }
 
   #refill(): void {
-    while (this.#warm.length < this.#warmSize) this.#warm.push(new Spawner());
+    while (this.#warm.length < this.#warmSize) this.#warm.push(new Spawner(this.#module));
   }
 }

@@ -68,13 +68,15 @@ export function randomToken(): string {
 
 /**
  * Start a server with `env` added to a clean environment and extra `args`; with `maxFiles`, its
- * descriptor limit is lowered to that (through util-linux prlimit). Unless `env` says otherwise,
- * it gets a fresh state directory and random operator and agent tokens.
+ * descriptor limit is lowered to that (through util-linux prlimit); with `entry`, that module
+ * (relative to the repository) runs instead of `main.ts`. Unless `env` says otherwise, it gets
+ * a fresh state directory and random operator and agent tokens.
  */
 export async function startServer(
   env: Record<string, string> = {},
   args: string[] = [],
   maxFiles?: number,
+  entry = "main.ts",
 ): Promise<TestServer> {
   const workspace = env.UEXEC_WORKSPACE ?? await Deno.makeTempDir({ prefix: "uexec-ws-" });
   const stateDir = env.UEXEC_STATE_DIR ?? await Deno.makeTempDir({ prefix: "uexec-state-" });
@@ -94,7 +96,7 @@ export async function startServer(
       "--allow-write",
       "--allow-sys",
       "--v8-flags=--enable-experimental-regexp-engine",
-      `${root}main.ts`,
+      `${root}${entry}`,
       "--port",
       "0",
       ...args,
