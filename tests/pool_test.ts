@@ -1,7 +1,7 @@
 /**
  * The spawner pool with real workers: sessions of a domain share its worker, a domain's worker
- * is stopped once idle and a new one is bound on the next lease, and a failed restriction is
- * never reused.
+ * is stopped once idle and a new one is bound on the next lease, a failed restriction is never
+ * reused, and a worker that dies is forgotten at once.
  *
  * @module
  */
@@ -10,7 +10,8 @@ import assert from "node:assert/strict";
 import { libc } from "../src/ffi/libc.ts";
 import { SandboxUnavailableError } from "../src/sandbox/errors.ts";
 import type { ResolvedPolicy } from "../src/sandbox/policy.ts";
-import { SpawnerPool } from "../src/workers/pool.ts";
+import { SpawnerPool, SpawnFailure } from "../src/workers/pool.ts";
+import { DIE } from "./fixtures/spawner_death/marker.ts";
 
 function reap(pid: number): number {
   const status = new Int32Array(1);
@@ -64,6 +65,34 @@ Deno.test("a restriction that fails is reported and its worker is not reused", a
     const ok = await pool.acquire("y");
     assert.equal(reap((await ok.spawner.spawn(spec)).pid), 7);
     ok.release();
+  } finally {
+    await pool.close();
+  }
+});
+
+Deno.test("a worker that dies is forgotten: its child is reported, its domain bound afresh", async () => {
+  // Workers that die on a spawn marked with DIE (see tests/fixtures/spawner_death/spawner.ts).
+  const module = new URL("./fixtures/spawner_death/spawner.ts", import.meta.url);
+  const pool = new SpawnerPool({ warm: 1, idleMs: 20, module });
+  try {
+    const a = await pool.acquire("d");
+    const b = await pool.acquire("d");
+    const died = await a.spawner.spawn({ ...spec, argv: [...spec.argv, DIE] }).then(
+      () => assert.fail("the spawn was answered"),
+      (err) => err,
+    );
+    assert.ok(died instanceof SpawnFailure);
+    assert.equal(died.kind, "died");
+    assert.equal(reap(died.orphan!.pid), 7, "the child it started is not the orphan reported");
+    await a.spawner.stopped;
+    assert.deepEqual(pool.workers(), { warm: 1, bound: 0 });
+    await assert.rejects(() => b.spawner.spawn(spec), SpawnFailure);
+    const c = await pool.acquire("d");
+    assert.notEqual(c.spawner, a.spawner);
+    assert.equal(reap((await c.spawner.spawn(spec)).pid), 7);
+    a.release();
+    b.release();
+    c.release();
   } finally {
     await pool.close();
   }

@@ -22,7 +22,7 @@
 import assert from "node:assert/strict";
 import { cgroupRoot } from "../src/sandbox/cgroups.ts";
 import { DIE } from "./fixtures/spawner_death/marker.ts";
-import { startServer, type TestServer } from "./helpers/server.ts";
+import { type Reply, startServer, type TestServer } from "./helpers/server.ts";
 
 const ENTRY = "tests/fixtures/spawner_death/main.ts";
 
@@ -59,6 +59,17 @@ function sessionDir(pid: number): string {
   return env.find((e) => e.startsWith("HOME="))!.slice("HOME=".length).replace(/\/home$/, "");
 }
 
+/** How many terminal masters process `pid` holds open. */
+function masters(pid: number): number {
+  let n = 0;
+  for (const fd of Deno.readDirSync(`/proc/${pid}/fd`)) {
+    try {
+      if (/\/ptmx$/.test(Deno.readLinkSync(`/proc/${pid}/fd/${fd.name}`))) n++;
+    } catch { /* closed meanwhile */ }
+  }
+  return n;
+}
+
 function exists(path: string): boolean {
   try {
     Deno.statSync(path);
@@ -76,6 +87,20 @@ async function livePids(server: TestServer): Promise<Map<number, number>> {
     s.session_id,
     s.pid,
   ]));
+}
+
+/** POST `body` as the agent; a call not answered within 30 s kills the server and fails. */
+async function answered(server: TestServer, path: string, body: unknown): Promise<Reply> {
+  const res = await fetch(server.url + path, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...server.auth },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(30_000),
+  }).catch((err) => {
+    Deno.kill(server.pid, "SIGKILL");
+    throw new Error(`${path} was never answered: ${err}`);
+  });
+  return { status: res.status, body: await res.json() };
 }
 
 /** Start `cat` on a terminal in `profile`'s domain; returns its session id and pid. */
@@ -103,64 +128,136 @@ async function echo(server: TestServer, id: number, line: string): Promise<void>
   assert.equal(r.body.output, `${line}\r\n${line}\r\n`);
 }
 
-Deno.test("a spawner worker that dies mid-spawn: its sessions live on, its domain gets a fresh one", async () => {
+/**
+ * Resolves once `root` (a domain's directory) holds the directories of the `live` sessions and
+ * one more, the spare made ahead for its next session: every other session directory, and so
+ * its uid, was given back. Waits on the directory's events; fails with what is left after 20 s.
+ */
+async function holdsOnly(root: string, live: string[]): Promise<void> {
+  const watcher = Deno.watchFs(root, { recursive: false });
+  const others = () =>
+    [...Deno.readDirSync(root)].map((e) => `${root}/${e.name}`).filter((d) => !live.includes(d));
+  const limit = setTimeout(() => watcher.close(), 20_000);
+  try {
+    if (others().length === 1) return;
+    for await (const _ of watcher) if (others().length === 1) return;
+    assert.fail(`${root} still holds ${others().join(", ")} besides ${live.join(", ")}`);
+  } finally {
+    clearTimeout(limit);
+    try {
+      watcher.close();
+    } catch { /* closed by the limit */ }
+  }
+}
+
+/** Session cgroups of `instance` that are no live session's: at most the (empty) spare. */
+function assertNoStrayCgroup(instance: string, live: number[]): void {
+  const own = new Set(live.map(cgroupDir));
+  const stray = [...Deno.readDirSync(instance)].filter((e) => /^s\d+$/.test(e.name))
+    .map((e) => `${instance}/${e.name}`).filter((d) => !own.has(d));
+  assert.ok(stray.length <= 1, `cgroups left: ${stray.join(", ")}`);
+  for (const d of stray) assert.equal(Deno.readTextFileSync(`${d}/cgroup.procs`), "", d);
+}
+
+for (const containment of ["cgroup", "process-group"]) {
+  Deno.test(`a spawner worker that dies mid-spawn (${containment} containment)`, async () => {
+    const server = await startServer({ UEXEC_CONTAINMENT: containment }, [], undefined, ENTRY);
+    const cgroups = containment === "cgroup";
+    let stopped = false;
+    try {
+      // Sessions started before the death: one in the domain whose worker dies, one elsewhere.
+      const doomed = await startCat(server, "workspace-write");
+      const other = await startCat(server, "read-only");
+      await echo(server, doomed.id, "before");
+      const doomedCgroup = cgroups ? cgroupDir(doomed.pid) : undefined;
+      const instance = doomedCgroup?.slice(0, doomedCgroup.lastIndexOf("/"));
+      const doomedDir = sessionDir(doomed.pid);
+      const domainDir = doomedDir.slice(0, doomedDir.lastIndexOf("/"));
+
+      // Its worker dies with this spawn in flight (the child started, the answer never sent).
+      const died = await answered(server, "/v1/exec_command", {
+        cmd: `exec cat # ${DIE}`,
+        login: false,
+        profile: "workspace-write",
+        yield_time_ms: 250,
+      });
+      assert.equal(died.status, 503, JSON.stringify(died.body));
+      assert.equal(died.body.error.code, "spawner_failed");
+      assert.match(died.body.error.message, /^the spawner worker of this command's sandbox died/);
+      // Nothing of it is left: no process (not even a zombie), terminal, cgroup or directory.
+      const live = await livePids(server);
+      assert.deepEqual([...live.keys()].sort(), [doomed.id, other.id].sort());
+      assert.deepEqual(childrenOf(server.pid), [doomed.pid, other.pid].sort((a, b) => a - b));
+      assert.equal(masters(server.pid), 2, "the terminal of the spawn in flight is left open");
+      if (instance) assertNoStrayCgroup(instance, [doomed.pid, other.pid]);
+      await holdsOnly(domainDir, [doomedDir]);
+
+      // The dead worker's session still echoes, and its output is all kept.
+      await echo(server, doomed.id, "after");
+      const kept = await server.get(`/v1/sessions/${doomed.id}/output?since=0`);
+      assert.equal(kept.body.output, "before\r\nbefore\r\nafter\r\nafter\r\n");
+
+      // The same domain (profile, workdir, agent) runs on a fresh worker; the other one as before.
+      for (const profile of ["workspace-write", "read-only"]) {
+        const r = await server.post("/v1/exec_command", {
+          cmd: `echo fresh ${profile}`,
+          login: false,
+          profile,
+        });
+        assert.equal(r.status, 200, JSON.stringify(r.body));
+        assert.equal(r.body.output, `fresh ${profile}\r\n`);
+        assert.equal(r.body.exit_code, 0);
+      }
+      await echo(server, other.id, "elsewhere");
+
+      // DELETE still kills the dead worker's session, cgroup and all, and gives its uid back.
+      const killed = await server.del(`/v1/sessions/${doomed.id}`);
+      assert.equal(killed.status, 200, JSON.stringify(killed.body));
+      assert.equal(stat(doomed.pid), undefined, "the killed session's process is not reaped");
+      if (doomedCgroup) assert.equal(exists(doomedCgroup), false, "its cgroup is left");
+      await holdsOnly(domainDir, []);
+
+      const health = await server.get("/healthz");
+      assert.equal(health.status, 200);
+      assert.equal(health.body.ok, true);
+      assert.equal(health.body.sessions, 1);
+
+      // Shutdown: the server exits cleanly, having logged the one death, and leaves nothing.
+      const { code, stderr } = await server.stop();
+      stopped = true;
+      assert.equal(code, 0, stderr);
+      assert.equal(stderr.match(/uexec: a spawner worker died/g)?.length, 1, stderr);
+      assert.equal(stat(other.pid), undefined);
+      assert.equal(exists(domainDir), false);
+      if (instance) assert.equal(exists(instance), false, "the server's cgroups outlived it");
+    } finally {
+      if (!stopped) await server.stop();
+    }
+  });
+}
+
+Deno.test("a spawner worker that dies while binding to its domain: 503, and the rest runs", async () => {
   const server = await startServer({}, [], undefined, ENTRY);
   let stopped = false;
   try {
-    // Sessions started before the death: one in the domain whose worker dies, one elsewhere.
-    const doomed = await startCat(server, "workspace-write");
-    const other = await startCat(server, "read-only");
-    await echo(server, doomed.id, "before");
-    const doomedCgroup = cgroupDir(doomed.pid);
-
-    const died = await server.post("/v1/exec_command", {
-      cmd: `exec cat # ${DIE}`,
-      login: false,
-      profile: "workspace-write",
-      yield_time_ms: 250,
-    });
+    // A workdir whose policy names DIE: the worker restricts itself to it, then dies.
+    const workdir = `${server.workspace}/${DIE}`;
+    await Deno.mkdir(workdir);
+    const died = await answered(server, "/v1/exec_command", { cmd: "echo never", workdir });
     assert.equal(died.status, 503, JSON.stringify(died.body));
     assert.equal(died.body.error.code, "spawner_failed");
-    assert.match(died.body.error.message, /spawner worker .*died/);
-    // Nothing of the spawn in flight is left: the server's children are the live sessions'.
-    const live = await livePids(server);
-    assert.deepEqual([...live.keys()].sort(), [doomed.id, other.id].sort());
-    assert.deepEqual(childrenOf(server.pid), [doomed.pid, other.pid].sort((a, b) => a - b));
+    assert.match(died.body.error.message, /^the spawner worker of this command's sandbox died/);
+    assert.deepEqual(childrenOf(server.pid), []);
 
-    // The session of the dead worker still echoes, and its output is all kept.
-    await echo(server, doomed.id, "after");
-    const kept = await server.get(`/v1/sessions/${doomed.id}/output?since=0`);
-    assert.equal(kept.body.output, "before\r\nbefore\r\nafter\r\nafter\r\n");
+    const r = await server.post("/v1/exec_command", { cmd: "echo fine", login: false });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.equal(r.body.output, "fine\r\n");
+    assert.equal((await server.get("/healthz")).body.ok, true);
 
-    // The same domain (profile, workdir, agent) gets a fresh worker; other domains are as they were.
-    for (const profile of ["workspace-write", "read-only"]) {
-      const r = await server.post("/v1/exec_command", {
-        cmd: `echo fresh ${profile}`,
-        login: false,
-        profile,
-      });
-      assert.equal(r.status, 200, JSON.stringify(r.body));
-      assert.equal(r.body.output, `fresh ${profile}\r\n`);
-      assert.equal(r.body.exit_code, 0);
-    }
-    await echo(server, other.id, "elsewhere");
-
-    // DELETE still kills the dead worker's session, cgroup and all.
-    const killed = await server.del(`/v1/sessions/${doomed.id}`);
-    assert.equal(killed.status, 200, JSON.stringify(killed.body));
-    assert.equal(stat(doomed.pid), undefined, "the killed session's process is not reaped");
-    assert.equal(exists(doomedCgroup), false, "the killed session's cgroup is left");
-
-    const health = await server.get("/healthz");
-    assert.equal(health.status, 200);
-    assert.equal(health.body.ok, true);
-
-    const instance = doomedCgroup.slice(0, doomedCgroup.lastIndexOf("/"));
     const { code, stderr } = await server.stop();
     stopped = true;
     assert.equal(code, 0, stderr);
-    assert.equal(stat(other.pid), undefined);
-    assert.equal(exists(instance), false, "the server's cgroups outlived it");
+    assert.equal(stderr.match(/uexec: a spawner worker died/g)?.length, 1, stderr);
   } finally {
     if (!stopped) await server.stop();
   }

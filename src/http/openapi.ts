@@ -72,6 +72,10 @@ export const ERRORS = {
   overloaded: [503, "The server is out of connections or file descriptors."],
   out_of_resources: [503, "The server is out of file descriptors; nothing was started."],
   shutting_down: [503, "The server is shutting down; nothing new is started."],
+  spawner_failed: [
+    503,
+    "The worker starting the command died; nothing of it runs. A retry gets a fresh worker.",
+  ],
   client_gone: [
     408,
     "The caller went away mid-call (never answered: its output waits for the next call).",
@@ -225,6 +229,7 @@ export const OPERATIONS: readonly Operation[] = [
       "idempotency_conflict",
       "shutting_down",
       "out_of_resources",
+      "spawner_failed",
       "client_gone",
     ],
   },

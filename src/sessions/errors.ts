@@ -47,6 +47,15 @@ export class OutOfResourcesError extends Error {
   readonly code = "out_of_resources";
 }
 
+/**
+ * The worker thread that starts the session's children died while starting this one; nothing
+ * of it runs, and the next command gets a fresh worker (503 `spawner_failed`).
+ */
+export class SpawnerFailedError extends Error {
+  readonly status = 503;
+  readonly code = "spawner_failed";
+}
+
 /** The caller went away before its call was answered (never sent: nobody is listening). */
 export class CallAbandonedError extends Error {
   readonly status = 408;

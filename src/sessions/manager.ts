@@ -31,6 +31,7 @@ import {
   OutOfResourcesError,
   SessionLimitError,
   ShuttingDownError,
+  SpawnerFailedError,
   UnknownSessionError,
 } from "./errors.ts";
 import { Session, type SessionInfo } from "./session.ts";
@@ -434,7 +435,10 @@ export class SessionManager {
     const { sandbox } = req;
     const { cgroups } = this.#opts;
     const command = sandbox.wrap([req.shell, req.login ? "-lc" : "-c", req.cmd], !!cgroups);
-    const lease = await this.#opts.pool.acquire(sandbox.domain, sandbox.restriction);
+    const lease = await this.#opts.pool.acquire(sandbox.domain, sandbox.restriction)
+      .catch((err) => {
+        throw diedOr(err);
+      });
     let dir: SessionDir | undefined;
     let pipes: ReturnType<typeof openPipes> | undefined;
     let cgroup: SessionCgroup | undefined;
@@ -460,9 +464,15 @@ export class SessionManager {
       if (pipes) closeAll([pipes.parent.output, pipes.parent.input]);
       if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
       gate = undefined;
-      // A child still at its closed gate ends by itself (125) without running; reap it.
-      if (spawned) libc().waitpid(spawned.pid, new Uint8Array(4), 0);
+      // A child still at its closed gate ends by itself (125) without running; one that a
+      // dying worker started may already run: it dies with its group and cgroup. Reap it.
+      const child = spawned ?? (err instanceof SpawnFailure ? err.orphan : undefined);
+      if (child && !spawned) libc().kill(-child.pid, SIGKILL);
       await cgroup?.kill();
+      if (child) {
+        libc().waitpid(child.pid, new Uint8Array(4), 0);
+        if (child.master !== undefined) closeAll([child.master]);
+      }
       dir?.release();
       lease.release();
       if (err instanceof SpawnFailure && err.kind === "spawn") {
@@ -470,7 +480,7 @@ export class SessionManager {
         throw spawnRefusal(err, req);
       }
       if (isOutOfFiles(err)) throw outOfFiles(err as Error);
-      throw err;
+      throw diedOr(err);
     } finally {
       if (pipes) closeAll([pipes.child.stdin, pipes.child.output]);
       if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
@@ -660,6 +670,15 @@ function screenOf(session: Session) {
 /** True for a failure to get a file descriptor (EMFILE, ENFILE) anywhere in a start. */
 function isOutOfFiles(err: unknown): boolean {
   return err instanceof Error && /\bE[MN]FILE\b/.test(err.message);
+}
+
+/** `err`, or the caller's 503 when it is a spawner worker's death. */
+function diedOr(err: unknown): unknown {
+  if (!(err instanceof SpawnFailure) || err.kind !== "died") return err;
+  return new SpawnerFailedError(
+    "the spawner worker of this command's sandbox died before the command started; nothing " +
+      "of it runs. Try again: the next command starts on a fresh spawner worker",
+  );
 }
 
 function outOfFiles(err: Error): OutOfResourcesError {

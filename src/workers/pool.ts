@@ -18,13 +18,15 @@ import type { WorkerReply, WorkerRequest } from "./protocol.ts";
 
 /**
  * A failed worker request: `kind` says whether the spawn itself failed, the worker reported an
- * internal failure, or the worker died before it answered.
+ * internal failure, or the worker died before it answered. `orphan` is the child a dying worker
+ * had already started: the caller must end it, reap it and close its master.
  */
 export class SpawnFailure extends Error {
   constructor(
     readonly kind: "spawn" | "internal" | "died",
     message: string,
     readonly code?: number,
+    readonly orphan?: Spawned,
   ) {
     super(message);
     this.name = "SpawnFailure";
@@ -74,6 +76,7 @@ export class Spawner {
     };
     this.#worker.onerror = (e) => {
       e.preventDefault();
+      console.error(`uexec: a spawner worker died: ${e.message}`);
       this.#dead = new SpawnFailure("died", `spawner worker died: ${e.message}`);
       reject(this.#dead);
       for (const p of this.#pending.values()) p.reject(this.#dead);
@@ -85,7 +88,17 @@ export class Spawner {
 
   /** Start a child on this worker's thread; resolves to its pid (and PTY master). */
   async spawn(spec: SpawnSpec): Promise<Spawned> {
-    const reply = await this.#request({ type: "spawn", spec });
+    const started = new Int32Array(new SharedArrayBuffer(8)).fill(-1);
+    let reply: WorkerReply;
+    try {
+      reply = await this.#request({ type: "spawn", spec, started });
+    } catch (err) {
+      const pid = Atomics.load(started, 0);
+      if (!(err instanceof SpawnFailure) || err.kind !== "died" || pid < 0) throw err;
+      const master = Atomics.load(started, 1);
+      const orphan = master < 0 ? { pid } : { pid, master };
+      throw new SpawnFailure("died", err.message, undefined, orphan);
+    }
     if (reply.type !== "spawned") throw failure(reply);
     return { pid: reply.pid, master: reply.master, unplaced: reply.unplaced };
   }

@@ -11,9 +11,13 @@
 import type { SpawnSpec } from "../pty/spawn.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
 
-/** A request to a spawner worker. `id` pairs it with its reply. */
+/**
+ * A request to a spawner worker. `id` pairs it with its reply. A spawn's `started` is shared
+ * memory where the worker stores the child's pid and terminal master (-1: none) as soon as they
+ * exist, so the main thread knows them even if the worker dies before it answers.
+ */
 export type WorkerRequest =
-  | { id: number; type: "spawn"; spec: SpawnSpec }
+  | { id: number; type: "spawn"; spec: SpawnSpec; started: Int32Array }
   | { id: number; type: "restrict"; policy: ResolvedPolicy; uid?: number; gid?: number }
   | { id: number; type: "reap"; uids: number[] };
 

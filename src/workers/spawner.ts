@@ -38,6 +38,9 @@ function handle(req: WorkerRequest): WorkerReply {
         const spawned = uid === undefined
           ? spawnChild(req.spec)
           : withThreadUid(uid, () => spawnChild(req.spec));
+        // The master first: a pid there means both are known, should this worker die now.
+        Atomics.store(req.started, 1, spawned.master ?? -1);
+        Atomics.store(req.started, 0, spawned.pid);
         if (req.spec.gate && !openGate(spawned.pid, req.spec.gate)) {
           return { id: req.id, type: "spawned", ...spawned, unplaced: true };
         }
