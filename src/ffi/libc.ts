@@ -20,6 +20,8 @@ const symbols = {
   write: { parameters: ["i32", "buffer", "usize"], result: "isize" },
   close: { parameters: ["i32"], result: "i32" },
   open: { parameters: ["buffer", "i32"], result: "i32" },
+  mkdir: { parameters: ["buffer", "u32"], result: "i32" },
+  rmdir: { parameters: ["buffer"], result: "i32" },
   opendir: { parameters: ["buffer"], result: "pointer" },
   readdir: { parameters: ["pointer"], result: "pointer" },
   closedir: { parameters: ["pointer"], result: "i32" },
@@ -84,8 +86,17 @@ function toI64(arg: SyscallArg): bigint {
 
 /** `syscall(nr, ...args)` on this thread; the raw result (-1 means: read `errno()`). */
 export function rawSyscall(nr: number, ...args: SyscallArg[]): number {
-  const a = [0, 1, 2, 3, 4, 5].map((i) => toI64(args[i] ?? 0));
-  return Number(libc().syscall(BigInt(nr), a[0], a[1], a[2], a[3], a[4], a[5]));
+  return Number(
+    libc().syscall(
+      BigInt(nr),
+      toI64(args[0] ?? 0),
+      toI64(args[1] ?? 0),
+      toI64(args[2] ?? 0),
+      toI64(args[3] ?? 0),
+      toI64(args[4] ?? 0),
+      toI64(args[5] ?? 0),
+    ),
+  );
 }
 
 /** errno of the last failed synchronous call on this thread. Read it right after the call. */
@@ -115,15 +126,19 @@ export function listDir(path: string): string[] {
   return names;
 }
 
+/** The buffer small-file reads go through on this thread (grown to the largest read asked). */
+let scratch = new Uint8Array(4096);
+const utf8 = new TextDecoder();
+
 /** The start of a small file (at most `max` bytes), read through libc; undefined if unreadable. */
 export function readSmallFile(path: string, max = 4096): string | undefined {
   const c = libc();
   const fd = c.open(cString(path), O.CLOEXEC);
   if (fd < 0) return undefined;
   try {
-    const buf = new Uint8Array(max);
-    const n = Number(c.read(fd, buf, BigInt(max)));
-    return n < 0 ? undefined : new TextDecoder().decode(buf.subarray(0, n));
+    if (scratch.length < max) scratch = new Uint8Array(max);
+    const n = Number(c.read(fd, scratch, BigInt(max)));
+    return n < 0 ? undefined : utf8.decode(scratch.subarray(0, n));
   } finally {
     c.close(fd);
   }

@@ -34,8 +34,6 @@ import type { ResourceLimits } from "./policy.ts";
 
 const EPOLLPRI = 0x2;
 const SYS_PREAD64 = 17;
-const SYS_MKDIR = 83;
-const SYS_RMDIR = 84;
 const O_WRONLY = 1;
 const EEXIST = 17;
 const PARENT = "uexec";
@@ -117,11 +115,11 @@ export class SessionCgroup {
     };
   }
 
-  /** Send `sig` to every process in the session's cgroup now. */
-  signal(sig: number): void {
+  /** Send each of `signals`, in order, to every process in the session's cgroup now. */
+  signal(...signals: number[]): void {
     if (this.#killed) return;
-    const procs = readSmallFile(`${this.dir}/cgroup.procs`, 1 << 20) ?? "";
-    for (const pid of procs.split("\n")) if (pid) libc().kill(Number(pid), sig);
+    const procs = (readSmallFile(`${this.dir}/cgroup.procs`, 1 << 20) ?? "").split("\n");
+    for (const sig of signals) for (const pid of procs) if (pid) libc().kill(Number(pid), sig);
   }
 
   /** SIGKILL everything in the session's cgroup; resolves once it is empty and removed. */
@@ -258,6 +256,15 @@ export class CgroupHost {
     return new SessionCgroup(this, name);
   }
 
+  /**
+   * SIGKILL everything in every session cgroup of this instance with one `cgroup.kill`;
+   * resolves once all of them are empty (server shutdown; each session's `kill` then only
+   * removes its directories).
+   */
+  killAll(): Promise<void> {
+    return killTree(this.reactor, this.dir);
+  }
+
   /** Remove this instance's (empty) directories (server shutdown, after every session). */
   async close(): Promise<void> {
     this.#closed = true;
@@ -371,16 +378,16 @@ function v1Own(controller: string): string | undefined {
 }
 
 /**
- * `cgroup.kill` on the v2 cgroup `dir`, then wait (woken by `cgroup.events`, no polling) until
- * it is empty, then remove it and its v1 twins `v1`.
+ * `cgroup.kill` on the v2 cgroup `dir` (which kills everything beneath it too), then wait
+ * (woken by `cgroup.events`, no polling) until it is empty.
  */
-async function killAndRemove(reactor: Reactor, dir: string, v1: string[]): Promise<void> {
+async function killTree(reactor: Reactor, dir: string): Promise<void> {
   const c = libc();
   const fd = c.open(cString(`${dir}/cgroup.events`), O.CLOEXEC);
   if (fd < 0) return;
   try {
+    const buf = new Uint8Array(256);
     const populated = () => {
-      const buf = new Uint8Array(256);
       const n = rawSyscall(SYS_PREAD64, fd, buf, buf.length, 0);
       return n > 0 && /^populated 1$/m.test(new TextDecoder().decode(buf.subarray(0, n)));
     };
@@ -401,6 +408,11 @@ async function killAndRemove(reactor: Reactor, dir: string, v1: string[]): Promi
   } finally {
     c.close(fd);
   }
+}
+
+/** {@link killTree} on the v2 cgroup `dir`, then remove it and its v1 twins `v1`. */
+async function killAndRemove(reactor: Reactor, dir: string, v1: string[]): Promise<void> {
+  await killTree(reactor, dir);
   for (const d of [dir, ...v1]) {
     try {
       rmdir(d);
@@ -476,7 +488,7 @@ function writeFile(path: string, text: string): void {
 
 /** Make the directory `path`. */
 function mkdir(path: string): void {
-  if (rawSyscall(SYS_MKDIR, cString(path), 0o755) < 0) throw new OsError(`mkdir(${path})`, errno());
+  if (libc().mkdir(cString(path), 0o755) < 0) throw new OsError(`mkdir(${path})`, errno());
 }
 
 /** Make `path` and the parents it lacks. */
@@ -484,7 +496,7 @@ function mkdirs(path: string): void {
   let at = "";
   for (const part of path.split("/").slice(1)) {
     at += `/${part}`;
-    if (rawSyscall(SYS_MKDIR, cString(at), 0o755) < 0 && errno() !== EEXIST) {
+    if (libc().mkdir(cString(at), 0o755) < 0 && errno() !== EEXIST) {
       throw new OsError(`mkdir(${at})`, errno());
     }
   }
@@ -492,5 +504,5 @@ function mkdirs(path: string): void {
 
 /** Remove the (empty) cgroup directory `path`. */
 function rmdir(path: string): void {
-  if (rawSyscall(SYS_RMDIR, cString(path)) < 0) throw new OsError(`rmdir(${path})`, errno());
+  if (libc().rmdir(cString(path)) < 0) throw new OsError(`rmdir(${path})`, errno());
 }

@@ -236,6 +236,8 @@ export class SessionManager {
   #sessions = new Map<number, Session>();
   /** Ids being started, with their owners. */
   #reserved = new Map<number, string>();
+  /** How many sessions each owner has in the store (a start counts them without a scan). */
+  #counts = new Map<string, number>();
   /** Starts under way (each kills its session itself when shutdown began meanwhile). */
   #starting = new Set<Promise<unknown>>();
   #closing = false;
@@ -297,6 +299,7 @@ export class SessionManager {
     }
     const id = session.id;
     this.#sessions.set(id, session);
+    this.#counts.set(session.owner, (this.#counts.get(session.owner) ?? 0) + 1);
     this.#opts.bus.publish({
       type: "begin",
       agent: req.owner,
@@ -384,7 +387,7 @@ export class SessionManager {
     this.#closing = true;
     await Promise.allSettled([...this.#starting]);
     const all = [...this.#sessions.values()];
-    await this.#terminate(all, "shutdown");
+    await this.#terminate(all, "shutdown", true);
     for (const s of all) this.#remove(s);
     this.#screens.close();
   }
@@ -396,7 +399,12 @@ export class SessionManager {
 
   /** Take a session out of the store and drop its emulator. */
   #remove(session: Session): void {
-    this.#sessions.delete(session.id);
+    if (this.#sessions.get(session.id) === session) {
+      this.#sessions.delete(session.id);
+      const left = this.#counts.get(session.owner)! - 1;
+      if (left > 0) this.#counts.set(session.owner, left);
+      else this.#counts.delete(session.owner);
+    }
     session.dispose();
   }
 
@@ -408,15 +416,15 @@ export class SessionManager {
 
   /** An id for a new session of `owner`, pruning one of its own sessions at its limit. */
   async #reserve(owner: string, maxSessions: number): Promise<number> {
-    const owned = this.#owned(owner);
+    const live = this.#counts.get(owner) ?? 0;
     let starting = 0;
     for (const o of this.#reserved.values()) if (o === owner) starting++;
-    if (owned.length + starting >= maxSessions) {
-      const victim = pickPruneVictim(owned);
+    if (live + starting >= maxSessions) {
+      const victim = pickPruneVictim(this.#owned(owner));
       if (!victim) {
         throw new SessionLimitError(
           `session limit of ${maxSessions} for agent ${owner} reached ` +
-            `(${owned.length} live, ${starting} starting) and every one is in recent use; ` +
+            `(${live} live, ${starting} starting) and every one is in recent use; ` +
             "end one with DELETE /v1/sessions/{id}",
         );
       }
@@ -629,20 +637,23 @@ export class SessionManager {
    * process in their cgroups), SIGKILL to whatever is left after the grace period (or at once
    * for sessions that had already exited); resolves once the killed processes are gone. With
    * cgroups the SIGKILL is `cgroup.kill`, which nothing escapes; without, one /proc scan per
-   * step for the whole batch finds the members of their process sessions.
+   * step for the whole batch finds the members of their process sessions. `everything` says
+   * that `sessions` are all there are (shutdown): one `cgroup.kill` of this instance's cgroup
+   * then kills them all at once.
    */
-  async #terminate(sessions: Session[], reason: EndReason): Promise<void> {
+  async #terminate(sessions: Session[], reason: EndReason, everything = false): Promise<void> {
     const live = sessions.filter((s) => !s.exit);
     for (const s of live) s.endReason = reason;
     const { cgroups } = this.#opts;
     const cgroupOf = (s: Session) => this.#cgroups.get(s);
     if (!cgroups) killSessions(live.map((s) => s.child.pid), [SIGHUP, SIGTERM]);
-    else for (const sig of [SIGHUP, SIGTERM]) for (const s of live) cgroupOf(s)?.signal(sig);
+    else for (const s of live) cgroupOf(s)?.signal(SIGHUP, SIGTERM);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const grace = new Promise<void>((r) => timer = setTimeout(r, this.#opts.killGraceMs ?? 1000));
     await Promise.race([Promise.all(live.map((s) => s.closed)), grace]);
     clearTimeout(timer);
     if (cgroups) {
+      if (everything) await cgroups.killAll();
       await Promise.all(sessions.map((s) => Promise.all([cgroupOf(s)?.kill(), s.closed])));
       return;
     }
