@@ -353,9 +353,12 @@ Deno.test("out of file descriptors: 503 out_of_resources, the server lives and r
   assert.ok(refused, "never ran out of descriptors");
   assert.equal(refused.status, 503, JSON.stringify(refused.body));
   assert.equal(refused.body.error.code, "out_of_resources");
+  // At the limit every answer is an exit or the same 503 (a start may find the few
+  // descriptors a refused one gave back, with the cgroups made ahead of it), never a crash.
   for (let i = 0; i < 4; i++) {
     const again = await server.post("/v1/exec_command", { cmd: "true", tty: i % 2 === 0 });
-    assert.equal(again.status, 503, JSON.stringify(again.body));
+    if (again.status === 200) assert.equal(again.body.exit_code, 0, JSON.stringify(again.body));
+    else assert.equal(again.body.error?.code, "out_of_resources", JSON.stringify(again.body));
   }
   const health = await server.get("/healthz");
   assert.equal(health.status, 200);

@@ -11,7 +11,9 @@
  * (`cpu.stat` needs no controller).
  *
  * A child is put in its cgroups by pid while it waits at a gate (see `limits.ts`), before the
- * command's first instruction. This module must never move the server itself, never kill
+ * command's first instruction. Session cgroups are made ahead, a few per set of limits, and
+ * removed once emptied, by the cgroup janitor's thread (`cgroup_janitor.ts`), so that neither
+ * `mkdir` nor `rmdir` runs on the path of a request. This module must never move the server itself, never kill
  * outside the cgroups it made (or that a dead instance made), and never fail open: a session
  * that cannot be contained is an error.
  *
@@ -29,13 +31,19 @@ import {
   readSmallFile,
 } from "../ffi/libc.ts";
 import type { Reactor } from "../io/reactor.ts";
+import { type CgroupPlan, makeCgroups, removeDirs, rmdir, writeFile } from "./cgroup_fs.ts";
+import { CgroupJanitor } from "./cgroup_janitor.ts";
 import { SandboxUnavailableError } from "./errors.ts";
 import type { ResourceLimits } from "./policy.ts";
 
 const EPOLLPRI = 0x2;
 const SYS_PREAD64 = 17;
-const O_WRONLY = 1;
 const EEXIST = 17;
+/**
+ * Session cgroups kept made ahead per set of limits: enough for a burst of starts to find
+ * theirs ready, each holding its few open `cgroup.procs` files.
+ */
+export const SPARES = 4;
 const PARENT = "uexec";
 
 /** How a limit is enforced by the kernel on this host. */
@@ -71,10 +79,13 @@ export class SessionCgroup {
   #host: CgroupHost;
   readonly name: string;
   #killed?: Promise<void>;
+  /** Its `cgroup.procs` files, opened when it was made, until `openProcs` hands them over. */
+  #procs?: number[];
 
-  constructor(host: CgroupHost, name: string) {
+  constructor(host: CgroupHost, name: string, procs: number[]) {
     this.#host = host;
     this.name = name;
+    this.#procs = procs;
   }
 
   /** The v2 directory. */
@@ -83,22 +94,14 @@ export class SessionCgroup {
   }
 
   /**
-   * The `cgroup.procs` file of every cgroup of the session, opened for writing (close them
-   * after use): whoever writes a pid there moves that process in with our credentials, which
-   * the kernel checks at open.
+   * The `cgroup.procs` file of every cgroup of the session, opened for writing when it was
+   * made (close them after use; asked again, they are opened again): whoever writes a pid there
+   * moves that process in with our credentials, which the kernel checks at open.
    */
   openProcs(): number[] {
-    const fds: number[] = [];
-    for (const d of this.#host.dirsOf(this.name)) {
-      const fd = libc().open(cString(`${d}/cgroup.procs`), O_WRONLY | O.CLOEXEC);
-      if (fd < 0) {
-        const code = errno();
-        for (const f of fds) libc().close(f);
-        throw new OsError(`open(${d}/cgroup.procs)`, code);
-      }
-      fds.push(fd);
-    }
-    return fds;
+    const held = this.#procs;
+    this.#procs = undefined;
+    return held ?? makeCgroups({ dirs: [], writes: [], procs: this.#host.procsOf(this.name) });
   }
 
   /** What the session's tree used so far (exited processes included). */
@@ -124,11 +127,12 @@ export class SessionCgroup {
 
   /** SIGKILL everything in the session's cgroup; resolves once it is empty and removed. */
   kill(): Promise<void> {
-    this.#killed ??= killAndRemove(
-      this.#host.reactor,
-      this.dir,
-      this.#host.dirsOf(this.name).slice(1),
-    );
+    if (!this.#killed) {
+      for (const fd of this.#procs ?? []) libc().close(fd);
+      this.#procs = undefined;
+      this.#killed = killTree(this.#host.reactor, this.dir)
+        .then(() => this.#host.remove(this.#host.dirsOf(this.name)));
+    }
     return this.#killed;
   }
 }
@@ -142,9 +146,11 @@ export class CgroupHost {
   /** The controllers the v2 hierarchy has. */
   readonly #v2: Set<string>;
   #next = 0;
-  /** A session cgroup made ahead for the next session with the same limits. */
-  #spare?: { key: string; cgroup: SessionCgroup };
-  #refill?: ReturnType<typeof setTimeout>;
+  /** Session cgroups made ahead by the janitor, by limits, for the next sessions. */
+  #spares = new Map<string, SessionCgroup[]>();
+  /** Spares being made, by limits. */
+  #making = new Map<string, number>();
+  #janitor = new CgroupJanitor();
   #closed = false;
 
   private constructor(reactor: Reactor, dir: string, v2: Set<string>, v1: V1[]) {
@@ -205,55 +211,80 @@ export class CgroupHost {
     return { pids: by("pids", "rlimit"), memory: by("memory", "rlimit"), cpu: "rlimit" };
   }
 
-  /** Make the cgroups of a new session, limited by `limits`. */
+  /**
+   * The cgroups of a new session, limited by `limits`: one made ahead (see {@link SPARES}),
+   * else made now; either way the janitor then makes another one ahead.
+   */
   create(limits: ResourceLimits): SessionCgroup {
     const key = `${limits.maxProcesses}/${limits.addressSpaceBytes}`;
-    const spare = this.#spare;
-    this.#spare = undefined;
-    if (spare && spare.key !== key) {
-      spare.cgroup.kill().catch((err) => console.error("uexec: cannot remove a cgroup:", err));
-    }
-    const cgroup = spare?.key === key ? spare.cgroup : this.#make(limits);
-    // The next session's cgroup is made after this one has started, off its path.
-    clearTimeout(this.#refill);
-    this.#refill = setTimeout(() => {
-      if (this.#closed || this.#spare) return;
-      try {
-        this.#spare = { key, cgroup: this.#make(limits) };
-      } catch {
-        // The next session makes its own (and reports why it cannot).
-      }
-    }, 0);
+    const cgroup = this.#spares.get(key)?.shift() ?? this.#make(limits);
+    this.#refill(key, limits);
     return cgroup;
   }
 
-  /** Make the cgroups of a session, limited by `limits`. */
+  /** The `cgroup.procs` files of session `name`. */
+  procsOf(name: string): string[] {
+    return this.dirsOf(name).map((d) => `${d}/cgroup.procs`);
+  }
+
+  /** Remove the emptied directories `dirs` of a session, off the main thread. */
+  remove(dirs: string[]): Promise<void> {
+    return this.#janitor.remove(dirs);
+  }
+
+  /** Have the janitor make spares with `limits` until there are {@link SPARES} of them. */
+  #refill(key: string, limits: ResourceLimits): void {
+    const ready = this.#spares.get(key) ?? [];
+    this.#spares.set(key, ready);
+    for (let n = ready.length + (this.#making.get(key) ?? 0); n < SPARES; n++) {
+      const name = `s${++this.#next}`;
+      this.#making.set(key, (this.#making.get(key) ?? 0) + 1);
+      this.#janitor.make(this.#plan(name, limits)).then(
+        (procs) => {
+          const spare = new SessionCgroup(this, name, procs);
+          if (this.#closed) spare.kill().catch(() => {});
+          else ready.push(spare);
+        },
+        // The session that finds no spare makes its own (and reports why it cannot).
+        () => {},
+      ).finally(() => this.#making.set(key, this.#making.get(key)! - 1));
+    }
+  }
+
+  /** Make the cgroups of a session, limited by `limits`, on this thread. */
   #make(limits: ResourceLimits): SessionCgroup {
     const name = `s${++this.#next}`;
-    const [v2, ...rest] = this.dirsOf(name);
-    mkdir(v2);
-    for (const d of rest) mkdir(d);
+    return new SessionCgroup(this, name, makeCgroups(this.#plan(name, limits)));
+  }
+
+  /** What making session `name`'s cgroups, limited by `limits`, takes. */
+  #plan(name: string, limits: ResourceLimits): CgroupPlan {
+    const dirs = this.dirsOf(name);
+    const v2 = dirs[0];
+    const writes: CgroupPlan["writes"] = [];
     const pids = this.#v2.has("pids") ? v2 : this.v1Dir("pids", name);
     if (pids && limits.maxProcesses !== undefined) {
-      writeFile(`${pids}/pids.max`, `${limits.maxProcesses}`);
+      writes.push({ path: `${pids}/pids.max`, text: `${limits.maxProcesses}` });
     }
     const memory = limits.addressSpaceBytes;
     if (memory !== undefined) {
       if (this.#v2.has("memory")) {
-        writeFile(`${v2}/memory.max`, `${memory}`);
-        writeFile(`${v2}/memory.swap.max`, "0");
+        writes.push({ path: `${v2}/memory.max`, text: `${memory}` });
+        writes.push({ path: `${v2}/memory.swap.max`, text: "0" });
       } else {
         const m = this.v1Dir("memory", name);
         if (m) {
-          writeFile(`${m}/memory.limit_in_bytes`, `${memory}`);
+          writes.push({ path: `${m}/memory.limit_in_bytes`, text: `${memory}` });
           // No swapping past the limit either, where swap is accounted.
-          if (readSmallFile(`${m}/memory.memsw.limit_in_bytes`) !== undefined) {
-            writeFile(`${m}/memory.memsw.limit_in_bytes`, `${memory}`);
-          }
+          writes.push({
+            path: `${m}/memory.memsw.limit_in_bytes`,
+            text: `${memory}`,
+            ifPresent: true,
+          });
         }
       }
     }
-    return new SessionCgroup(this, name);
+    return { dirs, writes, procs: this.procsOf(name) };
   }
 
   /**
@@ -261,15 +292,16 @@ export class CgroupHost {
    * resolves once all of them are empty (server shutdown; each session's `kill` then only
    * removes its directories).
    */
-  killAll(): Promise<void> {
-    return killTree(this.reactor, this.dir);
+  async killAll(): Promise<void> {
+    await killTree(this.reactor, this.dir);
   }
 
   /** Remove this instance's (empty) directories (server shutdown, after every session). */
   async close(): Promise<void> {
     this.#closed = true;
-    clearTimeout(this.#refill);
-    await this.#spare?.cgroup.kill();
+    await this.#janitor.close();
+    await Promise.all([...this.#spares.values()].flat().map((spare) => spare.kill()));
+    this.#spares.clear();
     for (const d of [this.dir, ...this.#v1.map((v) => v.dir)]) {
       try {
         rmdir(d);
@@ -281,7 +313,7 @@ export class CgroupHost {
 
   /**
    * Kill and remove what instances that no longer run left beneath `root`; resolves to how
-   * many of their session cgroups were removed.
+   * many of their session cgroups still held processes (empty ones are removed too).
    */
   static async reapDead(reactor: Reactor, root: string): Promise<number> {
     const parent = `${root}/${PARENT}`;
@@ -300,8 +332,7 @@ export class CgroupHost {
       const v1 = (["pids", "memory"] as const).map(v1Own).filter((d) => d !== undefined)
         .map((d) => `${d}/${PARENT}/${instance}`);
       for (const s of sessions) {
-        await killAndRemove(reactor, `${dir}/${s}`, v1.map((d) => `${d}/${s}`));
-        count++;
+        if (await killAndRemove(reactor, `${dir}/${s}`, v1.map((d) => `${d}/${s}`))) count++;
       }
       for (const d of [dir, ...v1]) {
         try {
@@ -379,12 +410,12 @@ function v1Own(controller: string): string | undefined {
 
 /**
  * `cgroup.kill` on the v2 cgroup `dir` (which kills everything beneath it too), then wait
- * (woken by `cgroup.events`, no polling) until it is empty.
+ * (woken by `cgroup.events`, no polling) until it is empty; false when it held nothing.
  */
-async function killTree(reactor: Reactor, dir: string): Promise<void> {
+async function killTree(reactor: Reactor, dir: string): Promise<boolean> {
   const c = libc();
   const fd = c.open(cString(`${dir}/cgroup.events`), O.CLOEXEC);
-  if (fd < 0) return;
+  if (fd < 0) return false;
   try {
     const buf = new Uint8Array(256);
     const populated = () => {
@@ -398,10 +429,10 @@ async function killTree(reactor: Reactor, dir: string): Promise<void> {
       },
     });
     try {
-      if (populated()) {
-        writeFile(`${dir}/cgroup.kill`, "1");
-        if (populated()) await promise;
-      }
+      if (!populated()) return false;
+      writeFile(`${dir}/cgroup.kill`, "1");
+      if (populated()) await promise;
+      return true;
     } finally {
       reactor.remove(reg);
     }
@@ -411,22 +442,17 @@ async function killTree(reactor: Reactor, dir: string): Promise<void> {
 }
 
 /** {@link killTree} on the v2 cgroup `dir`, then remove it and its v1 twins `v1`. */
-async function killAndRemove(reactor: Reactor, dir: string, v1: string[]): Promise<void> {
-  await killTree(reactor, dir);
-  for (const d of [dir, ...v1]) {
-    try {
-      rmdir(d);
-    } catch {
-      // Never made in that hierarchy.
-    }
-  }
+async function killAndRemove(reactor: Reactor, dir: string, v1: string[]): Promise<boolean> {
+  const killed = await killTree(reactor, dir);
+  removeDirs([dir, ...v1]);
+  return killed;
 }
 
 /** This server's containment: cgroups where possible (or required), else process groups. */
 export interface Containment {
   host?: CgroupHost;
   report: ContainmentReport;
-  /** Session cgroups of dead instances removed at start-up. */
+  /** Session cgroups of dead instances that still held processes, killed at start-up. */
   reaped: number;
 }
 
@@ -466,31 +492,6 @@ export async function openContainment(
   }
 }
 
-/*
- * The cgroup files are written through libc: Deno's own file APIs want every permission for
- * anything beneath /sys.
- */
-
-/** Write `text` to the cgroup file `path`. */
-function writeFile(path: string, text: string): void {
-  const c = libc();
-  const fd = c.open(cString(path), O_WRONLY | O.CLOEXEC);
-  if (fd < 0) throw new OsError(`open(${path})`, errno());
-  try {
-    const bytes = new TextEncoder().encode(text);
-    if (Number(c.write(fd, bytes, BigInt(bytes.length))) !== bytes.length) {
-      throw new OsError(`write(${path})`, errno());
-    }
-  } finally {
-    c.close(fd);
-  }
-}
-
-/** Make the directory `path`. */
-function mkdir(path: string): void {
-  if (libc().mkdir(cString(path), 0o755) < 0) throw new OsError(`mkdir(${path})`, errno());
-}
-
 /** Make `path` and the parents it lacks. */
 function mkdirs(path: string): void {
   let at = "";
@@ -500,9 +501,4 @@ function mkdirs(path: string): void {
       throw new OsError(`mkdir(${at})`, errno());
     }
   }
-}
-
-/** Remove the (empty) cgroup directory `path`. */
-function rmdir(path: string): void {
-  if (libc().rmdir(cString(path)) < 0) throw new OsError(`rmdir(${path})`, errno());
 }
