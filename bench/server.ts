@@ -171,7 +171,10 @@ export class UexecServer {
   }
 }
 
-/** The `deno run` flags of the `serve` task in `root`/deno.json (everything before main.ts). */
+/**
+ * The `deno run` flags of the `serve` task in `root`/deno.json (everything before main.ts), then
+ * those in `BENCH_SERVER_FLAGS`.
+ */
 async function serveFlags(root: string): Promise<string[]> {
   const config = JSON.parse(await Deno.readTextFile(`${root}/deno.json`));
   const words = String(config.tasks.serve).split(/\s+/);
@@ -182,5 +185,6 @@ async function serveFlags(root: string): Promise<string[]> {
       `cannot read the serve task's flags from ${root}/deno.json: ${config.tasks.serve}`,
     );
   }
-  return words.slice(1, main);
+  const extra = Deno.env.get("BENCH_SERVER_FLAGS")?.split(/\s+/).filter((w) => w !== "") ?? [];
+  return [...words.slice(1, main), ...extra];
 }
