@@ -6,7 +6,8 @@
  *
  * Flags: `--quick` (small sizes, a smoke run), `--only <name part>` (run matching workloads
  * only), `--fetch` (HTTP through fetch instead of the lean
- * HTTP/1.1 client), `--entry <file>` (server entry, default main.ts).
+ * HTTP/1.1 client), `--entry <file>` (server entry, default main.ts). `BENCH_SERVER_FLAGS` adds
+deno flags to every server it starts (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof` to profile it).
  * Everything started is stopped on failure, time-out and SIGINT/SIGTERM.
  * @module
  */

@@ -6,13 +6,15 @@
  */
 
 import { register } from "./cleanup.ts";
-import { eachLine } from "./lines.ts";
+import { ByteTail, eachLine } from "./lines.ts";
 import { log } from "./log.ts";
 import { alive, cpuSeconds, descendants, type Memory, memory } from "./procs.ts";
 import { sleep, TIMED_OUT, within } from "./time.ts";
 
 const LISTENING = /uexec listening on (http:\/\/\S+)/;
 const TAIL_LINES = 40;
+/** How much of the server's stderr (its log) is kept for error reports. */
+const STDERR_TAIL_BYTES = 16 * 1024;
 const START_TIMEOUT_MS = 60_000;
 const STOP_GRACE_MS = 5_000;
 const ORPHAN_GRACE_MS = 1_000;
@@ -30,14 +32,19 @@ export interface StopReport {
 /** A running uexec server. */
 export class UexecServer {
   #child: Deno.ChildProcess;
-  #tail: string[];
+  #tail: () => string;
   #unregister: () => void = () => {};
   #stopped: Promise<StopReport> | null = null;
   readonly url: string;
   /** The agent token its requests carry. */
   readonly token: string;
 
-  private constructor(child: Deno.ChildProcess, url: string, token: string, tail: string[]) {
+  private constructor(
+    child: Deno.ChildProcess,
+    url: string,
+    token: string,
+    tail: () => string,
+  ) {
     this.#child = child;
     this.url = url;
     this.token = token;
@@ -67,6 +74,8 @@ export class UexecServer {
       stderr: "piped",
     }).spawn();
     const tail: string[] = [];
+    const stderr = new ByteTail(STDERR_TAIL_BYTES);
+    const output = () => [...tail, ...stderr.lines(TAIL_LINES)].join("\n");
     const keep = (line: string) => {
       tail.push(line);
       if (tail.length > TAIL_LINES) tail.shift();
@@ -79,7 +88,9 @@ export class UexecServer {
         const m = line.match(LISTENING);
         if (m) resolveUrl(m[1]);
       }),
-      eachLine(child.stderr, keep),
+      // The log is drained undecoded: splitting every line would spend the bench's CPU, which
+      // shares the machine with the server, on lines only an error report reads.
+      stderr.drain(child.stderr),
     ]).catch(() => {});
     const outcome = await within(
       Promise.race([
@@ -97,9 +108,9 @@ export class UexecServer {
       } catch { /* already gone */ }
       await child.status;
       await within(drained, 1000);
-      throw new Error(`${why}; output tail:\n${tail.join("\n")}`);
+      throw new Error(`${why}; output tail:\n${output()}`);
     }
-    const server = new UexecServer(child, outcome, env.UEXEC_AGENT_TOKEN ?? "", tail);
+    const server = new UexecServer(child, outcome, env.UEXEC_AGENT_TOKEN ?? "", output);
     server.#unregister = register(() => server.stop().then(() => {}));
     const shown = Object.entries(env).filter(([k]) => !k.endsWith("_TOKEN"));
     log(
@@ -124,9 +135,9 @@ export class UexecServer {
     return cpuSeconds(this.pid);
   }
 
-  /** The last lines the server printed. */
+  /** The last lines the server printed (stdout's, then its log's). */
   tail(): string {
-    return this.#tail.join("\n");
+    return this.#tail();
   }
 
   /** Stops the server once (SIGTERM, SIGKILL after a grace period) and kills what it left behind. */
@@ -171,7 +182,10 @@ export class UexecServer {
   }
 }
 
-/** The `deno run` flags of the `serve` task in `root`/deno.json (everything before main.ts). */
+/**
+ * The `deno run` flags of the `serve` task in `root`/deno.json (everything before main.ts), then
+ * those in `BENCH_SERVER_FLAGS`.
+ */
 async function serveFlags(root: string): Promise<string[]> {
   const config = JSON.parse(await Deno.readTextFile(`${root}/deno.json`));
   const words = String(config.tasks.serve).split(/\s+/);
@@ -182,5 +196,6 @@ async function serveFlags(root: string): Promise<string[]> {
       `cannot read the serve task's flags from ${root}/deno.json: ${config.tasks.serve}`,
     );
   }
-  return words.slice(1, main);
+  const extra = Deno.env.get("BENCH_SERVER_FLAGS")?.split(/\s+/).filter((w) => w !== "") ?? [];
+  return [...words.slice(1, main), ...extra];
 }

@@ -1,6 +1,8 @@
 /**
  * The server's log: one line per request and per lifecycle event on stderr, as JSON
- * (`UEXEC_LOG=json`, the default), as `key=value` text (`pretty`), or nothing (`off`).
+ * (`UEXEC_LOG=json`, the default), as `key=value` text (`pretty`), or nothing (`off`). Lines
+ * reach stderr in order through one asynchronous write at a time (see io/batched_writer.ts);
+ * `flush` waits for them, so a server that shuts down loses none.
  *
  * Callers pass only the fields they mean to log; this module must never be handed a token, a
  * request or response body, typed input or command output, and it adds none of its own.
@@ -9,6 +11,7 @@
  */
 
 import type { LifecycleEvent } from "./events/bus.ts";
+import { BatchedWriter } from "./io/batched_writer.ts";
 
 /** How log lines are written. */
 export const LOG_FORMATS = ["json", "pretty", "off"] as const;
@@ -19,19 +22,24 @@ export type LogFormat = (typeof LOG_FORMATS)[number];
 /** A field value. */
 export type LogValue = string | number | boolean | null | undefined;
 
-const encoder = new TextEncoder();
-
 /** Writes log lines to stderr (or `sink`). */
 export class Logger {
   #format: LogFormat;
   #sink: (line: string) => void;
+  #stderr?: BatchedWriter;
 
-  constructor(
-    format: LogFormat,
-    sink = (line: string) => Deno.stderr.writeSync(encoder.encode(line)),
-  ) {
+  constructor(format: LogFormat, sink?: (line: string) => void) {
     this.#format = format;
-    this.#sink = sink;
+    if (sink) this.#sink = sink;
+    else {
+      const stderr = this.#stderr = new BatchedWriter((bytes) => Deno.stderr.write(bytes));
+      this.#sink = (line) => stderr.write(line);
+    }
+  }
+
+  /** Resolves once every line logged so far is written (at once for an injected sink). */
+  flush(): Promise<void> {
+    return this.#stderr?.flush() ?? Promise.resolve();
   }
 
   /** A routine event. */

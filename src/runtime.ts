@@ -47,7 +47,10 @@ export interface Runtime {
   operatorToken(): string | undefined;
   /** Deny pending approvals and kill every session; the calls waiting on them return. */
   stopSessions(): Promise<void>;
-  /** Release the workers, the reactor and the sandbox domains (after `stopSessions`). */
+  /**
+   * Release the workers, the reactor and the sandbox domains (after `stopSessions`), then wait
+   * until every log line is written.
+   */
   close(): Promise<void>;
 }
 
@@ -159,6 +162,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
       await domains.close();
       metrics.close();
       await history?.recorder?.close();
+      await log.flush();
     },
   };
 }

@@ -116,3 +116,34 @@ Deno.test("until: an exponential pattern over hostile output stalls nothing", as
     await server.stop();
   }
 });
+
+Deno.test("until: a pattern is compiled once and shared while it is recently used", async () => {
+  const until = new URL("../src/sessions/until.ts", import.meta.url).href;
+  const script = `
+    import { CACHED_PATTERNS, compileUntil, UntilMatcher } from ${JSON.stringify(until)};
+    const first = compileUntil("\\\\$ $");
+    const again = compileUntil("\\\\$ $");
+    // A shared pattern keeps no state: every matcher finds its prompt.
+    const found = [1, 2, 3].map(() => new UntilMatcher(again).feed(new TextEncoder().encode("x $ ")));
+    for (let i = 1; i < CACHED_PATTERNS; i++) compileUntil("p" + i);
+    const kept = compileUntil("\\\\$ $") === first;
+    for (let i = 0; i < CACHED_PATTERNS; i++) compileUntil("q" + i);
+    const evicted = compileUntil("\\\\$ $") !== first;
+    let errors = 0;
+    for (let i = 0; i < 2; i++) try { compileUntil("(a"); } catch { errors++; }
+    console.log(JSON.stringify({ same: first === again, flags: first.flags, found, kept, evicted, errors }));
+  `;
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["eval", "--v8-flags=--enable-experimental-regexp-engine", script],
+    stderr: "inherit",
+  }).output();
+  assert.equal(out.code, 0);
+  assert.deepEqual(JSON.parse(new TextDecoder().decode(out.stdout)), {
+    same: true,
+    flags: "l",
+    found: [true, true, true],
+    kept: true,
+    evicted: true,
+    errors: 2,
+  });
+});

@@ -18,6 +18,8 @@ const symbols = {
   pipe2: { parameters: ["buffer", "i32"], result: "i32" },
   read: { parameters: ["i32", "buffer", "usize"], result: "isize" },
   write: { parameters: ["i32", "buffer", "usize"], result: "isize" },
+  pread: { name: "pread64", parameters: ["i32", "buffer", "usize", "i64"], result: "isize" },
+  fstatat: { parameters: ["i32", "buffer", "buffer", "i32"], result: "i32" },
   close: { parameters: ["i32"], result: "i32" },
   open: { parameters: ["buffer", "i32"], result: "i32" },
   mkdir: { parameters: ["buffer", "u32"], result: "i32" },

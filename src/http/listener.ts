@@ -4,9 +4,11 @@
  * `serveHttpOnConnection`), so that what clients hold is bounded. A connection must complete a
  * request head within the header timeout of being accepted, and the next one within the idle
  * timeout of its last response; beyond the connection cap, and when the process is out of file
- * descriptors, a client is answered 503 and closed. Requests themselves pass untouched (the
- * handler gets Deno's own `info`, with the client's address); per request this adds only an
- * in-flight count kept through Deno's completion promise, and timers are per connection.
+ * descriptors, a client is answered 503 and closed. Requests themselves pass untouched; the
+ * handler's `info` has the client's address, Deno's completion promise and `connection`, one
+ * object per accepted connection (so that what holds for a whole connection, such as who its
+ * peer is, can be found once). Per request this adds only an in-flight count kept through the
+ * completion promise, and timers are per connection.
  *
  * It must never crash or spin on an accept error, and never close a connection that has a
  * request in flight (a long poll or an event stream is not idle).
@@ -39,6 +41,12 @@ export interface HttpListener {
   readonly connections: number;
   /** Stop accepting, let requests in flight finish and close every connection. */
   shutdown(): Promise<void>;
+}
+
+/** What a handler served here gets with each request. */
+export interface ConnectionInfo extends Deno.ServeHandlerInfo {
+  /** One object per accepted connection, the same for each of its requests (a WeakMap key). */
+  readonly connection: object;
 }
 
 type ServeOnConnection = (
@@ -124,14 +132,17 @@ class Connection {
     this.#arm(limits.headerTimeoutMs);
     // Deno finds a unix client's address through a listener it does not have here: the
     // handler gets the socket's path, as Deno.serve gives.
-    const unix = conn.remoteAddr.transport === "unix" ? conn.localAddr : undefined;
+    const remoteAddr = conn.remoteAddr.transport === "unix" ? conn.localAddr : conn.remoteAddr;
+    const connection = {};
     this.server = serve(
       conn,
       undefined,
       (req, info) => {
         this.#inFlight++;
-        info.completed.then(this.#ended, this.#ended);
-        return handler(req, unix ? { remoteAddr: unix, completed: info.completed } : info);
+        const completed = info.completed;
+        completed.then(this.#ended, this.#ended);
+        const served: ConnectionInfo = { remoteAddr, completed, connection };
+        return handler(req, served);
       },
       internalError,
       () => {},

@@ -10,9 +10,16 @@
  * socket file is 0600 and the state directory unreadable, which keeps sandboxed commands out).
  * It must never let a lookup failure pass a local request.
  *
+ * On the HTTP listener's connections the answer is found once per connection and kept for its
+ * other requests: the server holds its end, so the 4-tuple, and with it the client's socket,
+ * stays the same until the connection closes. The socket's owner could change only through
+ * fchown, which a sandboxed process can do only to its own uid (see peer.ts). A failed lookup is
+ * not kept: the request is refused and the next one looks again.
+ *
  * @module
  */
 
+import type { ConnectionInfo } from "./listener.ts";
 import { type Endpoint, TcpPeers } from "./peer.ts";
 
 const WILDCARD = new Set(["0.0.0.0", "::", "[::]"]);
@@ -33,17 +40,18 @@ function localAddresses(): Set<string> {
 
 /**
  * A check for requests served at `server`: true when the request's peer is sandboxed (a uid for
- * which `isSandboxUid` holds, or a local peer that cannot be found).
+ * which `isSandboxUid` holds, or a local peer that cannot be found). With a `connection` on the
+ * info (see listener.ts) the lookup is made once per connection.
  */
 export function sandboxedPeerCheck(
   server: Deno.NetAddr,
   isSandboxUid: (uid: number) => boolean,
-): (info: Deno.ServeHandlerInfo | undefined) => boolean {
+): (info: Deno.ServeHandlerInfo | ConnectionInfo | undefined) => boolean {
   const peers = new TcpPeers();
   const local = localAddresses();
   const wildcard = WILDCARD.has(server.hostname);
-  return (info) => {
-    const remote = info?.remoteAddr;
+  // Whether the peer at `remote` is sandboxed; undefined when the lookup failed.
+  const lookup = (remote: Deno.Addr | undefined): boolean | undefined => {
     if (remote?.transport !== "tcp") return false;
     const client: Endpoint = { hostname: remote.hostname, port: remote.port };
     const host = bare(client.hostname);
@@ -58,8 +66,18 @@ export function sandboxedPeerCheck(
       uid = peers.uid(at, client);
     } catch (err) {
       console.error("uexec: peer lookup failed; refusing the request:", (err as Error).message);
-      return true;
+      return undefined;
     }
     return uid === undefined || isSandboxUid(uid);
+  };
+  const known = new WeakMap<object, boolean>();
+  return (info) => {
+    const connection = info && "connection" in info ? info.connection : undefined;
+    const kept = connection && known.get(connection);
+    if (kept !== undefined) return kept;
+    const sandboxed = lookup(info?.remoteAddr);
+    if (sandboxed === undefined) return true;
+    if (connection) known.set(connection, sandboxed);
+    return sandboxed;
   };
 }

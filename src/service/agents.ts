@@ -12,7 +12,7 @@
 
 import { type Agent, OPERATOR, OPERATOR_OWNER, type Principal } from "./principal.ts";
 import type { StateDir } from "./state_dir.ts";
-import { matchToken, newToken, tokenDigest } from "./tokens.ts";
+import { digestBytes, matchToken, newToken, tokenDigest } from "./tokens.ts";
 
 /** The agent created at first start. */
 export const DEFAULT_AGENT = "default";
@@ -80,9 +80,9 @@ export class AgentRegistry {
   readonly #state: StateDir;
   readonly #now: () => Date;
   readonly #agents = new Map<string, Stored>();
-  #operatorDigest: string;
-  /** Digest -> principal, rebuilt on every change. */
-  #byDigest: [string, Principal][] = [];
+  readonly #operatorDigest: Uint8Array;
+  /** Digest (bytes) -> principal, rebuilt on every change. */
+  #byDigest: [Uint8Array, Principal][] = [];
   /** Where the operator's and default agent's tokens are, for the start-up line. */
   readonly sources: TokenSources;
 
@@ -90,7 +90,7 @@ export class AgentRegistry {
     this.#state = opts.state;
     this.#now = opts.now ?? (() => new Date());
     const operator = opts.operatorToken ?? this.#tokenFile(OPERATOR_FILE);
-    this.#operatorDigest = tokenDigest(operator);
+    this.#operatorDigest = digestBytes(tokenDigest(operator));
     const saved = this.#state.read(REGISTRY_FILE);
     if (saved === undefined) {
       const token = opts.agentToken ?? this.#tokenFile(AGENT_FILE);
@@ -185,7 +185,7 @@ export class AgentRegistry {
     this.#state.write(REGISTRY_FILE, `${JSON.stringify({ agents }, null, 2)}\n`);
     this.#byDigest = [
       [this.#operatorDigest, OPERATOR],
-      ...agents.map((a): [string, Principal] => [a.token_sha256, principalOf(a)]),
+      ...agents.map((a): [Uint8Array, Principal] => [digestBytes(a.token_sha256), principalOf(a)]),
     ];
   }
 }

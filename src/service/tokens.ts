@@ -7,9 +7,10 @@
  */
 
 import { Buffer } from "node:buffer";
-import { createHash, timingSafeEqual } from "node:crypto";
+import { createHash } from "node:crypto";
 
 const TOKEN_BYTES = 32;
+const DIGEST_BYTES = 32;
 
 /** A new token: `uexec_` and 256 random bits in base64url. */
 export function newToken(): string {
@@ -19,23 +20,31 @@ export function newToken(): string {
   return `uexec_${btoa(binary).replaceAll("+", "-").replaceAll("/", "_").replace(/=+$/, "")}`;
 }
 
-/** The SHA-256 digest of a token, in hex: what is stored and compared. */
+/** The SHA-256 digest of a token, in hex: what is stored. */
 export function tokenDigest(token: string): string {
   return createHash("sha256").update(token).digest("hex");
 }
 
+/** A stored hex digest as bytes, as `matchToken` compares it (decode once, when loaded). */
+export function digestBytes(hex: string): Uint8Array {
+  return new Uint8Array(Buffer.from(hex, "hex"));
+}
+
 /**
  * The value whose digest equals the presented token's, compared in constant time against every
- * candidate (no early exit, so the position of a match leaks nothing either).
+ * candidate (no early exit and no branch on a byte, so neither the position of a match nor how
+ * much of a digest matched leaks).
  */
 export function matchToken<T>(
   presented: string,
-  candidates: Iterable<[digest: string, value: T]>,
+  candidates: Iterable<[digest: Uint8Array, value: T]>,
 ): T | undefined {
-  const given = Buffer.from(tokenDigest(presented), "hex");
+  const given = createHash("sha256").update(presented).digest();
   let found: T | undefined;
   for (const [digest, value] of candidates) {
-    if (timingSafeEqual(given, Buffer.from(digest, "hex"))) found = value;
+    let diff = digest.length ^ DIGEST_BYTES;
+    for (let i = 0; i < DIGEST_BYTES; i++) diff |= given[i] ^ digest[i];
+    if (diff === 0) found = value;
   }
   return found;
 }

@@ -95,12 +95,34 @@ export function refusedConstruct(source: string): string {
     : `counted repetitions nested past ${MAX_REPLICATION} copies`;
 }
 
+/** How many compiled patterns are kept for reuse (the least recently used goes first). */
+export const CACHED_PATTERNS = 128;
+/**
+ * Compiled patterns by source, least recently used first. Sharing one is safe: without the `g`
+ * or `y` flag a RegExp keeps no state between matches (`lastIndex` is neither read nor set).
+ */
+const compiled = new Map<string, RegExp>();
+
 /**
  * Compile `source` for the linear engine. A syntax error, a construct the engine refuses or a
  * pattern too large for a useful window is an `UntilPatternError` naming it; a process without
- * the engine throws a plain Error.
+ * the engine throws a plain Error. The same source gives the same RegExp while it is among the
+ * last CACHED_PATTERNS compiled.
  */
 export function compileUntil(source: string): RegExp {
+  const cached = compiled.get(source);
+  if (cached) {
+    compiled.delete(source);
+    compiled.set(source, cached);
+    return cached;
+  }
+  const regexp = compile(source);
+  if (compiled.size >= CACHED_PATTERNS) compiled.delete(compiled.keys().next().value!);
+  compiled.set(source, regexp);
+  return regexp;
+}
+
+function compile(source: string): RegExp {
   if (!LINEAR_ENGINE) throw new Error(`V8 runs without ${LINEAR_ENGINE_FLAG}`);
   let regexp: RegExp;
   try {
@@ -122,8 +144,12 @@ export function compileUntil(source: string): RegExp {
         `at most ${MAX_STATES}`,
     );
   }
+  windows.set(regexp, windowFor(source));
   return regexp;
 }
+
+/** Each compiled pattern's window (see `windowFor`). */
+const windows = new WeakMap<RegExp, number>();
 
 /** How many of the latest characters of a call's output `source` is matched against. */
 function windowFor(source: string): number {
@@ -143,7 +169,7 @@ export class UntilMatcher {
   /** `pattern` must come from `compileUntil` (a linear-engine pattern). */
   constructor(readonly pattern: RegExp) {
     if (!pattern.flags.includes("l")) throw new Error(`until pattern ${pattern} is not linear`);
-    this.#window = windowFor(pattern.source);
+    this.#window = windows.get(pattern) ?? windowFor(pattern.source);
   }
 
   get matched(): boolean {
