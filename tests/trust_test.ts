@@ -598,3 +598,33 @@ Deno.test("a malformed agent registry stops the server with a message naming the
     await Deno.remove(stateDir, { recursive: true });
   }
 });
+
+Deno.test("one connection: a revoked token fails at once, and each request is its own token's", async () => {
+  const server = await startServer();
+  // One client with one pooled connection: every request below rides the same connection,
+  // where the server remembers the token it last checked.
+  const client = Deno.createHttpClient({ poolMaxIdlePerHost: 1 });
+  const get = async (token: string) => {
+    const res = await fetch(`${server.url}/v1/sessions`, {
+      client,
+      headers: { authorization: `Bearer ${token}` },
+    });
+    await res.body?.cancel();
+    return res.status;
+  };
+  try {
+    const minted = await server.operator.post("/v1/agents", { name: "agent-c" });
+    const token = minted.body.token;
+    assert.equal(await get(token), 200);
+    assert.equal(await get(token), 200);
+    // Another token on the same connection is checked as itself, not taken for the last one.
+    assert.equal(await get(`${token.slice(0, -1)}${token.endsWith("A") ? "B" : "A"}`), 401);
+    assert.equal(await get(server.operatorToken), 200);
+    assert.equal(await get(token), 200);
+    assert.equal((await server.operator.del("/v1/agents/agent-c")).status, 200);
+    assert.equal(await get(token), 401);
+  } finally {
+    client.close();
+    await server.stop();
+  }
+});

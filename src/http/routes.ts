@@ -154,7 +154,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
 
   /** The caller, authenticated; every route but /healthz starts here. */
   const who = (c: Context): Principal => {
-    const principal = authenticate(service, c.req.raw);
+    const principal = authenticate(service, c.req.raw, connectionOf(c.env));
     if (!principal) throw new UnauthorizedError();
     if (deps.fromSandbox?.(c.env)) throw new SandboxedPeerError();
     noteCaller(c.req.raw, principal);
@@ -249,11 +249,23 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
  * else then), otherwise a dashboard sign-in cookie, which must come from the dashboard's own
  * origin.
  */
-function authenticate(service: Service, req: Request): Principal | undefined {
+/** The listener's per-connection object on a request's info (see listener.ts), if any. */
+function connectionOf(info: unknown): object | undefined {
+  return info && typeof info === "object" && "connection" in info &&
+      typeof info.connection === "object" && info.connection !== null
+    ? info.connection
+    : undefined;
+}
+
+function authenticate(
+  service: Service,
+  req: Request,
+  connection: object | undefined,
+): Principal | undefined {
   const authorization = req.headers.get("authorization");
   if (authorization !== null) {
     const token = bearerToken(authorization);
-    return token === undefined ? undefined : service.authenticate(token);
+    return token === undefined ? undefined : service.authenticate(token, connection);
   }
   const id = sessionCookie(req.headers.get("cookie"), req.headers.get("host"));
   const principal = id === undefined ? undefined : service.authenticateWebSession(id);

@@ -118,9 +118,9 @@ export class Service {
     this.#deps = deps;
   }
 
-  /** The principal a bearer token stands for, or undefined. */
-  authenticate(token: string): Principal | undefined {
-    return this.#deps.agents.authenticate(token);
+  /** The principal a bearer token stands for, or undefined (see AgentRegistry.authenticate). */
+  authenticate(token: string, connection?: object): Principal | undefined {
+    return this.#deps.agents.authenticate(token, connection);
   }
 
   /**

@@ -48,3 +48,14 @@ export function matchToken<T>(
   }
   return found;
 }
+
+/**
+ * Whether two presented tokens are the same, in time that depends on their length only (a
+ * token's length is no secret: every token has the same).
+ */
+export function sameToken(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
+}
