@@ -4,6 +4,9 @@
  * @module
  */
 
+import { libc } from "../../src/ffi/libc.ts";
+import { spawnChild } from "../../src/pty/spawn.ts";
+import { TerminalProbe } from "../../src/pty/terminal_input.ts";
 import { log, ticker } from "../log.ts";
 import { row } from "../report.ts";
 import { closeSessions, openCat, roundTrip } from "../sessions.ts";
@@ -12,6 +15,37 @@ import { connect, type Context, type Outcome, peerColumns, startServer } from ".
 
 const WORKLOAD = "write_stdin ping -> cat";
 const WARMUP = 20;
+const PROBE_ASKS = 20_000;
+
+/**
+ * Microseconds of one `waiting_for_input` check (what every answer for a live PTY session
+ * pays, asked or not), on a `cat` of this process's own blocked reading its terminal: the
+ * same probe the server runs, timed over many asks.
+ */
+async function probeMicros(): Promise<number> {
+  const child = spawnChild({
+    argv: ["cat"],
+    env: ["PATH=/usr/bin:/bin"],
+    cwd: "/",
+    stdio: { kind: "pty", size: { cols: 80, rows: 24 } },
+  });
+  const probe = new TerminalProbe(child.master!, child.pid);
+  try {
+    // Nothing tells when cat has blocked in read: ask, briefly apart, until it has (bounded).
+    for (let i = 0; i < 400 && !probe.ask()?.waiting; i++) {
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    if (!probe.ask()?.waiting) throw new Error("cat never read as waiting for input");
+    const t0 = performance.now();
+    for (let i = 0; i < PROBE_ASKS; i++) probe.ask();
+    return ((performance.now() - t0) * 1000) / PROBE_ASKS;
+  } finally {
+    probe.close();
+    libc().kill(child.pid, 9);
+    libc().waitpid(child.pid, new Uint8Array(4), 0);
+    libc().close(child.master!);
+  }
+}
 
 export async function writeLatency(ctx: Context): Promise<Outcome> {
   const n = ctx.sizes.writeRuns;
@@ -32,6 +66,8 @@ export async function writeLatency(ctx: Context): Promise<Outcome> {
     await closeSessions(client, [id]);
   }
   const serverCpuMs = (server.cpuSeconds() - cpu0) * 1000;
+  const cpuPerTripUs = (serverCpuMs * 1000) / (n + WARMUP);
+  const probeUs = await probeMicros();
   const s = summarize(samples);
   const note = 'chars "ping<i>\\n", until /ping<i>[\\s\\S]*ping<i>/: returns when cat\'s own ' +
     "output is back, not just the line discipline's echo (like the peer's figure)";
@@ -54,10 +90,20 @@ export async function writeLatency(ctx: Context): Promise<Outcome> {
         ...peerColumns(ctx, (p) => p.catP99),
         goal: { op: "<=", value: 5, text: "<= 5 ms" },
       }),
+      row({
+        workload: "waiting_for_input check (every live PTY answer)",
+        metric: "share of server CPU per round trip",
+        unit: "%",
+        uexec: Math.round((probeUs / cpuPerTripUs) * 1000) / 10,
+        goal: { op: "<=", value: 10, text: "<= 10%" },
+        note: `${probeUs.toFixed(1)} us per check (${PROBE_ASKS} on a blocked cat) against ` +
+          `${cpuPerTripUs.toFixed(0)} us of server CPU per round trip above, same run`,
+      }),
     ],
     details: {
       round_trip_ms: s,
       server_cpu_ms_per_round_trip: Math.round((serverCpuMs / (n + WARMUP)) * 1000) / 1000,
+      waiting_for_input_check_us: probeUs,
     },
   };
 }
