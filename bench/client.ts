@@ -22,6 +22,8 @@ export interface ExecRequest {
   env?: Record<string, string>;
   output_mode?: "raw" | "plain" | "screen";
   screen?: boolean;
+  until_idle_ms?: number;
+  until_input?: boolean;
 }
 
 /** Body of `POST /v1/write_stdin`. */
@@ -32,6 +34,8 @@ export interface WriteRequest {
   until?: string;
   max_output_tokens?: number;
   output_mode?: "raw" | "plain" | "screen";
+  until_idle_ms?: number;
+  until_input?: boolean;
 }
 
 /** The 200 answer of both routes (the server's own result type). */

@@ -5,7 +5,7 @@
  * @module
  */
 
-import type { UexecClient } from "./client.ts";
+import type { UexecClient, WriteRequest } from "./client.ts";
 import { inParallel } from "./pool.ts";
 
 /** DELETEs sent at once when closing many sessions. */
@@ -41,6 +41,7 @@ export async function roundTrip(
   client: UexecClient,
   sessionId: number,
   marker: string,
+  extra: Partial<WriteRequest> = {},
 ): Promise<number> {
   const t0 = performance.now();
   const res = await client.write({
@@ -48,6 +49,7 @@ export async function roundTrip(
     chars: `${marker}\n`,
     until: twice(marker),
     yield_time_ms: 10_000,
+    ...extra,
   });
   const ms = performance.now() - t0;
   if (res.output.split(marker).length < 3) {

@@ -61,20 +61,43 @@ async function alternatingP50(
   warmup: number,
   extra: Partial<ExecRequest>,
   labels: [string, string],
+  otherExtra: Partial<ExecRequest> = extra,
 ): Promise<{ p50: number; otherP50: number; per: number }> {
   const mine: number[] = [];
   const theirs: number[] = [];
   const per = Math.max(1, Math.round(n / ROUNDS));
-  if (warmup > 0) await timeEcho(other, warmup, extra, `${labels[1]}, warm-up`);
+  if (warmup > 0) await timeEcho(other, warmup, otherExtra, `${labels[1]}, warm-up`);
   for (let round = 0; round < ROUNDS; round++) {
     const first = round % 2 === 0;
     const run = async () =>
       mine.push(...(await timeEcho(client, per, extra, `${labels[0]} ${round + 1}`)).samples);
     if (first) await run();
-    theirs.push(...(await timeEcho(other, per, extra, `${labels[1]} ${round + 1}`)).samples);
+    theirs.push(...(await timeEcho(other, per, otherExtra, `${labels[1]} ${round + 1}`)).samples);
     if (!first) await run();
   }
   return { p50: summarize(mine).p50, otherP50: summarize(theirs).p50, per };
+}
+
+/**
+ * What using the agents' front-door features costs the `echo hi` p50 against not using them,
+ * on the same server in alternating rounds: `output_mode: "plain"` with `until_idle_ms` and
+ * `until_input` (issue 12: within 10%).
+ */
+async function featureCost(client: UexecClient, n: number): Promise<Row> {
+  const used = { ...SH, output_mode: "plain", until_idle_ms: 5_000, until_input: true } as const;
+  const { p50, otherP50 } = await alternatingP50(client, client, n, 0, used, [
+    "plain + waits",
+    "raw, no waits",
+  ], SH);
+  return row({
+    workload: "exec echo hi, output_mode plain + until_idle_ms + until_input",
+    metric: "p50",
+    unit: "ms",
+    uexec: p50,
+    baseline: { value: otherP50, label: "same, features unused" },
+    goal: { op: "<=", value: 1.1, on: "ratio", text: "<= 1.1x unused" },
+    note: "alternating rounds on one server, same run",
+  });
 }
 
 /**
@@ -239,6 +262,8 @@ export async function echoLatency(ctx: Context): Promise<Outcome> {
     );
   }
 
+  log(`exec echo hi, output_mode plain and waits vs none (x${n} each)`);
+  rows.push(await featureCost(client, n));
   log(`exec echo hi, history on vs off (x${n} each)`);
   rows.push(...await historyCost(ctx, client, n));
   log(`exec echo hi, cgroup vs process group (x${n} each, unsandboxed and sandboxed)`);

@@ -8,10 +8,11 @@ import { libc } from "../../src/ffi/libc.ts";
 import { spawnChild } from "../../src/pty/spawn.ts";
 import { TerminalProbe } from "../../src/pty/terminal_input.ts";
 import { log, ticker } from "../log.ts";
-import { row } from "../report.ts";
+import { type Row, row } from "../report.ts";
 import { closeSessions, openCat, roundTrip } from "../sessions.ts";
 import { summarize } from "../stats.ts";
 import { connect, type Context, type Outcome, peerColumns, startServer } from "../workload.ts";
+import type { UexecClient } from "../client.ts";
 
 const WORKLOAD = "write_stdin ping -> cat";
 const WARMUP = 20;
@@ -47,6 +48,42 @@ async function probeMicros(): Promise<number> {
   }
 }
 
+/**
+ * The round trip with the agents' front-door features used (`output_mode: "plain"`, and
+ * `until_idle_ms` beside the `until` that ends it) against the same round trip without them,
+ * on one cat in alternating rounds (issue 12: within 10%).
+ */
+async function featureCost(client: UexecClient, n: number): Promise<Row> {
+  const id = await openCat(client);
+  const used: number[] = [];
+  const unused: number[] = [];
+  const per = Math.max(1, Math.round(n / 10));
+  try {
+    for (let i = 0; i < WARMUP; i++) await roundTrip(client, id, `warm${i}`);
+    for (let round = 0; round < 10; round++) {
+      const plain = round % 2 === 0;
+      for (let i = 0; i < per; i++) {
+        const marker = `r${round}x${i}`;
+        const ms = plain
+          ? await roundTrip(client, id, marker, { output_mode: "plain", until_idle_ms: 5_000 })
+          : await roundTrip(client, id, marker);
+        (plain ? used : unused).push(ms);
+      }
+    }
+  } finally {
+    await closeSessions(client, [id]);
+  }
+  return row({
+    workload: "write_stdin ping -> cat, output_mode plain + until_idle_ms",
+    metric: "p50",
+    unit: "ms",
+    uexec: summarize(used).p50,
+    baseline: { value: summarize(unused).p50, label: "same, features unused" },
+    goal: { op: "<=", value: 1.1, on: "ratio", text: "<= 1.1x unused" },
+    note: "alternating rounds on one cat, same run",
+  });
+}
+
 export async function writeLatency(ctx: Context): Promise<Outcome> {
   const n = ctx.sizes.writeRuns;
   await using server = await startServer(ctx);
@@ -68,6 +105,7 @@ export async function writeLatency(ctx: Context): Promise<Outcome> {
   const serverCpuMs = (server.cpuSeconds() - cpu0) * 1000;
   const cpuPerTripUs = (serverCpuMs * 1000) / (n + WARMUP);
   const probeUs = await probeMicros();
+  const features = await featureCost(client, n);
   const s = summarize(samples);
   const note = 'chars "ping<i>\\n", until /ping<i>[\\s\\S]*ping<i>/: returns when cat\'s own ' +
     "output is back, not just the line discipline's echo (like the peer's figure)";
@@ -90,6 +128,7 @@ export async function writeLatency(ctx: Context): Promise<Outcome> {
         ...peerColumns(ctx, (p) => p.catP99),
         goal: { op: "<=", value: 5, text: "<= 5 ms" },
       }),
+      features,
       row({
         workload: "waiting_for_input check (every live PTY answer)",
         metric: "share of server CPU per round trip",
