@@ -17,7 +17,8 @@ import { connect, type Context, type Outcome, startServer } from "../workload.ts
 /** Sessions opened at once. */
 const OPEN_WIDTH = 16;
 
-async function healthzLatency(client: UexecClient, n: number): Promise<Summary> {
+/** `/healthz` times of `n` sequential calls. */
+export async function healthzLatency(client: UexecClient, n: number): Promise<Summary> {
   const samples: number[] = [];
   for (let i = 0; i < n; i++) {
     const t0 = performance.now();

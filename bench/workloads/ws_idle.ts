@@ -7,24 +7,13 @@
  * @module
  */
 
-import type { UexecClient } from "../client.ts";
 import { log, ticker } from "../log.ts";
 import { noFigure, row } from "../report.ts";
-import { summarize, type Summary } from "../stats.ts";
 import { connect, type Context, type Outcome, startServer } from "../workload.ts";
+import { healthzLatency } from "./idle.ts";
 
 const IN_FLIGHT = 64;
 const PTY_MAX = "kernel.pty.max";
-
-async function healthzLatency(client: UexecClient, n: number): Promise<Summary> {
-  const samples: number[] = [];
-  for (let i = 0; i < n; i++) {
-    const t0 = performance.now();
-    await client.healthz();
-    samples.push(performance.now() - t0);
-  }
-  return summarize(samples);
-}
 
 /** `sysctl` (Deno needs --allow-all to write /proc/sys itself); throws with its stderr. */
 function sysctl(...args: string[]): string {

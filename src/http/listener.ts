@@ -49,6 +49,14 @@ export interface ConnectionInfo extends Deno.ServeHandlerInfo {
   readonly connection: object;
 }
 
+/** The per-connection object of a request this listener served; undefined for any other. */
+export function connectionOf(info: unknown): object | undefined {
+  return info && typeof info === "object" && "connection" in info &&
+      typeof info.connection === "object" && info.connection !== null
+    ? info.connection
+    : undefined;
+}
+
 type ServeOnConnection = (
   conn: Deno.Conn,
   signal: AbortSignal | undefined,

@@ -40,6 +40,7 @@ import { readJson } from "./body.ts";
 import { mcpRoutes } from "./mcp_routes.ts";
 import { docsRoutes } from "./docs_routes.ts";
 import { wantsText } from "./format.ts";
+import { connectionOf } from "./listener.ts";
 import { registerOutputRoutes } from "./output_routes.ts";
 import { screenRoutes } from "./screen_routes.ts";
 import { sseResponse } from "./sse.ts";
@@ -249,14 +250,6 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
  * else then), otherwise a dashboard sign-in cookie, which must come from the dashboard's own
  * origin.
  */
-/** The listener's per-connection object on a request's info (see listener.ts), if any. */
-function connectionOf(info: unknown): object | undefined {
-  return info && typeof info === "object" && "connection" in info &&
-      typeof info.connection === "object" && info.connection !== null
-    ? info.connection
-    : undefined;
-}
-
 function authenticate(
   service: Service,
   req: Request,

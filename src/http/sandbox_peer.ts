@@ -19,7 +19,7 @@
  * @module
  */
 
-import type { ConnectionInfo } from "./listener.ts";
+import { type ConnectionInfo, connectionOf } from "./listener.ts";
 import { type Endpoint, TcpPeers } from "./peer.ts";
 
 const WILDCARD = new Set(["0.0.0.0", "::", "[::]"]);
@@ -72,7 +72,7 @@ export function sandboxedPeerCheck(
   };
   const known = new WeakMap<object, boolean>();
   return (info) => {
-    const connection = info && "connection" in info ? info.connection : undefined;
+    const connection = connectionOf(info);
     const kept = connection && known.get(connection);
     if (kept !== undefined) return kept;
     const sandboxed = lookup(info?.remoteAddr);

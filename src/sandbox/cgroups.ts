@@ -20,16 +20,7 @@
  * @module
  */
 
-import {
-  cString,
-  errno,
-  libc,
-  listDir,
-  O,
-  OsError,
-  rawSyscall,
-  readSmallFile,
-} from "../ffi/libc.ts";
+import { cString, errno, libc, listDir, O, OsError, readSmallFile } from "../ffi/libc.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { type CgroupPlan, makeCgroups, removeDirs, rmdir, writeFile } from "./cgroup_fs.ts";
 import { CgroupJanitor } from "./cgroup_janitor.ts";
@@ -37,7 +28,6 @@ import { SandboxUnavailableError } from "./errors.ts";
 import type { ResourceLimits } from "./policy.ts";
 
 const EPOLLPRI = 0x2;
-const SYS_PREAD64 = 17;
 const EEXIST = 17;
 /**
  * Session cgroups kept made ahead per set of limits: enough for a burst of starts to find
@@ -419,7 +409,7 @@ async function killTree(reactor: Reactor, dir: string): Promise<boolean> {
   try {
     const buf = new Uint8Array(256);
     const populated = () => {
-      const n = rawSyscall(SYS_PREAD64, fd, buf, buf.length, 0);
+      const n = Number(c.pread(fd, buf, BigInt(buf.length), 0n));
       return n > 0 && /^populated 1$/m.test(new TextDecoder().decode(buf.subarray(0, n)));
     };
     const { promise, resolve } = Promise.withResolvers<void>();
