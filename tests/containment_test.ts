@@ -46,13 +46,70 @@ Deno.test("a setsid daemon does not survive DELETE of its session", async () => 
   for (const profile of ["workspace-write", "full-access"]) {
     const server = await startServer({ UEXEC_PROFILE: profile });
     try {
-      const { id, daemon } = await withDaemon(server);
-      const killed = await server.del(`/v1/sessions/${id}`);
-      assert.equal(killed.status, 200);
-      assert.equal(alive(daemon), false, `${profile}: daemon ${daemon} survived DELETE`);
+      // bash runs behind a wrapper that waits at the gate; dash waits at it itself.
+      for (const shell of ["/bin/bash", "/bin/sh"]) {
+        const { id, daemon } = await withDaemon(server, { shell });
+        const killed = await server.del(`/v1/sessions/${id}`);
+        assert.equal(killed.status, 200);
+        assert.equal(alive(daemon), false, `${profile}, ${shell}: daemon ${daemon} survived`);
+      }
     } finally {
       await server.stop();
     }
+  }
+});
+
+Deno.test("a dash command is in its cgroup and under its limits from its first line", async () => {
+  for (const profile of ["workspace-write", "full-access"]) {
+    const server = await startServer({ UEXEC_PROFILE: profile });
+    try {
+      const health = await server.get("/healthz");
+      const r = await server.post("/v1/exec_command", {
+        cmd: 'echo "$0 $#"; ulimit -p; grep "^0::" /proc/$$/cgroup; echo "fd3:$(ls /proc/$$/fd)"',
+        shell: "/bin/sh",
+        login: false,
+        tty: false,
+      });
+      assert.equal(r.body.exit_code, 0, JSON.stringify(r.body));
+      const [first, pids, v2, fds] = r.body.output.split("\n");
+      // What the command sees is what it asked for: its shell's name, no arguments.
+      assert.equal(first, "/bin/sh 0");
+      if (profile === "workspace-write") assert.equal(pids, "1024");
+      assert.ok(health.body.cgroup.endsWith(v2.slice(3, v2.lastIndexOf("/"))), v2);
+      assert.doesNotMatch(fds, /\b3\b/, "the gate's descriptor is closed before the command");
+    } finally {
+      await server.stop();
+    }
+  }
+});
+
+Deno.test("the loader's variables act only on the command, after the gate and the limits", async () => {
+  const server = await startServer({ UEXEC_PROFILE: "workspace-write" });
+  try {
+    for (const shell of ["/bin/bash", "/bin/sh"]) {
+      const out = `${server.workspace}/ld-${shell.slice(shell.lastIndexOf("/") + 1)}`;
+      const r = await server.post("/v1/exec_command", {
+        cmd: 'echo "$LD_DEBUG $GCONV_PATH"',
+        shell,
+        login: false,
+        tty: false,
+        env: { LD_DEBUG: "files", LD_DEBUG_OUTPUT: out, GCONV_PATH: "/nowhere" },
+      });
+      assert.equal(r.body.output, "files /nowhere\n", JSON.stringify(r.body));
+      // ld.so wrote one file per process it started: only the command's shell, never dash
+      // as the wrapper that gates and limits it (it could have loaded LD_PRELOAD's code).
+      const logs = [];
+      for await (const e of Deno.readDir(server.workspace)) {
+        if (e.name.startsWith(out.slice(out.lastIndexOf("/") + 1) + ".")) {
+          logs.push(await Deno.readTextFile(`${server.workspace}/${e.name}`));
+        }
+      }
+      assert.equal(logs.length, 1, `${shell}: ${logs.length} programs loaded under LD_DEBUG`);
+      assert.match(logs[0], new RegExp(`needed by ${shell} `));
+      assert.doesNotMatch(logs[0], /needed by \/bin\/dash /);
+    }
+  } finally {
+    await server.stop();
   }
 });
 

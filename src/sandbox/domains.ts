@@ -32,7 +32,7 @@ import {
   sandboxIds,
   sandboxOwners,
 } from "./identity.ts";
-import { withGate, withLimits } from "./limits.ts";
+import { type Launch, launch, type ShellCommand } from "./launch.ts";
 import type { ResolvedPolicy } from "./policy.ts";
 import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
 import { leaseUidRange, type UidLease } from "./uid_lease.ts";
@@ -73,8 +73,8 @@ export interface SandboxChoice {
   domain: string;
   /** How that worker restricts itself; undefined when nothing is enforced. */
   restriction?: Restriction;
-  /** Wrap the argv (resource limits). */
-  wrap(argv: string[], gate?: boolean): string[];
+  /** How to start `command` with `env` under this sandbox's limits (after the gate, when `gate`). */
+  launch(command: ShellCommand, env: Record<string, string>, gate: boolean): Launch;
   /** The session's private directory and uid. */
   session(): Promise<SessionDir>;
 }
@@ -200,7 +200,7 @@ export class SandboxDomains {
         uid: uids?.ids.spawner,
         gid: uids?.ids.gid,
       },
-      wrap: (argv, gate) => withLimits(argv, domain.policy.limits, undefined, gate),
+      launch: (command, env, gate) => launch(command, env, { limits: domain.policy.limits, gate }),
       session: () => this.#session(domain, uids),
     };
   }
@@ -262,7 +262,7 @@ export class SandboxDomains {
       profile: name,
       policy,
       domain: FULL_ACCESS,
-      wrap: (argv, gate) => gate ? withGate(argv) : argv,
+      launch: (command, env, gate) => launch(command, env, { gate }),
       session: () => Promise.resolve(NO_SESSION_DIR),
     };
   }

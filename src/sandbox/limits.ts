@@ -1,10 +1,13 @@
 /**
- * Resource limits for a sandboxed child, applied by a wrapper that sets them on itself and then
- * execs the command, so they are in place before the command's first instruction and nothing
- * can race them. (rlimits are per process, so setting them on the server's spawning thread
- * would limit the whole server.) The wrapper is dash's `ulimit` builtin where /bin/dash exists
- * (one small exec), else util-linux `prlimit`. Core dumps are always disabled. This module
- * must never change the server's own limits.
+ * The wrappers that run before a child's command: resource limits for a sandboxed child, set
+ * by a wrapper on itself before it execs the command, so they are in place before the
+ * command's first instruction and nothing can race them (rlimits are per process, so setting
+ * them on the server's spawning thread would limit the whole server), and the cgroup gate. The
+ * wrapper is dash (`ulimit` builtin; one small exec) where /bin/dash exists, else util-linux
+ * `prlimit`. Core dumps are always disabled. Variables a wrapper must not run under (see
+ * launch.ts) are passed as arguments and exported only after the gate and the limits.
+ *
+ * This module must never change the server's own limits.
  *
  * @module
  */
@@ -17,14 +20,23 @@ import type { ResourceLimits } from "./policy.ts";
 export const PRLIMIT = "/usr/bin/prlimit";
 /** Debian's /bin/sh; its `ulimit` sets soft and hard limits with one letter per call. */
 export const DASH = "/bin/dash";
+/** coreutils env, which sets variables after prlimit when dash is missing. */
+const ENV = "/usr/bin/env";
 
 /**
  * The descriptor a gated child waits on: the wrapper reads one line from it before anything
  * else runs, so the server can put the child into its cgroup first; end of file without that
- * line (the server died) ends the child with 125.
+ * line (the server died or refused it) ends the child with 125.
  */
 export const GATE_FD = 3;
-const GATE = `IFS= read -r _ <&${GATE_FD} || exit 125; exec ${GATE_FD}<&-`;
+/** The gate as a dash command (one line, no trailing separator). */
+export const GATE = `IFS= read -r _ <&${GATE_FD} || exit 125; exec ${GATE_FD}<&-`;
+
+/**
+ * Marks the end of the assignments a wrapper exports before it execs (see `exported`); no
+ * assignment can be it, as it has no `=`.
+ */
+const END_OF_EXPORTS = "--";
 
 /** Which program applies the limits. */
 export type LimitWrapper = "dash" | "prlimit";
@@ -56,19 +68,32 @@ export function prlimitOptions(limits: ResourceLimits): string[] {
 }
 
 /**
- * The dash script that sets `limits` (soft = hard; sizes rounded down to dash's units) and
- * execs its arguments; a limit it cannot set ends it with 126 before anything runs.
+ * The dash command that sets `limits` (soft = hard; sizes rounded down to dash's units), or
+ * ends the shell with 126 before anything else runs when one cannot be set (one line, no
+ * trailing separator).
  */
-export function dashScript(limits: ResourceLimits, gate = false): string {
+export function ulimitCommand(limits: ResourceLimits): string {
   const steps = [
-    ...(gate ? [GATE] : []),
     "ulimit -c 0",
     ...values(limits).map(([, letter, v, unit]) => `ulimit -${letter} ${Math.floor(v / unit)}`),
   ];
-  const [first, ...more] = steps;
-  return gate
-    ? `${first}\n${more.join(" && ")} || exit 126\nexec "$@"`
-    : `${steps.join(" && ")} || exit 126\nexec "$@"`;
+  return `${steps.join(" && ")} || exit 126`;
+}
+
+/**
+ * The dash script of a wrapper: the gate (when `gate`), then `limits` (when given), then the
+ * exports of the assignments between its arguments' start and {@link END_OF_EXPORTS} (when
+ * `exports`), then exec its remaining arguments.
+ */
+export function dashScript(limits?: ResourceLimits, gate = false, exporting = false): string {
+  return [
+    ...(gate ? [GATE] : []),
+    ...(limits ? [ulimitCommand(limits)] : []),
+    ...(exporting
+      ? [`while [ "$1" != ${END_OF_EXPORTS} ]; do export "$1"; shift; done; shift`]
+      : []),
+    'exec "$@"',
+  ].join("\n");
 }
 
 function exists(path: string): boolean {
@@ -84,31 +109,70 @@ export function limitWrapper(): LimitWrapper | null {
   return chosen;
 }
 
-/** `argv` wrapped so that it first waits at the gate on {@link GATE_FD} (one dash exec). */
-export function withGate(argv: string[]): string[] {
+/**
+ * `argv` wrapped so that it first waits at the gate on {@link GATE_FD} (one dash exec), and
+ * `exported` (`NAME=value` assignments) are set only after it, just before `argv` runs.
+ */
+export function withGate(argv: string[], exported: string[] = []): string[] {
   if (argv.length === 0) throw new RangeError("argv must not be empty");
   if (!exists(DASH)) {
     throw new SandboxUnavailableError(`cannot gate a child into its cgroup: ${DASH} is missing`);
   }
-  return [DASH, "-c", `${GATE}\nexec "$@"`, "uexec-gate", ...argv];
+  return [
+    DASH,
+    "-c",
+    dashScript(undefined, true, exported.length > 0),
+    "uexec-gate",
+    ...exports(
+      exported,
+    ),
+    ...argv,
+  ];
 }
 
-/** `argv` wrapped so that it runs under `limits` (after the gate, when `gate`). */
+/**
+ * `argv` wrapped so that it runs under `limits` (after the gate, when `gate`), with `exported`
+ * (`NAME=value` assignments) set only once the limits are, just before `argv` runs.
+ */
 export function withLimits(
   argv: string[],
   limits: ResourceLimits,
   wrapper: LimitWrapper | null = limitWrapper(),
   gate = false,
+  exported: string[] = [],
 ): string[] {
   if (argv.length === 0) throw new RangeError("argv must not be empty");
   if (wrapper === "dash") {
-    return [DASH, "-c", dashScript(limits, gate), "uexec-limits", ...argv];
+    return [
+      DASH,
+      "-c",
+      dashScript(limits, gate, exported.length > 0),
+      "uexec-limits",
+      ...exports(exported),
+      ...argv,
+    ];
   }
   if (wrapper === "prlimit") {
-    const limited = [PRLIMIT, ...prlimitOptions(limits), "--", ...argv];
+    if (exported.length > 0 && argv[0].includes("=")) {
+      throw new SandboxUnavailableError(
+        `cannot run ${argv[0]} through env(1) after prlimit: its path contains "="`,
+      );
+    }
+    const limited = [
+      PRLIMIT,
+      ...prlimitOptions(limits),
+      "--",
+      ...(exported.length > 0 ? [ENV, ...exported] : []),
+      ...argv,
+    ];
     return gate ? withGate(limited) : limited;
   }
   throw new SandboxUnavailableError(
     `cannot apply resource limits: neither ${DASH} nor ${PRLIMIT} exists (install dash or util-linux)`,
   );
+}
+
+/** A dash wrapper's leading arguments for `exported` (none when there are none). */
+function exports(exported: string[]): string[] {
+  return exported.length > 0 ? [...exported, END_OF_EXPORTS] : [];
 }

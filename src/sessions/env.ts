@@ -39,11 +39,11 @@ export function baseEnv(server: Record<string, string>): Record<string, string> 
   return { ...env, ...FORCED_ENV };
 }
 
-/** The `NAME=value` list for one child. */
+/** The environment of one child. */
 export function childEnv(
   base: Record<string, string>,
   workdir: string,
   extra: Record<string, string> = {},
-): string[] {
-  return Object.entries({ ...base, PWD: workdir, ...extra }).map(([k, v]) => `${k}=${v}`);
+): Record<string, string> {
+  return { ...base, PWD: workdir, ...extra };
 }

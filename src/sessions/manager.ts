@@ -442,7 +442,6 @@ export class SessionManager {
   async #start(id: number, req: ExecRequest): Promise<Session> {
     const { sandbox } = req;
     const { cgroups } = this.#opts;
-    const command = sandbox.wrap([req.shell, req.login ? "-lc" : "-c", req.cmd], !!cgroups);
     const lease = await this.#opts.pool.acquire(sandbox.domain, sandbox.restriction)
       .catch((err) => {
         throw diedOr(err);
@@ -455,12 +454,12 @@ export class SessionManager {
     try {
       dir = await sandbox.session();
       cgroup = cgroups && contain(() => cgroups.create(sandbox.policy.limits));
-      gate = cgroup && openGatePipe(cgroup);
+      gate = cgroup && openGate(cgroup);
       pipes = req.tty ? undefined : openPipes();
+      const env = childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env });
       spawned = await lease.spawner.spawn({
         uid: dir.uid,
-        argv: command,
-        env: childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env }),
+        ...sandbox.launch(req, env, gate !== undefined),
         cwd: req.workdir,
         stdio: pipes ? { kind: "pipes", ...pipes.child } : { kind: "pty", size: req.size },
         gate,
@@ -472,10 +471,11 @@ export class SessionManager {
       if (pipes) closeAll([pipes.parent.output, pipes.parent.input]);
       if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
       gate = undefined;
-      // A child still at its closed gate ends by itself (125) without running; one that a
-      // dying worker started may already run: it dies with its group and cgroup. Reap it.
+      // A child let through nothing runs nothing of its command: it is killed with its group
+      // (alone in it: it never passed its gate), as is one a dying worker may have started
+      // (which may already run: it dies with its group and cgroup). Reap it.
       const child = spawned ?? (err instanceof SpawnFailure ? err.orphan : undefined);
-      if (child && !spawned) libc().kill(-child.pid, SIGKILL);
+      if (child && (!spawned || spawned.unplaced)) libc().kill(-child.pid, SIGKILL);
       await cgroup?.kill();
       if (child) {
         libc().waitpid(child.pid, new Uint8Array(4), 0);
@@ -722,7 +722,7 @@ function contain<T>(step: () => T): T {
 }
 
 /** A gate for a child of `cgroup`: the pipe, and its `cgroup.procs` files opened by us. */
-function openGatePipe(cgroup: SessionCgroup): Gate {
+function openGate(cgroup: SessionCgroup): Gate {
   const procs = contain(() => cgroup.openProcs());
   const [fd, release] = openPipe();
   return { fd, release, procs };
