@@ -66,6 +66,9 @@ export function launch(
   if (!opts.gate && !opts.limits) return { file: command.shell, argv, env: assignments(entries) };
   const wrapper = opts.wrapper === undefined ? limitWrapper() : opts.wrapper;
   const loader = entries.filter(([name]) => LOADER_VARIABLE.test(name));
+  const others = loader.length === 0
+    ? entries
+    : entries.filter(([name]) => !LOADER_VARIABLE.test(name));
   if (loader.length === 0 && !command.login && wrapper === "dash" && isDash(command.shell)) {
     const first = [
       ...(opts.gate ? [GATE] : []),
@@ -85,7 +88,7 @@ export function launch(
   return {
     file: wrapped[0],
     argv: wrapped,
-    env: assignments(entries.filter(([name]) => !LOADER_VARIABLE.test(name))),
+    env: assignments(others),
   };
 }
 

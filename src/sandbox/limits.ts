@@ -118,16 +118,12 @@ export function withGate(argv: string[], exported: string[] = []): string[] {
   if (!exists(DASH)) {
     throw new SandboxUnavailableError(`cannot gate a child into its cgroup: ${DASH} is missing`);
   }
-  return [
-    DASH,
-    "-c",
-    dashScript(undefined, true, exported.length > 0),
+  return dashWrapper(
     "uexec-gate",
-    ...exports(
-      exported,
-    ),
-    ...argv,
-  ];
+    dashScript(undefined, true, exported.length > 0),
+    exported,
+    argv,
+  );
 }
 
 /**
@@ -143,14 +139,12 @@ export function withLimits(
 ): string[] {
   if (argv.length === 0) throw new RangeError("argv must not be empty");
   if (wrapper === "dash") {
-    return [
-      DASH,
-      "-c",
-      dashScript(limits, gate, exported.length > 0),
+    return dashWrapper(
       "uexec-limits",
-      ...exports(exported),
-      ...argv,
-    ];
+      dashScript(limits, gate, exported.length > 0),
+      exported,
+      argv,
+    );
   }
   if (wrapper === "prlimit") {
     if (exported.length > 0 && argv[0].includes("=")) {
@@ -172,7 +166,8 @@ export function withLimits(
   );
 }
 
-/** A dash wrapper's leading arguments for `exported` (none when there are none). */
-function exports(exported: string[]): string[] {
-  return exported.length > 0 ? [...exported, END_OF_EXPORTS] : [];
+/** dash running `script` as `name`, with `exported` (then the end mark) before `argv`. */
+function dashWrapper(name: string, script: string, exported: string[], argv: string[]): string[] {
+  const exports = exported.length > 0 ? [...exported, END_OF_EXPORTS] : [];
+  return [DASH, "-c", script, name, ...exports, ...argv];
 }
