@@ -4,7 +4,8 @@
  * `serveHttpOnConnection`), so that what clients hold is bounded. A connection must complete a
  * request head within the header timeout of being accepted, and the next one within the idle
  * timeout of its last response; beyond the connection cap, and when the process is out of file
- * descriptors, a client is answered 503 and closed. Requests themselves pass untouched; the
+ * descriptors, a client is answered 503 and closed (when not even that descriptor can be had,
+ * the connection idle longest is closed for it). Requests themselves pass untouched; the
  * handler's `info` has the client's address, Deno's completion promise and `connection`, one
  * object per accepted connection (so that what holds for a whole connection, such as who its
  * peer is, can be found once). Per request this adds only an in-flight count kept through the
@@ -157,6 +158,11 @@ class Connection {
     );
   }
 
+  /** When it became idle (nothing in flight), or undefined while a request is in flight. */
+  get idleSince(): number | undefined {
+    return this.#inFlight === 0 && !this.#gone ? this.#since : undefined;
+  }
+
   /** The connection is gone: its timer must not outlive it. */
   closed(): void {
     this.#gone = true;
@@ -259,9 +265,9 @@ class Listener implements HttpListener {
 
   /**
    * Out of descriptors: give the reserve up for one accept, answer that client 503 and take the
-   * reserve back. Without a reserve (someone else took the freed descriptor), or on
-   * any other error, wait for a connection to close (see ACCEPT_BACKOFF_MS) rather than retry
-   * an accept that fails at once.
+   * reserve back. Without a reserve (someone else took the freed descriptor), the connection
+   * idle longest is closed; then, as on any other error, wait for a connection to close (see
+   * ACCEPT_BACKOFF_MS) rather than retry an accept that fails at once.
    */
   async #acceptFailed(err: unknown): Promise<void> {
     if (outOfDescriptors(err) && this.#reserve) {
@@ -272,6 +278,9 @@ class Listener implements HttpListener {
       } catch { /* the client left, or the listener closed */ }
     } else {
       if (!outOfDescriptors(err)) console.error("uexec: accepting a connection failed:", err);
+      // Else a client may wait in the backlog until some connection closes by itself: the one
+      // idle longest gives its descriptor up now.
+      else this.#closeLongestIdle();
       const { promise, resolve } = Promise.withResolvers<void>();
       const timer = setTimeout(resolve, ACCEPT_BACKOFF_MS);
       this.#wake = resolve;
@@ -280,6 +289,17 @@ class Listener implements HttpListener {
       this.#wake = undefined;
     }
     this.#reserve ??= openReserve();
+  }
+
+  #closeLongestIdle(): void {
+    let longest: Connection | undefined;
+    for (const c of this.#live) {
+      const since = c.idleSince;
+      if (since !== undefined && (longest === undefined || since < longest.idleSince!)) {
+        longest = c;
+      }
+    }
+    longest?.server.shutdown().catch(() => {/* already closed */});
   }
 
   /**

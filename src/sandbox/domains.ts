@@ -239,7 +239,7 @@ export class SandboxDomains {
         released = true;
         const removed = removePrivateDir(dir.dir);
         if (uid !== undefined) uids!.pool.give(uid, removed);
-        else removed.catch((err) => console.error(`uexec: cannot remove ${dir.dir}:`, err));
+        else removed.catch((err) => console.error(`uexec: cannot remove ${dir.dir}: ${err}`));
       },
     };
   }

@@ -72,7 +72,8 @@ export class UidPool {
         this.#returned.push(uid);
         this.#topUp();
       },
-      (err) => console.error(`uexec: sandbox uid ${uid} retired, its cleanup failed:`, err),
+      // One line: formatting an Error's stack can abort Deno when descriptors ran out (README).
+      (err) => console.error(`uexec: sandbox uid ${uid} retired, its cleanup failed: ${err}`),
     ).finally(() => this.#returning.delete(returning));
     this.#returning.add(returning);
   }

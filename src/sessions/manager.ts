@@ -11,6 +11,7 @@
 
 import type { EndReason, EventBus } from "../events/bus.ts";
 import { E, libc } from "../ffi/libc.ts";
+import { DescriptorReserve } from "../io/descriptor_reserve.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { openPipe, setNonBlocking, type WindowSize } from "../pty/open.ts";
 import { whenGone } from "../pty/gone.ts";
@@ -245,9 +246,12 @@ export class SessionManager {
   #screens: ScreenHost;
   /** Each session's cgroup (cgroup containment only). */
   #cgroups = new Map<Session, SessionCgroup>();
+  /** Descriptors kept for the runtime, given up when a start runs out (see DescriptorReserve). */
+  #descriptors: DescriptorReserve;
 
   constructor(opts: ManagerOptions) {
     this.#opts = opts;
+    this.#descriptors = new DescriptorReserve(DESCRIPTOR_RESERVE);
     this.#screens = opts.screens ?? new ScreenHost();
   }
 
@@ -440,6 +444,9 @@ export class SessionManager {
   }
 
   async #start(id: number, req: ExecRequest): Promise<Session> {
+    if (!this.#descriptors.replenish()) {
+      throw outOfFiles(`fewer than ${2 * DESCRIPTOR_RESERVE} are free since a start ran out`);
+    }
     const { sandbox } = req;
     const { cgroups } = this.#opts;
     const lease = await this.#opts.pool.acquire(sandbox.domain, sandbox.restriction)
@@ -484,10 +491,10 @@ export class SessionManager {
       dir?.release();
       lease.release();
       if (err instanceof SpawnFailure && err.kind === "spawn") {
-        if (err.code === E.EMFILE || err.code === E.ENFILE) throw outOfFiles(err);
+        if (err.code === E.EMFILE || err.code === E.ENFILE) throw this.#ranOut(err);
         throw spawnRefusal(err, req);
       }
-      if (isOutOfFiles(err)) throw outOfFiles(err as Error);
+      if (isOutOfFiles(err)) throw this.#ranOut(err as Error);
       throw diedOr(err);
     } finally {
       if (pipes) closeAll([pipes.child.stdin, pipes.child.output]);
@@ -515,7 +522,7 @@ export class SessionManager {
           s.usage = sessionCgroup.usage();
           setTimeout(() =>
             sessionCgroup.kill()
-              .catch((err) => console.error(`uexec: cannot kill session ${s.id}'s cgroup:`, err))
+              .catch((err) => console.error(`uexec: cannot kill session ${s.id}'s cgroup: ${err}`))
               .finally(() => this.#cgroups.delete(s)), 0);
         }
         sessionDir.release();
@@ -544,12 +551,18 @@ export class SessionManager {
       abandonChild(fds);
       sessionDir.release();
       lease.release();
-      throw isOutOfFiles(err) ? outOfFiles(err as Error) : err;
+      throw isOutOfFiles(err) ? this.#ranOut(err as Error) : err;
     }
     const timeout = req.timeoutMs === undefined
       ? undefined
       : setTimeout(() => this.#terminate([session], "timeout"), req.timeoutMs);
     return session;
+  }
+
+  /** A start ran out of descriptors: the reserve goes back to the process, the caller gets 503. */
+  #ranOut(err: Error): OutOfResourcesError {
+    this.#descriptors.spend();
+    return outOfFiles(err.message);
   }
 
   /** Collect the call's output, telling its watcher of output as it arrives. */
@@ -678,6 +691,13 @@ function screenOf(session: Session) {
   );
 }
 
+/**
+ * Descriptors held back for the runtime's own needs when starts run out (it needs one or two at
+ * a time); starts resume once twice as many are free, about what one start takes at its peak
+ * (terminal or pipes, gate, cgroup files, pidfd).
+ */
+const DESCRIPTOR_RESERVE = 8;
+
 /** True for a failure to get a file descriptor (EMFILE, ENFILE) anywhere in a start. */
 function isOutOfFiles(err: unknown): boolean {
   return err instanceof Error && /\bE[MN]FILE\b/.test(err.message);
@@ -692,9 +712,9 @@ function diedOr(err: unknown): unknown {
   );
 }
 
-function outOfFiles(err: Error): OutOfResourcesError {
+function outOfFiles(why: string): OutOfResourcesError {
   return new OutOfResourcesError(
-    `the server is out of file descriptors (${err.message}); ` +
+    `the server is out of file descriptors (${why}); ` +
       "nothing was started, try again once sessions have ended",
   );
 }
