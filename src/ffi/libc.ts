@@ -128,6 +128,12 @@ export function listDir(path: string): string[] {
   return names;
 }
 
+/** Close each of `fds`; negative entries (none held) are skipped. */
+export function closeAll(fds: Iterable<number>): void {
+  const c = libc();
+  for (const fd of fds) if (fd >= 0) c.close(fd);
+}
+
 /** The buffer small-file reads go through on this thread (grown to the largest read asked). */
 let scratch = new Uint8Array(4096);
 const utf8 = new TextDecoder();

@@ -14,7 +14,7 @@
  * @module
  */
 
-import { cString, libc, O } from "../ffi/libc.ts";
+import { closeAll, cString, libc, O } from "../ffi/libc.ts";
 
 const DEV_NULL = cString("/dev/null");
 
@@ -61,9 +61,4 @@ export class DescriptorReserve {
     this.#held = opened;
     return true;
   }
-}
-
-function closeAll(fds: number[]): void {
-  const c = libc();
-  for (const fd of fds) c.close(fd);
 }

@@ -15,7 +15,7 @@
  * @module
  */
 
-import { AT_FDCWD, cString, libc, O, readSmallFile } from "../ffi/libc.ts";
+import { AT_FDCWD, closeAll, cString, libc, O, readSmallFile } from "../ffi/libc.ts";
 
 const TCGETS = 0x5401n;
 const TIOCGPGRP = 0x540fn;
@@ -259,7 +259,7 @@ class LeaderFiles {
   /** Release the descriptors (a later ask opens them again). */
   close(): void {
     held.delete(this);
-    for (const fd of [this.#syscall, this.#fdDir]) if (fd >= 0) libc().close(fd);
+    closeAll([this.#syscall, this.#fdDir]);
     this.#syscall = this.#fdDir = -1;
   }
 

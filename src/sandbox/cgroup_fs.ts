@@ -10,7 +10,7 @@
  * @module
  */
 
-import { cString, errno, libc, O, OsError } from "../ffi/libc.ts";
+import { closeAll, cString, errno, libc, O, OsError } from "../ffi/libc.ts";
 
 const O_WRONLY = 1;
 const ENOENT = 2;
@@ -47,7 +47,7 @@ export function makeCgroups(plan: CgroupPlan): number[] {
     }
     return fds;
   } catch (err) {
-    for (const fd of fds) libc().close(fd);
+    closeAll(fds);
     removeDirs(made.reverse());
     throw err;
   }

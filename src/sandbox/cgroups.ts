@@ -20,7 +20,7 @@
  * @module
  */
 
-import { cString, errno, libc, listDir, O, OsError, readSmallFile } from "../ffi/libc.ts";
+import { closeAll, cString, errno, libc, listDir, O, OsError, readSmallFile } from "../ffi/libc.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { type CgroupPlan, makeCgroups, removeDirs, rmdir, writeFile } from "./cgroup_fs.ts";
 import { CgroupJanitor } from "./cgroup_janitor.ts";
@@ -118,7 +118,7 @@ export class SessionCgroup {
   /** SIGKILL everything in the session's cgroup; resolves once it is empty and removed. */
   kill(): Promise<void> {
     if (!this.#killed) {
-      for (const fd of this.#procs ?? []) libc().close(fd);
+      closeAll(this.#procs ?? []);
       this.#procs = undefined;
       this.#killed = killTree(this.#host.reactor, this.dir)
         .then(() => this.#host.remove(this.#host.dirsOf(this.name)));

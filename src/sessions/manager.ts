@@ -10,7 +10,7 @@
  */
 
 import type { EndReason, EventBus } from "../events/bus.ts";
-import { E, libc } from "../ffi/libc.ts";
+import { closeAll, E, libc } from "../ffi/libc.ts";
 import { DescriptorReserve } from "../io/descriptor_reserve.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { openPipe, setNonBlocking, type WindowSize } from "../pty/open.ts";
@@ -746,10 +746,6 @@ function openGate(cgroup: SessionCgroup): Gate {
   const procs = contain(() => cgroup.openProcs());
   const [fd, release] = openPipe();
   return { fd, release, procs };
-}
-
-function closeAll(fds: number[]): void {
-  for (const fd of fds) if (fd >= 0) libc().close(fd);
 }
 
 /** Pipes for a child without a terminal: its stdin and merged stdout/stderr, and our ends. */
