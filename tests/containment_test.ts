@@ -7,6 +7,7 @@
  */
 
 import assert from "node:assert/strict";
+import { KEPT } from "../src/sandbox/cgroups.ts";
 import { type Client, startServer } from "./helpers/server.ts";
 import { connectSse } from "./helpers/sse.ts";
 
@@ -299,3 +300,88 @@ Deno.test("pruning and revoking an agent kill their sessions' daemons", async ()
     await server.stop();
   }
 });
+
+/** The v2 cgroup of the command's shell, as the command prints it first. */
+const PRINT_CGROUP = "grep '^0::' /proc/$$/cgroup";
+
+Deno.test("a session cgroup used again reports only its new session's usage", async () => {
+  const server = await startServer();
+  try {
+    const { limits } = (await server.get("/healthz")).body;
+    // Much CPU and memory (64 MiB of string in mawk), little page cache left behind.
+    const heavy = await server.post("/v1/exec_command", {
+      cmd: `${PRINT_CGROUP}; awk 'BEGIN { s = "x"; for (i = 0; i < 26; i++) s = s s; ` +
+        "for (i = 0; i < 6000000; i++) t += i }'",
+      login: false,
+      tty: false,
+    });
+    assert.equal(heavy.body.exit_code, 0, JSON.stringify(heavy.body));
+    assert.ok(heavy.body.usage.cpu_seconds > 0.1, JSON.stringify(heavy.body.usage));
+    if (limits.memory !== "rlimit") {
+      assert.ok(heavy.body.usage.peak_memory_bytes > 64 << 20, JSON.stringify(heavy.body.usage));
+    }
+    // Spares are taken oldest first: the heavy one's cgroup comes round within KEPT starts.
+    let reused: Record<string, { cpu_seconds: number; peak_memory_bytes: number }> | undefined;
+    for (let i = 0; i < 2 * KEPT && !reused; i++) {
+      const light = await server.post("/v1/exec_command", {
+        cmd: PRINT_CGROUP,
+        login: false,
+        tty: false,
+      });
+      assert.equal(light.body.exit_code, 0, JSON.stringify(light.body));
+      if (light.body.output === heavy.body.output.split("\n")[0] + "\n") reused = light.body;
+    }
+    assert.ok(reused, `no later session was given ${heavy.body.output.split("\n")[0]}`);
+    assert.ok(reused.usage.cpu_seconds < 0.05, JSON.stringify(reused.usage));
+    if (limits.memory !== "rlimit") {
+      assert.ok(reused.usage.peak_memory_bytes < 16 << 20, JSON.stringify(reused.usage));
+    }
+  } finally {
+    await server.stop();
+  }
+});
+
+Deno.test("a cgroup a command makes in its session's is killed and removed with it", async () => {
+  const server = await startServer({ UEXEC_PROFILE: "full-access" });
+  const instance = (await server.get("/healthz")).body.cgroup as string;
+  const root = instance.slice(0, instance.indexOf("/uexec/"));
+  let stopped = false;
+  try {
+    // As root (unsandboxed), it may: a daemon moved into a cgroup beneath its session's.
+    const r = await server.post("/v1/exec_command", {
+      cmd: `own=${root}$(${PRINT_CGROUP} | cut -c4-); mkdir $own/sub; echo $own; ` +
+        'mkfifo f$$; setsid sh -c "echo \\$\\$ > $own/sub/cgroup.procs; echo \\$\\$ > f$$; ' +
+        'exec sleep 1006" </dev/null >/dev/null 2>&1 & read d < f$$; rm f$$; echo daemon=$d',
+      login: false,
+      tty: false,
+    });
+    assert.equal(r.body.exit_code, 0, JSON.stringify(r.body));
+    const [own, daemonLine] = r.body.output.trim().split("\n");
+    const daemon = Number(daemonLine.slice("daemon=".length));
+    assert.equal(await exitsWithin(daemon, 20), true, "the daemon in the sub-cgroup survived");
+    // Its cgroup, with a cgroup in it, is never given to another session.
+    for (let i = 0; i < 2 * KEPT; i++) {
+      const next = await server.post("/v1/exec_command", {
+        cmd: PRINT_CGROUP,
+        login: false,
+        tty: false,
+      });
+      assert.notEqual(`${root}${next.body.output.trim().slice(3)}`, own);
+    }
+    const { code } = await server.stop();
+    stopped = true;
+    assert.equal(code, 0);
+    assert.equal(existsDir(own), false, `${own} is left`);
+    assert.equal(existsDir(instance), false, `${instance} is left`);
+  } finally {
+    if (!stopped) await server.stop();
+  }
+});
+
+function existsDir(path: string): boolean {
+  try {
+    return Deno.statSync(path).isDirectory;
+  } catch {
+    return false;
+  }
+}

@@ -1,19 +1,22 @@
 /**
  * The cgroup file system operations of session cgroups, through libc (Deno's own file APIs
  * want every permission for anything beneath /sys), usable on any thread: making a session's
- * directories from a {@link CgroupPlan} and removing them. Both the main thread and the cgroup
- * janitor worker run them.
+ * directories from a {@link CgroupPlan}, readying emptied ones for the next session
+ * ({@link reuseCgroups}) and removing them. Both the main thread and the cgroup janitor worker
+ * run them.
  *
- * It must never touch a path it was not given, and never leave half a session's cgroups
- * behind: a plan that fails is undone.
+ * It must never touch a path it was not given (or a cgroup a command made beneath one), never
+ * leave half a session's cgroups behind (a plan that fails is undone), and never hand on a
+ * cgroup that still holds anything of the session before.
  *
  * @module
  */
 
-import { closeAll, cString, errno, libc, O, OsError } from "../ffi/libc.ts";
+import { closeAll, cString, errno, libc, listDir, O, OsError, readSmallFile } from "../ffi/libc.ts";
 
 const O_WRONLY = 1;
 const ENOENT = 2;
+const EBUSY = 16;
 
 /** What making one session's cgroups takes. */
 export interface CgroupPlan {
@@ -53,15 +56,79 @@ export function makeCgroups(plan: CgroupPlan): number[] {
   }
 }
 
-/** Remove each of the (empty) cgroup directories `dirs`; those already gone are skipped. */
-export function removeDirs(dirs: string[]): void {
-  for (const d of dirs) {
-    try {
-      rmdir(d);
-    } catch {
-      // Never made in that hierarchy, or gone already.
+/** What the session before left in cgroups that are reused: the next one's usage starts there. */
+export interface Baseline {
+  /** `usage_usec` of the v2 `cpu.stat`. */
+  cpuUsec: number;
+  /** Memory still charged to the v1 memory cgroup (page cache the tree read), in bytes. */
+  memoryBytes: number;
+}
+
+/** What readying an emptied session's cgroups for another session takes. */
+export interface ReusePlan {
+  /** Its directories, the v2 one first. */
+  dirs: string[];
+  /** Its v1 memory directory, where its memory is accounted there. */
+  memory?: string;
+  /** Reuse only when at most this much memory is left charged to it. */
+  maxLeftBytes: number;
+  /** Its limits, written again, and its `cgroup.procs` files to open (as in a make). */
+  writes: CgroupPlan["writes"];
+  procs: string[];
+}
+
+/**
+ * Ready the emptied cgroups of `plan` for another session: when no cgroup was made beneath them,
+ * no process is left in any of them and at most `maxLeftBytes` of memory is still charged,
+ * reset the memory high-water mark, write the limits again and open the `cgroup.procs` files
+ * (returned, with the baseline the next session's usage is counted from). Otherwise, or on any
+ * failure, remove them and return undefined.
+ */
+export function reuseCgroups(
+  plan: ReusePlan,
+): { procs: number[]; baseline: Baseline } | undefined {
+  const [v2, ...v1] = plan.dirs;
+  try {
+    const bare = /^nr_descendants 0$/m.test(readSmallFile(`${v2}/cgroup.stat`) ?? "") &&
+      v1.every((d) => readSmallFile(`${d}/cgroup.procs`) === "");
+    const left = plan.memory === undefined
+      ? 0
+      : Number(readSmallFile(`${plan.memory}/memory.usage_in_bytes`)?.trim() ?? NaN);
+    if (bare && left <= plan.maxLeftBytes) {
+      if (plan.memory !== undefined) writeFile(`${plan.memory}/memory.max_usage_in_bytes`, "0");
+      const cpu = /^usage_usec (\d+)$/m.exec(readSmallFile(`${v2}/cpu.stat`) ?? "");
+      if (cpu) {
+        const procs = makeCgroups({ dirs: [], writes: plan.writes, procs: plan.procs });
+        return { procs, baseline: { cpuUsec: Number(cpu[1]), memoryBytes: left } };
+      }
     }
+  } catch {
+    // Not reusable: removed below, as a session's cgroups are when they are not kept.
   }
+  removeDirs(plan.dirs);
+  return undefined;
+}
+
+/**
+ * Remove each of the emptied cgroup directories `dirs`, with any cgroups a command made beneath
+ * them; those already gone (or never made in that hierarchy) are skipped.
+ */
+export function removeDirs(dirs: string[]): void {
+  for (const d of dirs) removeTree(d);
+}
+
+function removeTree(dir: string): void {
+  const c = libc();
+  if (c.rmdir(cString(dir)) === 0 || errno() !== EBUSY) return;
+  // Cgroups beneath it (its interface files are not directories: their rmdir fails, harmlessly).
+  try {
+    for (const name of listDir(dir)) {
+      if (name !== "." && name !== "..") removeTree(`${dir}/${name}`);
+    }
+  } catch {
+    return;
+  }
+  c.rmdir(cString(dir));
 }
 
 /** Write `text` to the cgroup file `path` (when `ifPresent`, nothing if it does not exist). */

@@ -1,7 +1,8 @@
 /**
- * The cgroup janitor: a worker thread that makes session cgroups (see {@link CgroupPlan}) and
- * removes emptied ones off the main thread. Should it die, removals are done on the calling
- * thread instead and makes fail (the caller then makes its cgroups itself).
+ * The cgroup janitor: a worker thread that makes session cgroups (see {@link CgroupPlan}),
+ * readies emptied ones for reuse (see {@link ReusePlan}) and removes those not kept, off the
+ * main thread. Should it die, removals are done on the calling thread instead, and makes and
+ * reuses fail (the caller then makes its cgroups itself, and removes what it would have reused).
  *
  * It must never be the only record of a directory to remove: a removal it did not confirm is
  * done again by the caller's thread.
@@ -9,19 +10,32 @@
  * @module
  */
 
-import { type CgroupPlan, removeDirs } from "./cgroup_fs.ts";
+import { type Baseline, type CgroupPlan, removeDirs, type ReusePlan } from "./cgroup_fs.ts";
 
 /** A request to the janitor worker. */
 export type JanitorRequest =
   | { id: number; type: "make"; plan: CgroupPlan }
+  | { id: number; type: "reuse"; plan: ReusePlan }
   | { id: number; type: "remove"; dirs: string[] };
 
-/** Its answer: the opened `cgroup.procs` descriptors of a make, or why it failed. */
-export type JanitorReply = { id: number; procs: number[] } | { id: number; error: string };
+/**
+ * Its answer: the opened `cgroup.procs` descriptors of a make or a reuse (with the reused
+ * cgroups' baseline), `removed` for a reuse it declined (it removed them), or why it failed.
+ */
+export type JanitorReply =
+  | { id: number; procs: number[]; baseline?: Baseline }
+  | { id: number; removed: true }
+  | { id: number; error: string };
+
+/** Cgroups readied for reuse: their opened `cgroup.procs` descriptors and their baseline. */
+export interface Reused {
+  procs: number[];
+  baseline: Baseline;
+}
 
 interface Pending {
   req: JanitorRequest;
-  resolve(procs: number[]): void;
+  resolve(reply: JanitorReply): void;
   reject(err: Error): void;
 }
 
@@ -31,7 +45,7 @@ export class CgroupJanitor {
   #pending = new Map<number, Pending>();
   #next = 1;
   #dead = false;
-  #inFlight = new Set<Promise<number[]>>();
+  #inFlight = new Set<Promise<JanitorReply>>();
 
   constructor() {
     this.#worker = new Worker(new URL("./cgroup_janitor_worker.ts", import.meta.url), {
@@ -43,7 +57,7 @@ export class CgroupJanitor {
       this.#pending.delete(reply.id);
       if (!p) return;
       if ("error" in reply) p.reject(new Error(reply.error));
-      else p.resolve(reply.procs);
+      else p.resolve(reply);
     };
     this.#worker.onerror = (e) => {
       e.preventDefault();
@@ -53,8 +67,20 @@ export class CgroupJanitor {
   }
 
   /** Make a session's cgroups by `plan`; resolves to its opened `cgroup.procs` descriptors. */
-  make(plan: CgroupPlan): Promise<number[]> {
-    return this.#send({ id: this.#next++, type: "make", plan });
+  async make(plan: CgroupPlan): Promise<number[]> {
+    const reply = await this.#send({ id: this.#next++, type: "make", plan });
+    return "procs" in reply ? reply.procs : [];
+  }
+
+  /**
+   * Ready the emptied cgroups of `plan` for another session; resolves to what {@link Reused}
+   * says, or undefined when they were not fit for reuse and were removed instead.
+   */
+  async reuse(plan: ReusePlan): Promise<Reused | undefined> {
+    const reply = await this.#send({ id: this.#next++, type: "reuse", plan });
+    return "baseline" in reply && reply.baseline
+      ? { procs: reply.procs, baseline: reply.baseline }
+      : undefined;
   }
 
   /** Remove the emptied cgroup directories `dirs`. */
@@ -68,7 +94,7 @@ export class CgroupJanitor {
     this.#stop();
   }
 
-  #send(req: JanitorRequest): Promise<number[]> {
+  #send(req: JanitorRequest): Promise<JanitorReply> {
     if (this.#dead) {
       try {
         return Promise.resolve(this.#here(req));
@@ -76,7 +102,7 @@ export class CgroupJanitor {
         return Promise.reject(err);
       }
     }
-    const { promise, resolve, reject } = Promise.withResolvers<number[]>();
+    const { promise, resolve, reject } = Promise.withResolvers<JanitorReply>();
     this.#pending.set(req.id, { req, resolve, reject });
     this.#inFlight.add(promise);
     promise.then(() => this.#inFlight.delete(promise), () => this.#inFlight.delete(promise));
@@ -84,11 +110,11 @@ export class CgroupJanitor {
     return promise;
   }
 
-  /** A request done on this thread (the worker is gone): removals only. */
-  #here(req: JanitorRequest): number[] {
+  /** A request done on this thread (the worker is gone): removals only; a reuse removes. */
+  #here(req: JanitorRequest): JanitorReply {
     if (req.type === "make") throw new Error("the cgroup janitor is gone");
-    removeDirs(req.dirs);
-    return [];
+    removeDirs(req.type === "remove" ? req.dirs : req.plan.dirs);
+    return { id: req.id, removed: true };
   }
 
   #stop(): void {

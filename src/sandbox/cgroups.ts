@@ -11,18 +11,28 @@
  * (`cpu.stat` needs no controller).
  *
  * A child is put in its cgroups by pid while it waits at a gate (see `limits.ts`), before the
- * command's first instruction. Session cgroups are made ahead, a few per set of limits, and
- * removed once emptied, by the cgroup janitor's thread (`cgroup_janitor.ts`), so that neither
- * `mkdir` nor `rmdir` runs on the path of a request. This module must never move the server itself, never kill
- * outside the cgroups it made (or that a dead instance made), and never fail open: a session
- * that cannot be contained is an error.
+ * command's first instruction. Session cgroups are made ahead, a few per set of limits, by the
+ * cgroup janitor's thread (`cgroup_janitor.ts`), so that no `mkdir` runs on the path of a
+ * request. Once a session's cgroups are empty they are reused by a later session with the same
+ * limits (its usage counted from what the one before left), else removed, also on that thread:
+ * making and removing cgroups for every command costs the kernel far more than reusing them.
+ * This module must never move the server itself, never kill outside the cgroups it made (or
+ * that a dead instance made), never give a session cgroups that hold anything of another, and
+ * never fail open: a session that cannot be contained is an error.
  *
  * @module
  */
 
 import { closeAll, cString, errno, libc, listDir, O, OsError, readSmallFile } from "../ffi/libc.ts";
 import type { Reactor } from "../io/reactor.ts";
-import { type CgroupPlan, makeCgroups, removeDirs, rmdir, writeFile } from "./cgroup_fs.ts";
+import {
+  type Baseline,
+  type CgroupPlan,
+  makeCgroups,
+  removeDirs,
+  rmdir,
+  writeFile,
+} from "./cgroup_fs.ts";
 import { CgroupJanitor } from "./cgroup_janitor.ts";
 import { SandboxUnavailableError } from "./errors.ts";
 import type { ResourceLimits } from "./policy.ts";
@@ -34,6 +44,18 @@ const EEXIST = 17;
  * theirs ready, each holding its few open `cgroup.procs` files.
  */
 export const SPARES = 4;
+/**
+ * Emptied session cgroups kept per set of limits for reuse (made-ahead ones included); beyond
+ * that they are removed.
+ */
+export const KEPT = 2 * SPARES;
+/**
+ * Emptied cgroups are reused only when at most this much memory (page cache their tree read) is
+ * still charged to them: the next session's peak is counted above it, so it bounds the error.
+ */
+const REUSE_MAX_LEFT_BYTES = 1 << 20;
+/** The baseline of cgroups no session used yet. */
+const FRESH: Baseline = { cpuUsec: 0, memoryBytes: 0 };
 const PARENT = "uexec";
 
 /** How a limit is enforced by the kernel on this host. */
@@ -64,18 +86,32 @@ interface V1 {
   dir: string;
 }
 
-/** A session's cgroups. */
+/**
+ * A session's cgroups, for one session: when reused, the next session gets a new object, so
+ * that nothing done through this one (a late kill or signal) reaches it.
+ */
 export class SessionCgroup {
   #host: CgroupHost;
   readonly name: string;
+  readonly limits: ResourceLimits;
   #killed?: Promise<void>;
   /** Its `cgroup.procs` files, opened when it was made, until `openProcs` hands them over. */
   #procs?: number[];
+  /** What sessions before this one left in its counters. */
+  #baseline: Baseline;
 
-  constructor(host: CgroupHost, name: string, procs: number[]) {
+  constructor(
+    host: CgroupHost,
+    name: string,
+    limits: ResourceLimits,
+    procs: number[],
+    baseline = FRESH,
+  ) {
     this.#host = host;
     this.name = name;
+    this.limits = limits;
     this.#procs = procs;
+    this.#baseline = baseline;
   }
 
   /** The v2 directory. */
@@ -97,14 +133,16 @@ export class SessionCgroup {
   /** What the session's tree used so far (exited processes included). */
   usage(): Usage {
     const stat = readSmallFile(`${this.dir}/cpu.stat`) ?? "";
-    const usec = Number(/^usage_usec (\d+)/m.exec(stat)?.[1] ?? 0);
+    const usec = Number(/^usage_usec (\d+)/m.exec(stat)?.[1] ?? 0) - this.#baseline.cpuUsec;
     const memory = this.#host.v1Dir("memory", this.name);
     const peak = memory === undefined
       ? readSmallFile(`${this.dir}/memory.peak`)
       : readSmallFile(`${memory}/memory.max_usage_in_bytes`);
     return {
-      cpu_seconds: usec / 1e6,
-      peak_memory_bytes: peak === undefined ? null : Number(peak.trim()),
+      cpu_seconds: Math.max(0, usec) / 1e6,
+      peak_memory_bytes: peak === undefined
+        ? null
+        : Math.max(0, Number(peak.trim()) - this.#baseline.memoryBytes),
     };
   }
 
@@ -115,13 +153,16 @@ export class SessionCgroup {
     for (const sig of signals) for (const pid of procs) if (pid) libc().kill(Number(pid), sig);
   }
 
-  /** SIGKILL everything in the session's cgroup; resolves once it is empty and removed. */
+  /**
+   * SIGKILL everything in the session's cgroup; resolves once it is empty and either kept for
+   * reuse (as a new object) or removed.
+   */
   kill(): Promise<void> {
     if (!this.#killed) {
       closeAll(this.#procs ?? []);
       this.#procs = undefined;
       this.#killed = killTree(this.#host.reactor, this.dir)
-        .then(() => this.#host.remove(this.#host.dirsOf(this.name)));
+        .then(() => this.#host.retire(this.name, this.limits));
     }
     return this.#killed;
   }
@@ -140,6 +181,8 @@ export class CgroupHost {
   #spares = new Map<string, SessionCgroup[]>();
   /** Spares being made, by limits. */
   #making = new Map<string, number>();
+  /** Emptied cgroups being readied for reuse, by limits. */
+  #reusing = new Map<string, number>();
   #janitor = new CgroupJanitor();
   #closed = false;
 
@@ -206,10 +249,40 @@ export class CgroupHost {
    * else made now; either way the janitor then makes another one ahead.
    */
   create(limits: ResourceLimits): SessionCgroup {
-    const key = `${limits.maxProcesses}/${limits.addressSpaceBytes}`;
+    const key = keyOf(limits);
     const cgroup = this.#spares.get(key)?.shift() ?? this.#make(limits);
     this.#refill(key, limits);
     return cgroup;
+  }
+
+  /**
+   * Take back the emptied cgroups of session `name` (limited by `limits`): kept as a spare for
+   * the next session with the same limits while fewer than {@link KEPT} wait and nothing of the
+   * session is left in them (see `reuseCgroups`), else removed; both off the main thread. Where
+   * memory is accounted by v2, whose peak cannot be reset, they are always removed.
+   */
+  retire(name: string, limits: ResourceLimits): Promise<void> {
+    const key = keyOf(limits);
+    const ready = this.#ready(key);
+    const waiting = ready.length + (this.#reusing.get(key) ?? 0);
+    if (this.#closed || this.#v2.has("memory") || waiting >= KEPT) {
+      return this.remove(this.dirsOf(name));
+    }
+    this.#reusing.set(key, (this.#reusing.get(key) ?? 0) + 1);
+    const plan = {
+      ...this.#plan(name, limits),
+      memory: this.v1Dir("memory", name),
+      maxLeftBytes: REUSE_MAX_LEFT_BYTES,
+    };
+    return this.#janitor.reuse(plan).then(
+      (reused) => {
+        if (!reused) return;
+        const spare = new SessionCgroup(this, name, limits, reused.procs, reused.baseline);
+        if (this.#closed) return spare.kill();
+        ready.push(spare);
+      },
+      () => this.remove(this.dirsOf(name)),
+    ).finally(() => this.#reusing.set(key, this.#reusing.get(key)! - 1));
   }
 
   /** The `cgroup.procs` files of session `name`. */
@@ -222,16 +295,22 @@ export class CgroupHost {
     return this.#janitor.remove(dirs);
   }
 
+  /** The spares with limits `key` (a list kept for good). */
+  #ready(key: string): SessionCgroup[] {
+    let ready = this.#spares.get(key);
+    if (!ready) this.#spares.set(key, ready = []);
+    return ready;
+  }
+
   /** Have the janitor make spares with `limits` until there are {@link SPARES} of them. */
   #refill(key: string, limits: ResourceLimits): void {
-    const ready = this.#spares.get(key) ?? [];
-    this.#spares.set(key, ready);
+    const ready = this.#ready(key);
     for (let n = ready.length + (this.#making.get(key) ?? 0); n < SPARES; n++) {
       const name = `s${++this.#next}`;
       this.#making.set(key, (this.#making.get(key) ?? 0) + 1);
       this.#janitor.make(this.#plan(name, limits)).then(
         (procs) => {
-          const spare = new SessionCgroup(this, name, procs);
+          const spare = new SessionCgroup(this, name, limits, procs);
           if (this.#closed) spare.kill().catch(() => {});
           else ready.push(spare);
         },
@@ -244,7 +323,7 @@ export class CgroupHost {
   /** Make the cgroups of a session, limited by `limits`, on this thread. */
   #make(limits: ResourceLimits): SessionCgroup {
     const name = `s${++this.#next}`;
-    return new SessionCgroup(this, name, makeCgroups(this.#plan(name, limits)));
+    return new SessionCgroup(this, name, limits, makeCgroups(this.#plan(name, limits)));
   }
 
   /** What making session `name`'s cgroups, limited by `limits`, takes. */
@@ -336,6 +415,11 @@ export class CgroupHost {
   }
 }
 
+/** Spares are kept by the limits they were made with. */
+function keyOf(limits: ResourceLimits): string {
+  return `${limits.maxProcesses}/${limits.addressSpaceBytes}`;
+}
+
 /** The writable cgroup v2 hierarchy: `configured`, else the unified one of this host. */
 export function cgroupRoot(configured: string | undefined): string | undefined {
   if (configured) return configured;
@@ -412,6 +496,8 @@ async function killTree(reactor: Reactor, dir: string): Promise<boolean> {
       const n = Number(c.pread(fd, buf, BigInt(buf.length), 0n));
       return n > 0 && /^populated 1$/m.test(new TextDecoder().decode(buf.subarray(0, n)));
     };
+    // Emptied already (the common case: a command that left nothing): no kill, no watch.
+    if (!populated()) return false;
     const { promise, resolve } = Promise.withResolvers<void>();
     const reg = reactor.add(fd, EPOLLPRI, {
       readable: () => {
@@ -419,7 +505,6 @@ async function killTree(reactor: Reactor, dir: string): Promise<boolean> {
       },
     });
     try {
-      if (!populated()) return false;
       writeFile(`${dir}/cgroup.kill`, "1");
       if (populated()) await promise;
       return true;
