@@ -142,8 +142,9 @@ function spawnWith(
  * Put the child `pid`, waiting at its gate, into its cgroups and let it run; false when it
  * cannot be placed (it is not let through, and ends at its closed gate without running).
  *
- * Moving a child that is still starting (in `execve` or its loader) waits until it sleeps at
- * the gate (half a millisecond for dash, measured): that holds up this thread, not the child.
+ * The first write into an empty cgroup can hold up this thread (not the child) for about half a
+ * millisecond: the cgroup's populated notification wakes a kernel worker that preempts it, and
+ * the child, still starting on the same CPU, then runs until it sleeps at the gate.
  */
 export function openGate(pid: number, gate: Gate): boolean {
   const c = libc();
