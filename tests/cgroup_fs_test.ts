@@ -11,6 +11,7 @@ import assert from "node:assert/strict";
 import { closeAll } from "../src/ffi/libc.ts";
 import { reuseCgroups, type ReusePlan } from "../src/sandbox/cgroup_fs.ts";
 import { cgroupRoot } from "../src/sandbox/cgroups.ts";
+import { exists } from "./helpers/fs.ts";
 
 const V2 = cgroupRoot(undefined);
 const V1 = { pids: "/sys/fs/cgroup/pids", memory: "/sys/fs/cgroup/memory" };
@@ -51,15 +52,6 @@ function plan(dirs: string[], extra: Partial<ReusePlan> = {}): ReusePlan {
     procs: dirs.map((d) => `${d}/cgroup.procs`),
     ...extra,
   };
-}
-
-function exists(path: string): boolean {
-  try {
-    Deno.statSync(path);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 const cpuUsec = (dir: string) =>

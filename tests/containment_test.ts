@@ -8,6 +8,7 @@
 
 import assert from "node:assert/strict";
 import { KEPT } from "../src/sandbox/cgroups.ts";
+import { exists } from "./helpers/fs.ts";
 import { type Client, startServer } from "./helpers/server.ts";
 import { connectSse } from "./helpers/sse.ts";
 
@@ -371,17 +372,9 @@ Deno.test("a cgroup a command makes in its session's is killed and removed with 
     const { code } = await server.stop();
     stopped = true;
     assert.equal(code, 0);
-    assert.equal(existsDir(own), false, `${own} is left`);
-    assert.equal(existsDir(instance), false, `${instance} is left`);
+    assert.equal(exists(own), false, `${own} is left`);
+    assert.equal(exists(instance), false, `${instance} is left`);
   } finally {
     if (!stopped) await server.stop();
   }
 });
-
-function existsDir(path: string): boolean {
-  try {
-    return Deno.statSync(path).isDirectory;
-  } catch {
-    return false;
-  }
-}

@@ -22,6 +22,7 @@
 import assert from "node:assert/strict";
 import { cgroupRoot, KEPT } from "../src/sandbox/cgroups.ts";
 import { DIE } from "./fixtures/spawner_death/marker.ts";
+import { exists } from "./helpers/fs.ts";
 import { type Reply, startServer, type TestServer } from "./helpers/server.ts";
 
 const ENTRY = "tests/fixtures/spawner_death/main.ts";
@@ -68,15 +69,6 @@ function masters(pid: number): number {
     } catch { /* closed meanwhile */ }
   }
   return n;
-}
-
-function exists(path: string): boolean {
-  try {
-    Deno.statSync(path);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** Live sessions' pids, by id. */
