@@ -37,6 +37,17 @@ async function scratch(
   }
 }
 
+/**
+ * A session cgroup's path in the v2 hierarchy and its twin's in the v1 `hierarchy`, beneath
+ * fresh scratch directories there (neither made yet).
+ */
+function withTwin(
+  hierarchy: string,
+  body: (s: string, twin: string) => void | Promise<void>,
+): Promise<void> {
+  return scratch(V2!, (root) => scratch(hierarchy, (v1root) => body(`${root}/s`, `${v1root}/s`)));
+}
+
 /** Run the shell `script` inside the cgroups whose `cgroup.procs` files are `procs`. */
 async function runIn(procs: string[], script: string): Promise<void> {
   const enter = procs.map((p) => `echo $$ > ${p}`).join("; ");
@@ -92,63 +103,75 @@ Deno.test({
   name: "a cgroup whose v1 twin still holds a process is not handed on",
   ignore: V2 === undefined || !exists(V1.pids),
   fn: () =>
-    scratch(V2!, (root) =>
-      scratch(V1.pids, async (v1root) => {
-        const [s, twin] = [`${root}/s`, `${v1root}/s`];
-        Deno.mkdirSync(s);
-        Deno.mkdirSync(twin);
-        // Moved into the v1 twin only (as a root command may do), and left running.
-        const child = new Deno.Command("sh", {
-          args: ["-c", `echo $$ > ${twin}/cgroup.procs && echo in && exec sleep 1007`],
-          stdout: "piped",
-        }).spawn();
-        try {
-          const { value } = await child.stdout.getReader().read();
-          assert.equal(new TextDecoder().decode(value), "in\n");
-          assert.equal(reuseCgroups(plan([s, twin])), undefined);
-          assert.equal(exists(s), false);
-          assert.equal(exists(twin), true, "a cgroup holding a process was removed");
-        } finally {
-          child.kill("SIGKILL");
-          await child.status;
-        }
-      })),
+    withTwin(V1.pids, async (s, twin) => {
+      Deno.mkdirSync(s);
+      Deno.mkdirSync(twin);
+      // Moved into the v1 twin only (as a root command may do), and left running.
+      const child = new Deno.Command("sh", {
+        args: ["-c", `echo $$ > ${twin}/cgroup.procs && echo in && exec sleep 1007`],
+        stdout: "piped",
+      }).spawn();
+      try {
+        const { value } = await child.stdout.getReader().read();
+        assert.equal(new TextDecoder().decode(value), "in\n");
+        assert.equal(reuseCgroups(plan([s, twin])), undefined);
+        assert.equal(exists(s), false);
+        assert.equal(exists(twin), true, "a cgroup holding a process was removed");
+      } finally {
+        child.kill("SIGKILL");
+        await child.status;
+      }
+    }),
+});
+
+Deno.test({
+  name: "a limit a (root) command changed in its cgroup is set again before reuse",
+  ignore: V2 === undefined || !exists(V1.pids),
+  fn: () =>
+    withTwin(V1.pids, (s, twin) => {
+      Deno.mkdirSync(s);
+      Deno.mkdirSync(twin);
+      Deno.writeTextFileSync(`${twin}/pids.max`, "max");
+      const writes = [{ path: `${twin}/pids.max`, text: "32" }];
+      const reused = reuseCgroups(plan([s, twin], { writes }));
+      assert.ok(reused);
+      closeAll(reused.procs);
+      assert.equal(Deno.readTextFileSync(`${twin}/pids.max`), "32\n");
+    }),
 });
 
 Deno.test({
   name: "a cgroup still charged with more memory than allowed is not handed on",
   ignore: V2 === undefined || !exists(V1.memory),
   fn: () =>
-    scratch(V2!, (root) =>
-      scratch(V1.memory, async (v1root) => {
-        const [s, twin] = [`${root}/s`, `${v1root}/s`];
-        const file = await Deno.makeTempFile({ prefix: "uexec-charged-" });
-        try {
-          const charge = async () => {
-            Deno.mkdirSync(s);
-            Deno.mkdirSync(twin);
-            // Page cache written from inside stays charged to the twin after the process left.
-            await runIn(
-              [`${s}/cgroup.procs`, `${twin}/cgroup.procs`],
-              `head -c ${4 * MiB} /dev/zero > ${file}`,
-            );
-            const left = Number(Deno.readTextFileSync(`${twin}/memory.usage_in_bytes`));
-            assert.ok(left >= 4 * MiB, `${left}`);
-            return left;
-          };
-          await charge();
-          assert.equal(reuseCgroups(plan([s, twin], { memory: twin })), undefined);
-          assert.equal(exists(s) || exists(twin), false);
+    withTwin(V1.memory, async (s, twin) => {
+      const file = await Deno.makeTempFile({ prefix: "uexec-charged-" });
+      try {
+        const charge = async () => {
+          Deno.mkdirSync(s);
+          Deno.mkdirSync(twin);
+          // Page cache written from inside stays charged to the twin after the process left.
+          await runIn(
+            [`${s}/cgroup.procs`, `${twin}/cgroup.procs`],
+            `head -c ${4 * MiB} /dev/zero > ${file}`,
+          );
+          const left = Number(Deno.readTextFileSync(`${twin}/memory.usage_in_bytes`));
+          assert.ok(left >= 4 * MiB, `${left}`);
+          return left;
+        };
+        await charge();
+        assert.equal(reuseCgroups(plan([s, twin], { memory: twin })), undefined);
+        assert.equal(exists(s) || exists(twin), false);
 
-          const left = await charge();
-          const reused = reuseCgroups(plan([s, twin], { memory: twin, maxLeftBytes: 64 * MiB }));
-          assert.ok(reused);
-          closeAll(reused.procs);
-          assert.equal(reused.baseline.memoryBytes, left);
-          // The high-water mark starts again from what is charged now.
-          assert.equal(Number(Deno.readTextFileSync(`${twin}/memory.max_usage_in_bytes`)), left);
-        } finally {
-          await Deno.remove(file);
-        }
-      })),
+        const left = await charge();
+        const reused = reuseCgroups(plan([s, twin], { memory: twin, maxLeftBytes: 64 * MiB }));
+        assert.ok(reused);
+        closeAll(reused.procs);
+        assert.equal(reused.baseline.memoryBytes, left);
+        // The high-water mark starts again from what is charged now.
+        assert.equal(Number(Deno.readTextFileSync(`${twin}/memory.max_usage_in_bytes`)), left);
+      } finally {
+        await Deno.remove(file);
+      }
+    }),
 });

@@ -96,10 +96,10 @@ export function reuseCgroups(
       : Number(readSmallFile(`${plan.memory}/memory.usage_in_bytes`)?.trim() ?? NaN);
     if (bare && left <= plan.maxLeftBytes) {
       if (plan.memory !== undefined) writeFile(`${plan.memory}/memory.max_usage_in_bytes`, "0");
-      const cpu = /^usage_usec (\d+)$/m.exec(readSmallFile(`${v2}/cpu.stat`) ?? "");
-      if (cpu) {
+      const cpuUsec = usageUsec(v2);
+      if (cpuUsec !== undefined) {
         const procs = makeCgroups({ dirs: [], writes: plan.writes, procs: plan.procs });
-        return { procs, baseline: { cpuUsec: Number(cpu[1]), memoryBytes: left } };
+        return { procs, baseline: { cpuUsec, memoryBytes: left } };
       }
     }
   } catch {
@@ -107,6 +107,12 @@ export function reuseCgroups(
   }
   removeDirs(plan.dirs);
   return undefined;
+}
+
+/** The CPU time the v2 cgroup `dir`'s tree used (`usage_usec` of its `cpu.stat`), in µs. */
+export function usageUsec(dir: string): number | undefined {
+  const usec = /^usage_usec (\d+)$/m.exec(readSmallFile(`${dir}/cpu.stat`) ?? "")?.[1];
+  return usec === undefined ? undefined : Number(usec);
 }
 
 /**

@@ -20,7 +20,8 @@ export type JanitorRequest =
 
 /**
  * Its answer: the opened `cgroup.procs` descriptors of a make or a reuse (with the reused
- * cgroups' baseline), `removed` for a reuse it declined (it removed them), or why it failed.
+ * cgroups' baseline), `removed` for a removal or a reuse it declined (it removed them), or why
+ * it failed.
  */
 export type JanitorReply =
   | { id: number; procs: number[]; baseline?: Baseline }

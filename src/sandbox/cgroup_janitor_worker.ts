@@ -20,7 +20,7 @@ self.onmessage = (e: MessageEvent<JanitorRequest>) => {
   let reply: JanitorReply;
   if (req.type === "remove") {
     removeDirs(req.dirs);
-    reply = { id: req.id, procs: [] };
+    reply = { id: req.id, removed: true };
   } else if (req.type === "reuse") {
     const reused = reuseCgroups(req.plan);
     reply = reused ? { id: req.id, ...reused } : { id: req.id, removed: true };

@@ -31,6 +31,7 @@ import {
   makeCgroups,
   removeDirs,
   rmdir,
+  usageUsec,
   writeFile,
 } from "./cgroup_fs.ts";
 import { CgroupJanitor } from "./cgroup_janitor.ts";
@@ -132,8 +133,7 @@ export class SessionCgroup {
 
   /** What the session's tree used so far (exited processes included). */
   usage(): Usage {
-    const stat = readSmallFile(`${this.dir}/cpu.stat`) ?? "";
-    const usec = Number(/^usage_usec (\d+)/m.exec(stat)?.[1] ?? 0) - this.#baseline.cpuUsec;
+    const usec = (usageUsec(this.dir) ?? 0) - this.#baseline.cpuUsec;
     const memory = this.#host.v1Dir("memory", this.name);
     const peak = memory === undefined
       ? readSmallFile(`${this.dir}/memory.peak`)

@@ -18,15 +18,7 @@
  */
 
 import type { ResourceLimits } from "./policy.ts";
-import {
-  DASH,
-  GATE,
-  type LimitWrapper,
-  limitWrapper,
-  ulimitCommand,
-  withGate,
-  withLimits,
-} from "./limits.ts";
+import { DASH, type LimitWrapper, limitWrapper, preamble, withGate, withLimits } from "./limits.ts";
 
 /** A session's command: its shell, whether that runs as a login shell, and the script. */
 export interface ShellCommand {
@@ -70,14 +62,11 @@ export function launch(
     ? entries
     : entries.filter(([name]) => !LOADER_VARIABLE.test(name));
   if (loader.length === 0 && !command.login && wrapper === "dash" && isDash(command.shell)) {
-    const first = [
-      ...(opts.gate ? [GATE] : []),
-      ...(opts.limits ? [ulimitCommand(opts.limits)] : []),
-    ];
+    const first = preamble(opts.limits, opts.gate).join("; ");
     return {
       // The checked binary, not the path again: what runs is the dash that was checked.
       file: DASH,
-      argv: [command.shell, "-c", `${first.join("; ")}; ${command.cmd}`],
+      argv: [command.shell, "-c", `${first}; ${command.cmd}`],
       env: assignments(entries),
     };
   }

@@ -81,14 +81,21 @@ export function ulimitCommand(limits: ResourceLimits): string {
 }
 
 /**
- * The dash script of a wrapper: the gate (when `gate`), then `limits` (when given), then the
- * exports of the assignments between its arguments' start and {@link END_OF_EXPORTS} (when
- * `exports`), then exec its remaining arguments.
+ * The dash commands that run before anything of a command: the gate (when `gate`), then
+ * `limits` (when given); one line each, no trailing separator.
+ */
+export function preamble(limits: ResourceLimits | undefined, gate: boolean): string[] {
+  return [...(gate ? [GATE] : []), ...(limits ? [ulimitCommand(limits)] : [])];
+}
+
+/**
+ * The dash script of a wrapper: its {@link preamble}, then the exports of the assignments
+ * between its arguments' start and {@link END_OF_EXPORTS} (when `exporting`), then exec its
+ * remaining arguments.
  */
 export function dashScript(limits?: ResourceLimits, gate = false, exporting = false): string {
   return [
-    ...(gate ? [GATE] : []),
-    ...(limits ? [ulimitCommand(limits)] : []),
+    ...preamble(limits, gate),
     ...(exporting
       ? [`while [ "$1" != ${END_OF_EXPORTS} ]; do export "$1"; shift; done; shift`]
       : []),

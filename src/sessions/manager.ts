@@ -461,7 +461,7 @@ export class SessionManager {
     try {
       dir = await sandbox.session();
       cgroup = cgroups && contain(() => cgroups.create(sandbox.policy.limits));
-      gate = cgroup && openGate(cgroup);
+      gate = cgroup && gateFor(cgroup);
       pipes = req.tty ? undefined : openPipes();
       const env = childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env });
       spawned = await lease.spawner.spawn({
@@ -742,7 +742,7 @@ function contain<T>(step: () => T): T {
 }
 
 /** A gate for a child of `cgroup`: the pipe, and its `cgroup.procs` files opened by us. */
-function openGate(cgroup: SessionCgroup): Gate {
+function gateFor(cgroup: SessionCgroup): Gate {
   const procs = contain(() => cgroup.openProcs());
   const [fd, release] = openPipe();
   return { fd, release, procs };
