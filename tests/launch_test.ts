@@ -55,6 +55,31 @@ Deno.test("a link to dash runs the dash that was checked, under the name it was 
   }
 });
 
+Deno.test("a hard link to dash is dash; a copy of it is not the file that was checked", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    await Deno.copyFile(DASH, `${dir}/copy`);
+    await Deno.chmod(`${dir}/copy`, 0o755);
+    const copy = launch({ shell: `${dir}/copy`, login: false, cmd: "x" }, env, { gate: true });
+    // A wrapper dash runs first, then execs the copy.
+    assert.equal(copy.argv[0], DASH);
+    assert.deepEqual(copy.argv.slice(-3), [`${dir}/copy`, "-c", "x"]);
+    try {
+      await Deno.link(DASH, `${dir}/hard`);
+    } catch (err) {
+      if (err instanceof Deno.errors.NotSupported || /EXDEV|cross-device/i.test(String(err))) {
+        return; // Another file system than dash's: no hard link can be made here.
+      }
+      throw err;
+    }
+    const hard = launch({ shell: `${dir}/hard`, login: false, cmd: "x" }, env, { gate: true });
+    assert.equal(hard.file, DASH);
+    assert.deepEqual(hard.argv, [`${dir}/hard`, "-c", `${GATE}; x`]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("bash, a login dash, a relative name or prlimit: a wrapper runs first", () => {
   for (
     const command of [

@@ -138,6 +138,8 @@ function spawnWith(
   }
 }
 
+const encoder = new TextEncoder();
+
 /**
  * Put the child `pid`, waiting at its gate, into its cgroups and let it run; false when it
  * cannot be placed (it is not let through, and ends at its closed gate without running).
@@ -148,7 +150,7 @@ function spawnWith(
  */
 export function openGate(pid: number, gate: Gate): boolean {
   const c = libc();
-  const line = new TextEncoder().encode(`${pid}\n`);
+  const line = encoder.encode(`${pid}\n`);
   for (const fd of gate.procs) {
     if (Number(c.write(fd, line, BigInt(line.length))) !== line.length) return false;
   }

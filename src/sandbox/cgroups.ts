@@ -482,6 +482,10 @@ function v1Own(controller: string): string | undefined {
   return undefined;
 }
 
+/** A `cgroup.events` read (read and decoded at once, so one buffer serves every cgroup). */
+const eventsText = new Uint8Array(256);
+const latin1 = new TextDecoder("latin1");
+
 /**
  * `cgroup.kill` on the v2 cgroup `dir` (which kills everything beneath it too), then wait
  * (woken by `cgroup.events`, no polling) until it is empty; false when it held nothing.
@@ -491,10 +495,9 @@ async function killTree(reactor: Reactor, dir: string): Promise<boolean> {
   const fd = c.open(cString(`${dir}/cgroup.events`), O.CLOEXEC);
   if (fd < 0) return false;
   try {
-    const buf = new Uint8Array(256);
     const populated = () => {
-      const n = Number(c.pread(fd, buf, BigInt(buf.length), 0n));
-      return n > 0 && /^populated 1$/m.test(new TextDecoder().decode(buf.subarray(0, n)));
+      const n = Number(c.pread(fd, eventsText, BigInt(eventsText.length), 0n));
+      return n > 0 && /^populated 1$/m.test(latin1.decode(eventsText.subarray(0, n)));
     };
     // Emptied already (the common case: a command that left nothing): no kill, no watch.
     if (!populated()) return false;

@@ -85,22 +85,25 @@ function assignments(entries: [string, string][]): string[] {
   return entries.map(([name, value]) => `${name}=${value}`);
 }
 
-let dashItself: string | null | undefined;
+let dashFile: string | null | undefined;
 
 /**
- * True when `shell` is an absolute path that resolves to {@link DASH} (Debian's `/bin/sh`). A
- * path that does not start with `/` is never taken: dash run under a name that starts with
- * `-` is a login shell.
+ * True when `shell` is an absolute path to the very file {@link DASH} is (Debian's `/bin/sh`, a
+ * link to it, or a hard link): the same device and inode, found with one `stat` that follows
+ * links. A path that does not start with `/` is never taken: dash run under a name that starts
+ * with `-` is a login shell.
  */
 function isDash(shell: string): boolean {
   if (!shell.startsWith("/")) return false;
-  dashItself ??= realPath(DASH);
-  return dashItself !== null && realPath(shell) === dashItself;
+  dashFile ??= fileOf(DASH);
+  return dashFile !== null && fileOf(shell) === dashFile;
 }
 
-function realPath(path: string): string | null {
+/** The regular file `path` leads to, as `device:inode`; null when there is none. */
+function fileOf(path: string): string | null {
   try {
-    return Deno.realPathSync(path);
+    const info = Deno.statSync(path);
+    return info.isFile ? `${info.dev}:${info.ino}` : null;
   } catch {
     return null;
   }
