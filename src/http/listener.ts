@@ -293,10 +293,12 @@ class Listener implements HttpListener {
 
   #closeLongestIdle(): void {
     let longest: Connection | undefined;
+    let earliest = Infinity;
     for (const c of this.#live) {
       const since = c.idleSince;
-      if (since !== undefined && (longest === undefined || since < longest.idleSince!)) {
+      if (since !== undefined && since < earliest) {
         longest = c;
+        earliest = since;
       }
     }
     longest?.server.shutdown().catch(() => {/* already closed */});

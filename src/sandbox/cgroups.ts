@@ -268,7 +268,7 @@ export class CgroupHost {
     if (this.#closed || this.#v2.has("memory") || waiting >= KEPT) {
       return this.remove(this.dirsOf(name));
     }
-    this.#reusing.set(key, (this.#reusing.get(key) ?? 0) + 1);
+    add(this.#reusing, key, 1);
     const plan = {
       ...this.#plan(name, limits),
       memory: this.v1Dir("memory", name),
@@ -282,7 +282,7 @@ export class CgroupHost {
         ready.push(spare);
       },
       () => this.remove(this.dirsOf(name)),
-    ).finally(() => this.#reusing.set(key, this.#reusing.get(key)! - 1));
+    ).finally(() => add(this.#reusing, key, -1));
   }
 
   /** The `cgroup.procs` files of session `name`. */
@@ -307,7 +307,7 @@ export class CgroupHost {
     const ready = this.#ready(key);
     for (let n = ready.length + (this.#making.get(key) ?? 0); n < SPARES; n++) {
       const name = `s${++this.#next}`;
-      this.#making.set(key, (this.#making.get(key) ?? 0) + 1);
+      add(this.#making, key, 1);
       this.#janitor.make(this.#plan(name, limits)).then(
         (procs) => {
           const spare = new SessionCgroup(this, name, limits, procs);
@@ -316,7 +316,7 @@ export class CgroupHost {
         },
         // The session that finds no spare makes its own (and reports why it cannot).
         () => {},
-      ).finally(() => this.#making.set(key, this.#making.get(key)! - 1));
+      ).finally(() => add(this.#making, key, -1));
     }
   }
 
@@ -413,6 +413,11 @@ export class CgroupHost {
     }
     return count;
   }
+}
+
+/** Add `by` to the count kept for `key` in `counts` (none kept counts as 0). */
+function add(counts: Map<string, number>, key: string, by: number): void {
+  counts.set(key, (counts.get(key) ?? 0) + by);
 }
 
 /** Spares are kept by the limits they were made with. */
