@@ -342,6 +342,44 @@ Deno.test("a session cgroup used again reports only its new session's usage", as
   }
 });
 
+Deno.test("an agent's emptied cgroup goes only to a later session of the same agent", async () => {
+  const server = await startServer();
+  try {
+    const cgroupOf = async (client: Client) => {
+      const r = await client.post("/v1/exec_command", {
+        cmd: PRINT_CGROUP,
+        login: false,
+        tty: false,
+      });
+      assert.equal(r.body.exit_code, 0, JSON.stringify(r.body));
+      return r.body.output as string;
+    };
+    const minted = await server.operator.post("/v1/agents", { name: "agent-b" });
+    assert.equal(minted.status, 201);
+    const b = server.as(minted.body.token);
+    // What the default agent's command read stays charged to its cgroup (page cache): another
+    // agent must never start in it. Spares are taken oldest first, so on a shared pool B would
+    // be given it within KEPT starts.
+    const mine = await cgroupOf(server);
+    const bs = new Set<string>();
+    for (let i = 0; i < 2 * KEPT; i++) bs.add(await cgroupOf(b));
+    assert.equal(bs.has(mine), false, `agent-b was given ${mine}`);
+    let again = false;
+    for (let i = 0; i < 2 * KEPT && !again; i++) again = await cgroupOf(server) === mine;
+    assert.ok(again, `the default agent was never given ${mine} again`);
+    // Revoked and minted again under the same name, it is another party: none of the old one's.
+    assert.equal((await server.operator.del("/v1/agents/agent-b")).status, 200);
+    const again2 = await server.operator.post("/v1/agents", { name: "agent-b" });
+    assert.equal(again2.status, 201);
+    for (let i = 0; i < 2 * KEPT; i++) {
+      const got = await cgroupOf(server.as(again2.body.token));
+      assert.equal(bs.has(got), false, `the new agent-b was given the old one's ${got}`);
+    }
+  } finally {
+    await server.stop();
+  }
+});
+
 Deno.test("a cgroup a command makes in its session's is killed and removed with it", async () => {
   const server = await startServer({ UEXEC_PROFILE: "full-access" });
   const instance = (await server.get("/healthz")).body.cgroup as string;

@@ -13,9 +13,11 @@
  * A child is put in its cgroups by pid while it waits at a gate (see `limits.ts`), before the
  * command's first instruction. Session cgroups are made ahead, a few per set of limits, by the
  * cgroup janitor's thread (`cgroup_janitor.ts`), so that no `mkdir` runs on the path of a
- * request. Once a session's cgroups are empty they are reused by a later session with the same
- * limits (its usage counted from what the one before left), else removed, also on that thread:
- * making and removing cgroups for every command costs the kernel far more than reusing them.
+ * request. Once a session's cgroups are empty they are reused by a later session of the same
+ * agent with the same limits (its usage counted from what the one before left), else removed,
+ * also on that thread: making and removing cgroups for every command costs the kernel far more
+ * than reusing them. What a session leaves charged to its cgroup (page cache its tree read) thus
+ * never reaches another agent's.
  * This module must never move the server itself, never kill outside the cgroups it made (or
  * that a dead instance made), never give a session cgroups that hold anything of another, and
  * never fail open: a session that cannot be contained is an error.
@@ -88,6 +90,19 @@ interface V1 {
 }
 
 /**
+ * Session cgroups ready for a session: made ahead (no owner yet), or emptied by a session of
+ * `owner` and readied for the next one of that owner.
+ */
+interface Spare {
+  name: string;
+  limits: ResourceLimits;
+  /** Its `cgroup.procs` files, opened for writing. */
+  procs: number[];
+  baseline: Baseline;
+  owner?: string;
+}
+
+/**
  * A session's cgroups, for one session: when reused, the next session gets a new object, so
  * that nothing done through this one (a late kill or signal) reaches it.
  */
@@ -95,6 +110,8 @@ export class SessionCgroup {
   #host: CgroupHost;
   readonly name: string;
   readonly limits: ResourceLimits;
+  /** The agent (or operator) whose session it is, undefined for a spare being discarded. */
+  readonly owner: string | undefined;
   #killed?: Promise<void>;
   /** Its `cgroup.procs` files, opened when it was made, until `openProcs` hands them over. */
   #procs?: number[];
@@ -105,12 +122,14 @@ export class SessionCgroup {
     host: CgroupHost,
     name: string,
     limits: ResourceLimits,
+    owner: string | undefined,
     procs: number[],
     baseline = FRESH,
   ) {
     this.#host = host;
     this.name = name;
     this.limits = limits;
+    this.owner = owner;
     this.#procs = procs;
     this.#baseline = baseline;
   }
@@ -162,7 +181,7 @@ export class SessionCgroup {
       closeAll(this.#procs ?? []);
       this.#procs = undefined;
       this.#killed = killTree(this.#host.reactor, this.dir)
-        .then(() => this.#host.retire(this.name, this.limits));
+        .then(() => this.#host.retire(this.name, this.limits, this.owner));
     }
     return this.#killed;
   }
@@ -177,12 +196,14 @@ export class CgroupHost {
   /** The controllers the v2 hierarchy has. */
   readonly #v2: Set<string>;
   #next = 0;
-  /** Session cgroups made ahead by the janitor, by limits, for the next sessions. */
-  #spares = new Map<string, SessionCgroup[]>();
+  /** Session cgroups made ahead or readied for reuse by the janitor, by limits, oldest first. */
+  #spares = new Map<string, Spare[]>();
   /** Spares being made, by limits. */
   #making = new Map<string, number>();
   /** Emptied cgroups being readied for reuse, by limits. */
   #reusing = new Map<string, number>();
+  /** How often each owner's spares were dropped (see {@link forget}). */
+  #forgotten = new Map<string, number>();
   #janitor = new CgroupJanitor();
   #closed = false;
 
@@ -245,30 +266,38 @@ export class CgroupHost {
   }
 
   /**
-   * The cgroups of a new session, limited by `limits`: one made ahead (see {@link SPARES}),
-   * else made now; either way the janitor then makes another one ahead.
+   * The cgroups of a new session of `owner`, limited by `limits`: the oldest that one of its
+   * sessions emptied, else one made ahead (see {@link SPARES}), else made now; the janitor then
+   * makes spares ahead again.
    */
-  create(limits: ResourceLimits): SessionCgroup {
+  create(limits: ResourceLimits, owner: string): SessionCgroup {
     const key = keyOf(limits);
-    const cgroup = this.#spares.get(key)?.shift() ?? this.#make(limits);
+    const ready = this.#ready(key);
+    let at = ready.findIndex((s) => s.owner === owner);
+    if (at < 0) at = ready.findIndex((s) => s.owner === undefined);
+    const spare = at < 0 ? undefined : ready.splice(at, 1)[0];
+    const cgroup = spare
+      ? new SessionCgroup(this, spare.name, limits, owner, spare.procs, spare.baseline)
+      : this.#make(limits, owner);
     this.#refill(key, limits);
     return cgroup;
   }
 
   /**
-   * Take back the emptied cgroups of session `name` (limited by `limits`): kept as a spare for
-   * the next session with the same limits while fewer than {@link KEPT} wait and nothing of the
-   * session is left in them (see `reuseCgroups`), else removed; both off the main thread. Where
-   * memory is accounted by v2, whose peak cannot be reset, they are always removed.
+   * Take back the emptied cgroups of session `name` of `owner` (limited by `limits`): kept for
+   * the next session of that owner with the same limits while fewer than {@link KEPT} wait and
+   * nothing of the session is left in them (see `reuseCgroups`), else removed; both off the main
+   * thread. Where memory is accounted by v2, whose peak cannot be reset, they are always removed.
    */
-  retire(name: string, limits: ResourceLimits): Promise<void> {
+  retire(name: string, limits: ResourceLimits, owner: string | undefined): Promise<void> {
     const key = keyOf(limits);
     const ready = this.#ready(key);
     const waiting = ready.length + (this.#reusing.get(key) ?? 0);
-    if (this.#closed || this.#v2.has("memory") || waiting >= KEPT) {
+    if (this.#closed || owner === undefined || this.#v2.has("memory") || waiting >= KEPT) {
       return this.remove(this.dirsOf(name));
     }
     add(this.#reusing, key, 1);
+    const forgotten = this.#forgotten.get(owner) ?? 0;
     const plan = {
       ...this.#plan(name, limits),
       memory: this.v1Dir("memory", name),
@@ -277,12 +306,28 @@ export class CgroupHost {
     return this.#janitor.reuse(plan).then(
       (reused) => {
         if (!reused) return;
-        const spare = new SessionCgroup(this, name, limits, reused.procs, reused.baseline);
-        if (this.#closed) return spare.kill();
-        ready.push(spare);
+        if (this.#closed || (this.#forgotten.get(owner) ?? 0) !== forgotten) {
+          return this.#discard({ name, limits, procs: reused.procs });
+        }
+        ready.push({ name, limits, ...reused, owner });
       },
       () => this.remove(this.dirsOf(name)),
     ).finally(() => add(this.#reusing, key, -1));
+  }
+
+  /**
+   * Drop the spares `owner`'s sessions emptied, and those being readied (its credential was
+   * revoked: a later agent of the same name is another party); resolves once they are removed.
+   */
+  async forget(owner: string): Promise<void> {
+    add(this.#forgotten, owner, 1);
+    const dropped: Spare[] = [];
+    for (const ready of this.#spares.values()) {
+      for (let i = ready.length - 1; i >= 0; i--) {
+        if (ready[i].owner === owner) dropped.push(...ready.splice(i, 1));
+      }
+    }
+    await Promise.all(dropped.map((spare) => this.#discard(spare)));
   }
 
   /** The `cgroup.procs` files of session `name`. */
@@ -296,23 +341,23 @@ export class CgroupHost {
   }
 
   /** The spares with limits `key` (a list kept for good). */
-  #ready(key: string): SessionCgroup[] {
+  #ready(key: string): Spare[] {
     let ready = this.#spares.get(key);
     if (!ready) this.#spares.set(key, ready = []);
     return ready;
   }
 
-  /** Have the janitor make spares with `limits` until there are {@link SPARES} of them. */
+  /** Have the janitor make spares with `limits` until {@link SPARES} of them have no owner. */
   #refill(key: string, limits: ResourceLimits): void {
     const ready = this.#ready(key);
-    for (let n = ready.length + (this.#making.get(key) ?? 0); n < SPARES; n++) {
+    const fresh = ready.filter((s) => s.owner === undefined).length;
+    for (let n = fresh + (this.#making.get(key) ?? 0); n < SPARES; n++) {
       const name = `s${++this.#next}`;
       add(this.#making, key, 1);
       this.#janitor.make(this.#plan(name, limits)).then(
         (procs) => {
-          const spare = new SessionCgroup(this, name, limits, procs);
-          if (this.#closed) spare.kill().catch(() => {});
-          else ready.push(spare);
+          if (this.#closed) this.#discard({ name, limits, procs }).catch(() => {});
+          else ready.push({ name, limits, procs, baseline: FRESH });
         },
         // The session that finds no spare makes its own (and reports why it cannot).
         () => {},
@@ -320,10 +365,15 @@ export class CgroupHost {
     }
   }
 
-  /** Make the cgroups of a session, limited by `limits`, on this thread. */
-  #make(limits: ResourceLimits): SessionCgroup {
+  /** Make the cgroups of a session of `owner`, limited by `limits`, on this thread. */
+  #make(limits: ResourceLimits, owner: string): SessionCgroup {
     const name = `s${++this.#next}`;
-    return new SessionCgroup(this, name, limits, makeCgroups(this.#plan(name, limits)));
+    return new SessionCgroup(this, name, limits, owner, makeCgroups(this.#plan(name, limits)));
+  }
+
+  /** Kill (should anything have got in) and remove a spare's cgroups, closing its files. */
+  #discard(spare: Omit<Spare, "baseline">): Promise<void> {
+    return new SessionCgroup(this, spare.name, spare.limits, undefined, spare.procs).kill();
   }
 
   /** What making session `name`'s cgroups, limited by `limits`, takes. */
@@ -369,7 +419,7 @@ export class CgroupHost {
   async close(): Promise<void> {
     this.#closed = true;
     await this.#janitor.close();
-    await Promise.all([...this.#spares.values()].flat().map((spare) => spare.kill()));
+    await Promise.all([...this.#spares.values()].flat().map((spare) => this.#discard(spare)));
     this.#spares.clear();
     for (const d of [this.dir, ...this.#v1.map((v) => v.dir)]) {
       try {

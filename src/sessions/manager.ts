@@ -364,6 +364,7 @@ export class SessionManager {
     const sessions = this.#owned(owner);
     for (const s of sessions) this.#remove(s);
     await this.#terminate(sessions, "revoke");
+    await this.#opts.cgroups?.forget(owner);
     return sessions.length;
   }
 
@@ -460,7 +461,7 @@ export class SessionManager {
     let spawned: Spawned | undefined;
     try {
       dir = await sandbox.session();
-      cgroup = cgroups && contain(() => cgroups.create(sandbox.policy.limits));
+      cgroup = cgroups && contain(() => cgroups.create(sandbox.policy.limits, req.owner));
       gate = cgroup && gateFor(cgroup);
       pipes = req.tty ? undefined : openPipes();
       const env = childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env });
