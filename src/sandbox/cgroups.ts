@@ -95,7 +95,6 @@ interface V1 {
  */
 interface Spare {
   name: string;
-  limits: ResourceLimits;
   /** Its `cgroup.procs` files, opened for writing. */
   procs: number[];
   baseline: Baseline;
@@ -110,8 +109,8 @@ export class SessionCgroup {
   #host: CgroupHost;
   readonly name: string;
   readonly limits: ResourceLimits;
-  /** The agent (or operator) whose session it is, undefined for a spare being discarded. */
-  readonly owner: string | undefined;
+  /** The agent (or operator) whose session it is. */
+  readonly owner: string;
   #killed?: Promise<void>;
   /** Its `cgroup.procs` files, opened when it was made, until `openProcs` hands them over. */
   #procs?: number[];
@@ -122,7 +121,7 @@ export class SessionCgroup {
     host: CgroupHost,
     name: string,
     limits: ResourceLimits,
-    owner: string | undefined,
+    owner: string,
     procs: number[],
     baseline = FRESH,
   ) {
@@ -289,11 +288,11 @@ export class CgroupHost {
    * nothing of the session is left in them (see `reuseCgroups`), else removed; both off the main
    * thread. Where memory is accounted by v2, whose peak cannot be reset, they are always removed.
    */
-  retire(name: string, limits: ResourceLimits, owner: string | undefined): Promise<void> {
+  retire(name: string, limits: ResourceLimits, owner: string): Promise<void> {
     const key = keyOf(limits);
     const ready = this.#ready(key);
     const waiting = ready.length + (this.#reusing.get(key) ?? 0);
-    if (this.#closed || owner === undefined || this.#v2.has("memory") || waiting >= KEPT) {
+    if (this.#closed || this.#v2.has("memory") || waiting >= KEPT) {
       return this.remove(this.dirsOf(name));
     }
     add(this.#reusing, key, 1);
@@ -307,9 +306,9 @@ export class CgroupHost {
       (reused) => {
         if (!reused) return;
         if (this.#closed || (this.#forgotten.get(owner) ?? 0) !== forgotten) {
-          return this.#discard({ name, limits, procs: reused.procs });
+          return this.#discard({ name, procs: reused.procs });
         }
-        ready.push({ name, limits, ...reused, owner });
+        ready.push({ name, ...reused, owner });
       },
       () => this.remove(this.dirsOf(name)),
     ).finally(() => add(this.#reusing, key, -1));
@@ -356,8 +355,8 @@ export class CgroupHost {
       add(this.#making, key, 1);
       this.#janitor.make(this.#plan(name, limits)).then(
         (procs) => {
-          if (this.#closed) this.#discard({ name, limits, procs }).catch(() => {});
-          else ready.push({ name, limits, procs, baseline: FRESH });
+          if (this.#closed) this.#discard({ name, procs }).catch(() => {});
+          else ready.push({ name, procs, baseline: FRESH });
         },
         // The session that finds no spare makes its own (and reports why it cannot).
         () => {},
@@ -372,8 +371,10 @@ export class CgroupHost {
   }
 
   /** Kill (should anything have got in) and remove a spare's cgroups, closing its files. */
-  #discard(spare: Omit<Spare, "baseline">): Promise<void> {
-    return new SessionCgroup(this, spare.name, spare.limits, undefined, spare.procs).kill();
+  async #discard(spare: Pick<Spare, "name" | "procs">): Promise<void> {
+    closeAll(spare.procs);
+    await killTree(this.reactor, `${this.dir}/${spare.name}`);
+    await this.remove(this.dirsOf(spare.name));
   }
 
   /** What making session `name`'s cgroups, limited by `limits`, takes. */
