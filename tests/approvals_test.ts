@@ -459,14 +459,30 @@ Deno.test("store: unsandboxed is granted only where the record offers it", async
   assert.deepEqual((await plain).granted, { tcp_ports: [443] });
 });
 
-Deno.test("store: cancelAgent denies only that agent's approvals", async () => {
+Deno.test("store: revokeAgent denies only that agent's approvals and forgets its session grants", async () => {
   const { store } = makeStore();
-  const mine = store.request(REQUEST, LONG);
-  const theirs = store.request({ ...REQUEST, agent: "other" }, LONG);
-  store.cancelAgent("default");
+  const granted = store.request(REQUEST, LONG);
+  const grantedOther = store.request({ ...REQUEST, agent: "other" }, LONG);
+  store.decide("apr-1", "approved_for_session");
+  store.decide("apr-2", "approved_for_session");
+  assert.equal((await granted).approved, true);
+  assert.equal((await grantedOther).approved, true);
+  assert.equal((await store.request(REQUEST, LONG)).remembered, true);
+
+  const mine = store.request({ ...REQUEST, command: "npm ci" }, LONG);
+  const theirs = store.request({ ...REQUEST, agent: "other", command: "npm ci" }, LONG);
+  store.revokeAgent("default");
   assert.equal((await mine).approved, false);
   assert.deepEqual(store.list().map((r) => r.agent), ["other"]);
+  // An agent minted under the revoked one's name is asked again; the other agent's grant stays.
+  const asked = store.request(REQUEST, LONG);
+  assert.deepEqual(store.list().map((r) => [r.agent, r.command]), [
+    ["other", "npm ci"],
+    ["default", "npm install"],
+  ]);
+  assert.equal((await store.request({ ...REQUEST, agent: "other" }, LONG)).remembered, true);
   store.close();
+  assert.equal((await asked).remembered, false);
   await theirs;
 });
 

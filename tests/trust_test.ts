@@ -10,6 +10,8 @@
 import assert from "node:assert/strict";
 import { connectSse } from "./helpers/sse.ts";
 import { randomToken, startServer, type TestServer } from "./helpers/server.ts";
+import { RpcSocket, wsUrl } from "./helpers/ws.ts";
+import { HOLD } from "./fixtures/spawner_death/marker.ts";
 
 /** A raw HTTP/1.1 exchange over TCP, so any Host header can be sent. */
 async function rawHttp(url: string, request: string): Promise<{ status: number; text: string }> {
@@ -625,6 +627,99 @@ Deno.test("one connection: a revoked token fails at once, and each request is it
     assert.equal(await get(token), 401);
   } finally {
     client.close();
+    await server.stop();
+  }
+});
+
+Deno.test("an agent minted again under a revoked one's name inherits nothing of it", async () => {
+  const server = await startServer();
+  const mint = async () => {
+    const minted = await server.operator.post("/v1/agents", { name: "agent-r" });
+    assert.equal(minted.status, 201);
+    return minted.body.token as string;
+  };
+  const old = server.as(await mint());
+  // The shell's pid: what a replayed answer would repeat and a new run would not.
+  const keyed = { cmd: "echo pid-$$", login: false, shell: "/bin/sh" };
+  const key = { "idempotency-key": "k-1" };
+  const first = await old.post("/v1/exec_command", keyed, key);
+  assert.equal(first.status, 200, JSON.stringify(first.body));
+  const events = await connectSse(`${server.url}/v1/events`, old.auth);
+  const ws = await RpcSocket.open(await wsUrl(server.url), old.auth);
+  // A request the old agent's token got in with, whose body arrives only after the revocation.
+  const { hostname, port } = new URL(server.url);
+  const conn = await Deno.connect({ hostname, port: Number(port) });
+  const marker = `${server.workspace}/stale-ran`;
+  const body = JSON.stringify({ cmd: `touch ${marker}`, login: false });
+  const head = [
+    "POST /v1/exec_command HTTP/1.1",
+    `Host: ${hostname}:${port}`,
+    old.auth.authorization ? `Authorization: ${old.auth.authorization}` : "",
+    "Content-Type: application/json",
+    `Content-Length: ${body.length}`,
+    "Expect: 100-continue",
+    "Connection: close",
+    "",
+    "",
+  ].filter((line, i, all) => line !== "" || i >= all.length - 2).join("\r\n");
+  await conn.write(new TextEncoder().encode(head));
+  const reply = conn.readable.pipeThrough(new TextDecoderStream()).getReader();
+  let got = "";
+  // The server asks for the body once the route has authenticated the request and reads it.
+  while (!got.includes("\r\n\r\n")) got += (await reply.read()).value ?? "";
+  assert.match(got, /^HTTP\/1.1 100 Continue/);
+  try {
+    assert.equal((await server.operator.del("/v1/agents/agent-r")).status, 200);
+    const now = server.as(await mint());
+
+    await conn.write(new TextEncoder().encode(body));
+    for (let r; !(r = await reply.read()).done;) got += r.value;
+    assert.match(got, /HTTP\/1.1 401/, "a request let in before the revocation is refused");
+    assert.equal(await exists(marker), false, "and its command never ran");
+
+    const replay = await now.post("/v1/exec_command", keyed, key);
+    assert.equal(replay.status, 200);
+    assert.notEqual(replay.body.output, first.body.output, "the old agent's call is not answered");
+    // The old agent's event stream ends at the first event after its revocation (the new
+    // agent's begin above) without passing it on; its WebSocket is refused and closed.
+    await assert.rejects(events.until((e) => e.length > 0), /stream ended; got \[\]/);
+    const refused = await ws.call("exec_command", { cmd: "true" });
+    assert.deepEqual(refused.error.data, { code: "unauthorized", status: 401 });
+    assert.equal((await ws.closed).code, 1008);
+    assert.deepEqual((await now.get("/v1/sessions")).body.sessions, []);
+  } finally {
+    await reply.cancel().catch(() => {}); // Closes the connection unless it ended already.
+    await events.close();
+    await ws.close();
+    await server.stop();
+  }
+});
+
+Deno.test("a command still starting when its agent is revoked is killed, not left running", async () => {
+  // Spawner workers that hold a spawn until the test lets it go (tests/fixtures/spawner_death).
+  const server = await startServer({}, [], undefined, "tests/fixtures/spawner_death/main.ts");
+  const fifo = `${server.workspace}/hold`;
+  try {
+    assert.equal((await new Deno.Command("mkfifo", { args: [fifo] }).output()).code, 0);
+    const minted = await server.operator.post("/v1/agents", { name: "agent-s" });
+    const agent = server.as(minted.body.token);
+    const started = agent.post("/v1/exec_command", {
+      cmd: `sleep 1000 # ${HOLD}${fifo}`,
+      login: false,
+      shell: "/bin/sh",
+    });
+    // Opening the FIFO returns once the spawner worker opened it: the spawn is in flight.
+    const letGo = await Deno.open(fifo, { write: true });
+    const revoked = await server.operator.del("/v1/agents/agent-s");
+    assert.equal(revoked.body.sessions_killed, 0, "nothing of it was registered yet");
+    letGo.close();
+    const answer = await started;
+    assert.equal(answer.status, 401, JSON.stringify(answer.body));
+    assert.equal(answer.body.error.code, "unauthorized");
+    assert.deepEqual((await server.operator.get("/v1/sessions")).body.sessions, []);
+    const left = await new Deno.Command("pgrep", { args: ["-f", HOLD] }).output();
+    assert.equal(new TextDecoder().decode(left.stdout), "", "its process is gone");
+  } finally {
     await server.stop();
   }
 });

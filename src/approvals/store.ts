@@ -301,10 +301,17 @@ export class ApprovalStore {
     });
   }
 
-  /** Settles every pending approval `agent` asked for as denied (its credential was revoked). */
-  cancelAgent(agent: string): void {
+  /**
+   * `agent`'s credential was revoked: settle every pending approval it asked for as denied and
+   * forget what it was approved for the session (an agent minted under its name later is another
+   * party and asks again).
+   */
+  revokeAgent(agent: string): void {
     for (const [id, p] of [...this.#pending]) {
       if (p.record.agent === agent) this.#cancel(id, `the agent ${agent} was revoked`);
+    }
+    for (const key of [...this.#approvedForSession.keys()]) {
+      if (JSON.parse(key)[0] === agent) this.#approvedForSession.delete(key);
     }
   }
 

@@ -205,11 +205,11 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
 
   app.get("/v1/events", (c) => {
     const principal = who(c);
-    return sseResponse((send) =>
+    return sseResponse((send, close) =>
       service.subscribe(principal, (event) => {
         const { type, ...data } = event;
         send(type, data);
-      })
+      }, close)
     );
   });
 

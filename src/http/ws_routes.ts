@@ -42,12 +42,11 @@ export function wsRoutes(
     const principal = who(c);
     if (c.req.header("upgrade")?.toLowerCase() !== "websocket") throw new UpgradeRequiredError();
     const { socket, response } = Deno.upgradeWebSocket(c.req.raw);
-    // The request is gone once upgraded: later requests check that the agent still exists
-    // (a revoked agent's connection is refused and closed).
+    // The request is gone once upgraded: later requests check that its credential is still
+    // registered (a revoked agent's connection is refused and closed, also once another agent
+    // is minted under its name).
     serveSocket(socket, service, () => {
-      if (principal.role === "agent" && !service.agentExists(principal.name)) {
-        throw new UnauthorizedError();
-      }
+      if (!service.isCurrent(principal)) throw new UnauthorizedError();
       return principal;
     });
     return response;

@@ -80,6 +80,8 @@ export class AgentRegistry {
   readonly #state: StateDir;
   readonly #now: () => Date;
   readonly #agents = new Map<string, Stored>();
+  /** The record each agent principal was issued for (see `current`). */
+  readonly #issued = new WeakMap<Principal, Stored>();
   readonly #operatorDigest: Uint8Array;
   /** Digest (bytes) -> principal, rebuilt on every change. */
   #byDigest: [Uint8Array, Principal][] = [];
@@ -146,7 +148,18 @@ export class AgentRegistry {
   /** The principal of the agent `name`, or undefined if there is none. */
   principal(name: string): Agent | undefined {
     const record = this.#agents.get(name);
-    return record && principalOf(record);
+    return record && this.#principalOf(record);
+  }
+
+  /**
+   * Whether `principal` still stands for a registered credential: always for the operator; for
+   * an agent, while the very agent it was issued for is registered. A revoked agent's principal
+   * stays revoked when another agent is minted under the same name later: that is another party.
+   */
+  current(principal: Principal): boolean {
+    if (principal.role === "operator") return true;
+    const record = this.#issued.get(principal);
+    return record !== undefined && this.#agents.get(principal.name) === record;
   }
 
   /** Every agent, by name. */
@@ -205,23 +218,29 @@ export class AgentRegistry {
     this.#state.write(REGISTRY_FILE, `${JSON.stringify({ agents }, null, 2)}\n`);
     this.#byDigest = [
       [this.#operatorDigest, OPERATOR],
-      ...agents.map((a): [Uint8Array, Principal] => [digestBytes(a.token_sha256), principalOf(a)]),
+      ...agents.map((a): [Uint8Array, Principal] => [
+        digestBytes(a.token_sha256),
+        this.#principalOf(a),
+      ]),
     ];
+  }
+
+  /** The principal of agent `record`, remembered as issued for that record. */
+  #principalOf(record: Stored): Agent {
+    const principal: Agent = Object.freeze({
+      role: "agent",
+      name: record.name,
+      ...(record.max_profile === null ? {} : { maxProfile: record.max_profile }),
+      ...(record.max_sessions === null ? {} : { maxSessions: record.max_sessions }),
+    });
+    this.#issued.set(principal, record);
+    return principal;
   }
 }
 
 function info(record: Stored): AgentInfo {
   const { token_sha256: _, ...rest } = record;
   return rest;
-}
-
-function principalOf(record: Stored): Agent {
-  return Object.freeze({
-    role: "agent",
-    name: record.name,
-    ...(record.max_profile === null ? {} : { maxProfile: record.max_profile }),
-    ...(record.max_sessions === null ? {} : { maxSessions: record.max_sessions }),
-  });
 }
 
 function parseRegistry(text: string, file: string): Stored[] {

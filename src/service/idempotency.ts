@@ -115,6 +115,16 @@ export class IdempotentCalls<T> {
     return promise;
   }
 
+  /**
+   * Forget every key of `owner` (its credential was revoked: an agent minted under its name
+   * later is another party and must not be answered its calls).
+   */
+  forgetOwner(owner: string): void {
+    for (const id of [...this.#entries.keys()]) {
+      if (JSON.parse(id)[0] === owner) this.#entries.delete(id);
+    }
+  }
+
   /** Forget keys older than the TTL, and the oldest beyond the key limit. */
   #forget(now: number): void {
     for (const [id, entry] of this.#entries) {

@@ -20,7 +20,7 @@ import { SIGNALS } from "../pty/signals.ts";
 import { FULL_ACCESS, type SandboxDomains } from "../sandbox/domains.ts";
 import { isWithin } from "../sandbox/profiles.ts";
 import { canonical, fitsWithin, type Widening } from "../sandbox/widening.ts";
-import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
+import { InvalidRequestError, RejectedError, RevokedError } from "../sessions/errors.ts";
 import type { CallResult, KillResult, OutputWatcher, SessionManager } from "../sessions/manager.ts";
 import type { HistoryRead } from "../output/history.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
@@ -142,6 +142,7 @@ export class Service {
   }
 
   #execOnce(principal: Principal, body: z.output<typeof ExecBody>, call: ExecCall) {
+    this.#scope(principal);
     if (call.idempotencyKey !== undefined) {
       return this.#idempotent.run(
         ownerOf(principal),
@@ -213,6 +214,7 @@ export class Service {
         outputMode: body.output_mode,
         onOutput: call.onOutput,
         signal: call.signal,
+        revoked: () => !this.#deps.agents.current(principal),
       },
       profile,
       escalation,
@@ -249,7 +251,7 @@ export class Service {
   ): Promise<CallResult> {
     return this.#deps.manager.write({
       signal: call.signal,
-      owner: scope(principal),
+      owner: this.#scope(principal),
       sessionId: body.session_id,
       chars: body.chars,
       yieldMs,
@@ -263,22 +265,22 @@ export class Service {
 
   /** The sessions the principal may see. */
   sessions(principal: Principal): SessionInfo[] {
-    return this.#deps.manager.list(scope(principal));
+    return this.#deps.manager.list(this.#scope(principal));
   }
 
   /** One session the principal may see. */
   session(principal: Principal, id: number): Session {
-    return this.#deps.manager.get(id, scope(principal));
+    return this.#deps.manager.get(id, this.#scope(principal));
   }
 
   /** Kill one of the principal's sessions. */
   kill(principal: Principal, id: number): Promise<KillResult> {
-    return this.#deps.manager.kill(id, scope(principal));
+    return this.#deps.manager.kill(id, this.#scope(principal));
   }
 
   /** Resize one of the principal's sessions. */
   resize(principal: Principal, id: number, size: z.output<typeof ResizeBody>): void {
-    this.#deps.manager.resize(id, size, scope(principal));
+    this.#deps.manager.resize(id, size, this.#scope(principal));
   }
 
   /** Signal one of the principal's sessions by signal name. */
@@ -292,22 +294,34 @@ export class Service {
         }`,
       );
     }
-    this.#deps.manager.signal(session.id, sig, scope(principal));
+    this.#deps.manager.signal(session.id, sig, this.#scope(principal));
   }
 
   /** Lifecycle events the principal may see, from now on; returns the unsubscribe function. */
-  subscribe(principal: Principal, listener: (event: LifecycleEvent) => void): () => void {
-    const owner = scope(principal);
-    return this.#deps.bus.subscribe(
-      owner === undefined ? listener : (event) => {
-        if (event.agent === owner) listener(event);
-      },
-    );
+  /**
+   * Lifecycle events the principal may see, from now on; returns the unsubscribe function. An
+   * agent revoked meanwhile is sent nothing more: its subscription ends (and `ended` is called)
+   * at the first event after the revocation, its own sessions' ends included.
+   */
+  subscribe(
+    principal: Principal,
+    listener: (event: LifecycleEvent) => void,
+    ended?: () => void,
+  ): () => void {
+    const owner = this.#scope(principal);
+    if (owner === undefined) return this.#deps.bus.subscribe(listener);
+    const unsubscribe = this.#deps.bus.subscribe((event) => {
+      if (!this.#deps.agents.current(principal)) {
+        unsubscribe();
+        ended?.();
+      } else if (event.agent === owner) listener(event);
+    });
+    return unsubscribe;
   }
 
   /** Pending approvals: all for the operator, an agent's own (read-only) for an agent. */
   approvals(principal: Principal): ApprovalRecord[] {
-    return this.#deps.approvals.list(scope(principal));
+    return this.#deps.approvals.list(this.#scope(principal));
   }
 
   /** Decide an approval (operator only). */
@@ -356,7 +370,9 @@ export class Service {
   ): Promise<AgentInfo & { sessions_killed: number }> {
     requireOperator(principal, "managing agents");
     const agent = this.#deps.agents.revoke(name);
-    this.#deps.approvals.cancelAgent(name);
+    // Nothing of it carries over to an agent minted under its name later: that is another party.
+    this.#deps.approvals.revokeAgent(name);
+    this.#idempotent.forgetOwner(name);
     const killed = await this.#deps.manager.killOwner(name);
     return { ...agent, sessions_killed: killed };
   }
@@ -368,7 +384,7 @@ export class Service {
    * off since the last look; 400 for a session started without `screen: true`.
    */
   screen(principal: Principal, id: number): Promise<ScreenSnapshot> {
-    return this.#deps.manager.screen(id, scope(principal));
+    return this.#deps.manager.screen(id, this.#scope(principal));
   }
 
   // --- Dashboard: the operator's browser sign-in (token exchanged once for a cookie session).
@@ -521,7 +537,7 @@ export class Service {
 
   /** One command of the history with its output tail; another agent's is not found. */
   async historyEntry(principal: Principal, id: string): Promise<HistoryDetail> {
-    const entry = await this.#historyOn().get(id, scope(principal));
+    const entry = await this.#historyOn().get(id, this.#scope(principal));
     if (!entry) throw new HistoryNotFoundError(`no history entry with id ${JSON.stringify(id)}`);
     return entry;
   }
@@ -570,15 +586,23 @@ export class Service {
     return body.yield_time_ms === 0 ? this.#write(principal, body, 0) : this.write(principal, body);
   }
 
-  /** True while the agent `name` is registered (not revoked): a long-lived connection's check. */
-  agentExists(name: string): boolean {
-    return this.#deps.agents.principal(name) !== undefined;
+  /**
+   * True while `principal`'s credential is registered (not revoked; an agent minted again under
+   * its name is another party): a long-lived connection's check.
+   */
+  isCurrent(principal: Principal): boolean {
+    return this.#deps.agents.current(principal);
   }
-}
 
-/** The owner an operation is scoped to: none for the operator, who sees everything. */
-function scope(principal: Principal): string | undefined {
-  return principal.role === "operator" ? undefined : principal.name;
+  /**
+   * The owner an operation is scoped to (none for the operator, who sees everything);
+   * `RevokedError` for an agent revoked since its request was let in.
+   */
+  #scope(principal: Principal): string | undefined {
+    if (principal.role === "operator") return undefined;
+    if (!this.#deps.agents.current(principal)) throw new RevokedError();
+    return principal.name;
+  }
 }
 
 /** `path` resolved after symlinks; it must be an existing directory. */

@@ -41,6 +41,18 @@ export class ShuttingDownError extends Error {
   }
 }
 
+/**
+ * The caller's credential was revoked after its request was let in (401 `unauthorized`, as a
+ * revoked token gets): nothing more is done for it, and a command it was starting is killed.
+ */
+export class RevokedError extends Error {
+  readonly status = 401;
+  readonly code = "unauthorized";
+  constructor() {
+    super("the agent's token was revoked while this request was in progress");
+  }
+}
+
 /** The server ran out of a system resource, e.g. file descriptors (503 `out_of_resources`). */
 export class OutOfResourcesError extends Error {
   readonly status = 503;

@@ -30,6 +30,7 @@ import {
   CallAbandonedError,
   InvalidRequestError,
   OutOfResourcesError,
+  RevokedError,
   SessionLimitError,
   ShuttingDownError,
   SpawnerFailedError,
@@ -78,6 +79,12 @@ export interface ExecRequest {
    * and exit wait for the next call) and rejects with `CallAbandonedError`.
    */
   signal?: AbortSignal;
+  /**
+   * True once the owner's credential was revoked (the request was let in before): checked before
+   * anything starts and again when the session is about to be registered, so a start in flight
+   * during the revocation is killed instead of outliving it.
+   */
+  revoked?: () => boolean;
 }
 
 /** Hooks told of every session (history, metrics); they must not throw or block. */
@@ -275,6 +282,7 @@ export class SessionManager {
   /** Run `exec_command`. */
   async exec(req: ExecRequest): Promise<CallResult> {
     if (this.#closing) throw new ShuttingDownError();
+    if (req.revoked?.()) throw new RevokedError();
     if (req.signal?.aborted) throw new CallAbandonedError();
     const started = performance.now();
     if ((req.screen || req.outputMode === "screen") && !req.tty) {
@@ -290,9 +298,19 @@ export class SessionManager {
       } finally {
         this.#reserved.delete(id);
       }
-      if (!this.#closing) return session;
-      await this.#terminate([session], "shutdown");
-      throw new ShuttingDownError();
+      if (this.#closing) {
+        await this.#terminate([session], "shutdown");
+        throw new ShuttingDownError();
+      }
+      if (req.revoked?.()) {
+        // Its owner's sessions were killed while it started: it goes the same way, and the
+        // cgroups it emptied are not kept for whoever gets that name next.
+        await this.#terminate([session], "revoke");
+        session.dispose();
+        await this.#opts.cgroups?.forget(req.owner);
+        throw new RevokedError();
+      }
+      return session;
     });
     this.#starting.add(starting);
     let session: Session;
