@@ -297,7 +297,6 @@ export class Service {
     this.#deps.manager.signal(session.id, sig, this.#scope(principal));
   }
 
-  /** Lifecycle events the principal may see, from now on; returns the unsubscribe function. */
   /**
    * Lifecycle events the principal may see, from now on; returns the unsubscribe function. An
    * agent revoked meanwhile is sent nothing more: its subscription ends (and `ended` is called)
