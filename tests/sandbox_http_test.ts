@@ -432,25 +432,49 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
       },
     );
 
-    await t.step("a foreign-architecture system call is killed by SIGSYS", async () => {
-      const r = await run(server, `python3 ${FIXTURES}int80.py`);
-      assert.equal(r.output, "");
-      assert.equal(r.exit_code, 159);
-      assert.deepEqual(
-        r.sandbox,
-        denied(
-          "workspace-write",
-          "syscall",
-          "exit code 159: killed by SIGSYS (refused system call)",
-        ),
-      );
-      // Every enforcing profile has the filter; control: without it the same call goes through.
-      const net = await run(server, `python3 ${FIXTURES}int80.py`, {
-        profile: "workspace-write-net",
-      });
-      assert.equal(net.exit_code, 159);
-      const c = await new Deno.Command("python3", { args: [`${FIXTURES}int80.py`] }).output();
-      assert.equal(new TextDecoder().decode(c.stdout), "int80 getpid ok: True\n");
+    // The host's own answer to an i386 call, outside any filter. Some kernels (the PVM guests CI
+    // runs on) have no usable int 0x80 entry and fault the call with SIGSEGV before a filter sees
+    // it; there the kernel path cannot be shown, and seccomp_program_test's verdict for a foreign
+    // architecture is what covers the filter.
+    const control = await new Deno.Command("python3", {
+      args: [`${FIXTURES}int80.py`],
+      stderr: "null",
+    }).output();
+    const hostRunsI386 = new TextDecoder().decode(control.stdout) === "int80 getpid ok: True\n";
+    if (!hostRunsI386) assert.equal(control.signal, "SIGSEGV", "the host's i386 control");
+
+    await t.step({
+      name: "a foreign-architecture system call is killed by SIGSYS",
+      ignore: !hostRunsI386,
+      fn: async () => {
+        const r = await run(server, `python3 ${FIXTURES}int80.py`);
+        assert.equal(r.output, "");
+        assert.equal(r.exit_code, 159);
+        assert.deepEqual(
+          r.sandbox,
+          denied(
+            "workspace-write",
+            "syscall",
+            "exit code 159: killed by SIGSYS (refused system call)",
+          ),
+        );
+        // Every enforcing profile has the filter (the control above ran the call unfiltered).
+        const net = await run(server, `python3 ${FIXTURES}int80.py`, {
+          profile: "workspace-write-net",
+        });
+        assert.equal(net.exit_code, 159);
+      },
+    });
+
+    await t.step({
+      name: "where the host itself faults a foreign-architecture call, no denial is claimed",
+      ignore: hostRunsI386,
+      fn: async () => {
+        const r = await run(server, `python3 ${FIXTURES}int80.py`);
+        assert.equal(r.output, "");
+        assert.equal(r.exit_code, 139);
+        assert.deepEqual(r.sandbox, { profile: "workspace-write", denied: false });
+      },
     });
 
     await t.step("failures that are not the sandbox's are not reported as denials", async () => {
