@@ -267,9 +267,9 @@ export class CgroupHost {
   /**
    * The cgroups of a new session of `owner`, limited by `limits`: the oldest that one of its
    * sessions emptied, else one made ahead (see {@link SPARES}), else made now; the janitor then
-   * makes spares ahead again.
+   * makes spares ahead again, unless not `ahead` (descriptors are short).
    */
-  create(limits: ResourceLimits, owner: string): SessionCgroup {
+  create(limits: ResourceLimits, owner: string, ahead: boolean): SessionCgroup {
     const key = keyOf(limits);
     const ready = this.#ready(key);
     let at = ready.findIndex((s) => s.owner === owner);
@@ -278,7 +278,7 @@ export class CgroupHost {
     const cgroup = spare
       ? new SessionCgroup(this, spare.name, limits, owner, spare.procs, spare.baseline)
       : this.#make(limits, owner);
-    this.#refill(key, limits);
+    if (ahead) this.#refill(key, limits);
     return cgroup;
   }
 
@@ -320,13 +320,16 @@ export class CgroupHost {
    */
   async forget(owner: string): Promise<void> {
     add(this.#forgotten, owner, 1);
-    const dropped: Spare[] = [];
-    for (const ready of this.#spares.values()) {
-      for (let i = ready.length - 1; i >= 0; i--) {
-        if (ready[i].owner === owner) dropped.push(...ready.splice(i, 1));
-      }
-    }
-    await Promise.all(dropped.map((spare) => this.#discard(spare)));
+    await this.#drop((spare) => spare.owner === owner);
+  }
+
+  /**
+   * Descriptors ran short: drop every spare, made ahead or kept, so that their open files go
+   * back to the process (spares only save a start time; they must never cost one a start);
+   * resolves once they are removed.
+   */
+  async shed(): Promise<void> {
+    await this.#drop(() => true);
   }
 
   /** The `cgroup.procs` files of session `name`. */
@@ -368,6 +371,17 @@ export class CgroupHost {
   #make(limits: ResourceLimits, owner: string): SessionCgroup {
     const name = `s${++this.#next}`;
     return new SessionCgroup(this, name, limits, owner, makeCgroups(this.#plan(name, limits)));
+  }
+
+  /** Discard the spares `which` picks; resolves once they are removed. */
+  async #drop(which: (spare: Spare) => boolean): Promise<void> {
+    const dropped: Spare[] = [];
+    for (const ready of this.#spares.values()) {
+      for (let i = ready.length - 1; i >= 0; i--) {
+        if (which(ready[i])) dropped.push(...ready.splice(i, 1));
+      }
+    }
+    await Promise.all(dropped.map((spare) => this.#discard(spare)));
   }
 
   /** Kill (should anything have got in) and remove a spare's cgroups, closing its files. */
@@ -420,8 +434,7 @@ export class CgroupHost {
   async close(): Promise<void> {
     this.#closed = true;
     await this.#janitor.close();
-    await Promise.all([...this.#spares.values()].flat().map((spare) => this.#discard(spare)));
-    this.#spares.clear();
+    await this.shed();
     for (const d of [this.dir, ...this.#v1.map((v) => v.dir)]) {
       try {
         rmdir(d);

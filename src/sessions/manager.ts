@@ -463,11 +463,17 @@ export class SessionManager {
   }
 
   async #start(id: number, req: ExecRequest): Promise<Session> {
-    if (!this.#descriptors.replenish()) {
-      throw outOfFiles(`fewer than ${2 * DESCRIPTOR_RESERVE} are free since a start ran out`);
-    }
     const { sandbox } = req;
     const { cgroups } = this.#opts;
+    // Spare cgroups hold open files only to save a start time: when descriptors are short they
+    // go first, and this start makes none ahead.
+    const short = !this.#descriptors.replenish();
+    if (short) {
+      await cgroups?.shed();
+      if (!this.#descriptors.replenish()) {
+        throw outOfFiles(`fewer than ${2 * DESCRIPTOR_RESERVE} are free since a start ran out`);
+      }
+    }
     const lease = await this.#opts.pool.acquire(sandbox.domain, sandbox.restriction)
       .catch((err) => {
         throw diedOr(err);
@@ -479,7 +485,7 @@ export class SessionManager {
     let spawned: Spawned | undefined;
     try {
       dir = await sandbox.session();
-      cgroup = cgroups && contain(() => cgroups.create(sandbox.policy.limits, req.owner));
+      cgroup = cgroups && contain(() => cgroups.create(sandbox.policy.limits, req.owner, !short));
       gate = cgroup && gateFor(cgroup);
       pipes = req.tty ? undefined : openPipes();
       const env = childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env });
@@ -715,7 +721,7 @@ function screenOf(session: Session) {
  * a time); starts resume once twice as many are free, about what one start takes at its peak
  * (terminal or pipes, gate, cgroup files, pidfd).
  */
-const DESCRIPTOR_RESERVE = 8;
+export const DESCRIPTOR_RESERVE = 8;
 
 /** True for a failure to get a file descriptor (EMFILE, ENFILE) anywhere in a start. */
 function isOutOfFiles(err: unknown): boolean {
