@@ -21,7 +21,8 @@ import { StateDir, StateDirError } from "./service/state_dir.ts";
 import { WebSessions } from "./service/web_sessions.ts";
 import { Supervisor } from "./service/supervisor.ts";
 import { baseEnv } from "./sessions/env.ts";
-import { SessionManager } from "./sessions/manager.ts";
+import { DESCRIPTOR_RESERVE, SessionManager } from "./sessions/manager.ts";
+import { DescriptorReserve } from "./io/descriptor_reserve.ts";
 import { SpawnerPool } from "./workers/pool.ts";
 import { HistoryRecorder } from "./history/recorder.ts";
 import { HistoryStore } from "./history/store.ts";
@@ -74,7 +75,14 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
   bus.subscribe((event) => log.event(event));
   const history = config.history ? openHistory(config, state, bus, log) : undefined;
   let metrics: Metrics | undefined = undefined;
-  const containment = await openContainment(reactor, config.containment, config.cgroupRoot);
+  // One reserve for the process: starts spend it when they run out, kills when they cannot open.
+  const descriptors = new DescriptorReserve(DESCRIPTOR_RESERVE);
+  const containment = await openContainment(
+    reactor,
+    config.containment,
+    config.cgroupRoot,
+    descriptors,
+  );
   if (containment.reaped > 0) {
     log.warn("dead_instance_reaped", { cgroups: containment.reaped });
   }
@@ -84,6 +92,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
   const manager = new SessionManager({
     reactor,
     cgroups: containment.host,
+    descriptors,
     pool,
     bus,
     truncator,

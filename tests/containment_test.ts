@@ -8,6 +8,7 @@
 
 import assert from "node:assert/strict";
 import { KEPT } from "../src/sandbox/cgroups.ts";
+import { limitFiles, limitLeaving, openFiles } from "./helpers/descriptors.ts";
 import { exists } from "./helpers/fs.ts";
 import { type Client, startServer } from "./helpers/server.ts";
 import { connectSse } from "./helpers/sse.ts";
@@ -58,6 +59,25 @@ Deno.test("a setsid daemon does not survive DELETE of its session", async () => 
     } finally {
       await server.stop();
     }
+  }
+});
+
+Deno.test("with no descriptor free, DELETE still kills the whole session: the reserve pays", async () => {
+  const server = await startServer();
+  try {
+    const { id, daemon } = await withDaemon(server);
+    // No number free below the limit: reading who is in the cgroup, and cgroup.kill, need one
+    // each. (Without the reserve, neither happened and DELETE waited for the command to end.)
+    await limitFiles(server.pid, limitLeaving(openFiles(server.pid), 0, () => true));
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const hung = new Promise<"hung">((r) => timer = setTimeout(() => r("hung"), 60_000));
+    const killed = await Promise.race([server.del(`/v1/sessions/${id}`), hung]);
+    clearTimeout(timer);
+    assert.notEqual(killed, "hung", "DELETE did not answer within a minute");
+    assert.equal(killed !== "hung" && killed.status, 200);
+    assert.equal(alive(daemon), false, `daemon ${daemon} survived`);
+  } finally {
+    await server.stop();
   }
 });
 

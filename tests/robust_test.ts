@@ -9,6 +9,7 @@
 
 import assert from "node:assert/strict";
 import { DESCRIPTOR_RESERVE } from "../src/sessions/manager.ts";
+import { limitFiles, limitLeaving, openFiles } from "./helpers/descriptors.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
 import { connectSse, type SseEvent } from "./helpers/sse.ts";
 
@@ -337,97 +338,60 @@ Deno.test("shutdown: exec refused with 503 once it begins, nothing it started su
   assert.deepEqual(processesWith(marker), []);
 });
 
-/**
- * The descriptors process `pid` has open, by number: whether each is a `cgroup.procs` file.
- * (A limit on open files is a limit on their numbers: what counts is how many are free below.)
- */
-function openFiles(pid: number): Map<number, boolean> {
-  const open = new Map<number, boolean>();
-  for (const e of Deno.readDirSync(`/proc/${pid}/fd`)) {
-    try {
-      open.set(
-        Number(e.name),
-        Deno.readLinkSync(`/proc/${pid}/fd/${e.name}`).endsWith("/cgroup.procs"),
-      );
-    } catch {
-      // Closed meanwhile (the directory's own descriptor).
-    }
-  }
-  return open;
-}
-
-/**
- * The highest limit on open files that leaves exactly `free` numbers free below it, counting as
- * taken the open descriptors `taken` picks (by whether each is a `cgroup.procs` file).
- */
-function limitLeaving(
-  open: Map<number, boolean>,
-  free: number,
-  taken: (cgroup: boolean) => boolean,
-): number {
-  for (let limit = 0, left = 0;; limit++) {
-    if (open.has(limit) && taken(open.get(limit)!)) continue;
-    if (left++ === free) return limit;
-  }
-}
-
-/** Set process `pid`'s soft limit of open files (below its hard limit). */
-async function limitFiles(pid: number, soft: number): Promise<void> {
-  const args = ["--pid", `${pid}`, `--nofile=${soft}:`];
-  const out = await new Deno.Command("prlimit", { args }).output();
-  assert.ok(out.success, `prlimit ${args.join(" ")}: ${new TextDecoder().decode(out.stderr)}`);
-}
-
 Deno.test("out of file descriptors: 503 out_of_resources, the server lives and recovers", async () => {
   const server = await startServer({ UEXEC_MAX_SESSIONS: "1000" }, [], 160);
-  const ids: number[] = [];
-  let refused;
-  for (let i = 0; i < 200 && !refused; i++) {
-    const r = await server.post("/v1/exec_command", {
-      cmd: "sleep 600",
-      login: false,
-      until: "^", // answered at once
-      tty: i % 2 === 0,
-    });
-    if (r.status === 200) ids.push(r.body.session_id);
-    else refused = r;
+  try {
+    const ids: number[] = [];
+    let refused;
+    for (let i = 0; i < 200 && !refused; i++) {
+      const r = await server.post("/v1/exec_command", {
+        cmd: "sleep 600",
+        login: false,
+        until: "^", // answered at once
+        tty: i % 2 === 0,
+      });
+      if (r.status === 200) ids.push(r.body.session_id);
+      else refused = r;
+    }
+    assert.ok(refused, "never ran out of descriptors");
+    assert.equal(refused.status, 503, JSON.stringify(refused.body));
+    assert.equal(refused.body.error.code, "out_of_resources");
+    // At the limit every answer is an exit or the same 503 (a start may find the few
+    // descriptors a refused one gave back, with the cgroups made ahead of it), never a crash.
+    for (let i = 0; i < 4; i++) {
+      const again = await server.post("/v1/exec_command", { cmd: "true", tty: i % 2 === 0 });
+      if (again.status === 200) assert.equal(again.body.exit_code, 0, JSON.stringify(again.body));
+      else assert.equal(again.body.error?.code, "out_of_resources", JSON.stringify(again.body));
+    }
+    const health = await server.get("/healthz");
+    assert.equal(health.status, 200);
+    // One at a time, on the open connection: while descriptors are exhausted, a new connection
+    // cannot be accepted (the listener is not this test's subject).
+    for (const id of ids) assert.equal((await server.del(`/v1/sessions/${id}`)).status, 200);
+    // Spare cgroups (made ahead, or kept from the deleted sessions) hold open files only to save
+    // a start time: when descriptors are short they go first. Make sure the reserve is spent (a
+    // start finds no descriptor free, even without the spares), then leave the server too few to
+    // start while it keeps its spares (where their numbers allow) and enough once it drops them.
+    const others = (cgroup: boolean) => !cgroup;
+    await limitFiles(server.pid, limitLeaving(openFiles(server.pid), 0, others));
+    const none = await server.post("/v1/exec_command", { cmd: "true" });
+    assert.equal(none.body.error?.code, "out_of_resources", JSON.stringify(none.body));
+    const open = openFiles(server.pid);
+    const kept = limitLeaving(open, 2 * DESCRIPTOR_RESERVE - 1, () => true);
+    const dropped = limitLeaving(open, 3 * DESCRIPTOR_RESERVE, others);
+    await limitFiles(server.pid, Math.max(kept, dropped));
+    const after = await server.post("/v1/exec_command", { cmd: "echo recovered", login: false });
+    assert.equal(after.body.output, "recovered\r\n", JSON.stringify(after.body));
+    const client = Deno.createHttpClient({});
+    const fresh = await fetch(`${server.url}/healthz`, { client });
+    assert.equal(fresh.status, 200);
+    await fresh.body?.cancel();
+    client.close();
+    const stopped = await server.stop();
+    assert.equal(stopped.code, 0, stopped.stderr);
+  } finally {
+    await server.stop();
   }
-  assert.ok(refused, "never ran out of descriptors");
-  assert.equal(refused.status, 503, JSON.stringify(refused.body));
-  assert.equal(refused.body.error.code, "out_of_resources");
-  // At the limit every answer is an exit or the same 503 (a start may find the few
-  // descriptors a refused one gave back, with the cgroups made ahead of it), never a crash.
-  for (let i = 0; i < 4; i++) {
-    const again = await server.post("/v1/exec_command", { cmd: "true", tty: i % 2 === 0 });
-    if (again.status === 200) assert.equal(again.body.exit_code, 0, JSON.stringify(again.body));
-    else assert.equal(again.body.error?.code, "out_of_resources", JSON.stringify(again.body));
-  }
-  const health = await server.get("/healthz");
-  assert.equal(health.status, 200);
-  // One at a time, on the open connection: while descriptors are exhausted, a new connection
-  // cannot be accepted (the listener is not this test's subject).
-  for (const id of ids) assert.equal((await server.del(`/v1/sessions/${id}`)).status, 200);
-  // Spare cgroups (made ahead, or kept from the deleted sessions) hold open files only to save
-  // a start time: when descriptors are short they go first. Make sure the reserve is spent (a
-  // start finds no descriptor free, even without the spares), then leave the server too few to
-  // start while it keeps its spares (where their numbers allow) and enough once it drops them.
-  const others = (cgroup: boolean) => !cgroup;
-  await limitFiles(server.pid, limitLeaving(openFiles(server.pid), 0, others));
-  const none = await server.post("/v1/exec_command", { cmd: "true" });
-  assert.equal(none.body.error?.code, "out_of_resources", JSON.stringify(none.body));
-  const open = openFiles(server.pid);
-  const kept = limitLeaving(open, 2 * DESCRIPTOR_RESERVE - 1, () => true);
-  const dropped = limitLeaving(open, 3 * DESCRIPTOR_RESERVE, others);
-  await limitFiles(server.pid, Math.max(kept, dropped));
-  const after = await server.post("/v1/exec_command", { cmd: "echo recovered", login: false });
-  assert.equal(after.body.output, "recovered\r\n", JSON.stringify(after.body));
-  const client = Deno.createHttpClient({});
-  const fresh = await fetch(`${server.url}/healthz`, { client });
-  assert.equal(fresh.status, 200);
-  await fresh.body?.cancel();
-  client.close();
-  const stopped = await server.stop();
-  assert.equal(stopped.code, 0, stopped.stderr);
 });
 
 Deno.test("faults from outside: a SIGKILLed child, a child that closes its terminal", async (t) => {

@@ -138,10 +138,29 @@ export function closeAll(fds: Iterable<number>): void {
 let scratch = new Uint8Array(4096);
 const utf8 = new TextDecoder();
 
-/** The start of a small file (at most `max` bytes), read through libc; undefined if unreadable. */
-export function readSmallFile(path: string, max = 4096): string | undefined {
+/**
+ * `open(path, flags)`, through libc. When the process has no descriptor free and `room` is
+ * given, `room()` is asked to give some back and the open is tried once more. The descriptor, or
+ * -1 with errno set.
+ */
+export function openFile(path: string, flags: number, room?: () => void): number {
   const c = libc();
-  const fd = c.open(cString(path), O.CLOEXEC);
+  const p = cString(path);
+  const fd = c.open(p, flags);
+  if (fd >= 0 || !room) return fd;
+  const code = errno();
+  if (code !== E.EMFILE && code !== E.ENFILE) return fd;
+  room();
+  return c.open(p, flags);
+}
+
+/**
+ * The start of a small file (at most `max` bytes), read through libc; undefined if unreadable.
+ * `room` as for {@link openFile}.
+ */
+export function readSmallFile(path: string, max = 4096, room?: () => void): string | undefined {
+  const c = libc();
+  const fd = openFile(path, O.CLOEXEC, room);
   if (fd < 0) return undefined;
   try {
     if (scratch.length < max) scratch = new Uint8Array(max);

@@ -12,7 +12,17 @@
  * @module
  */
 
-import { closeAll, cString, errno, libc, listDir, O, OsError, readSmallFile } from "../ffi/libc.ts";
+import {
+  closeAll,
+  cString,
+  errno,
+  libc,
+  listDir,
+  O,
+  openFile,
+  OsError,
+  readSmallFile,
+} from "../ffi/libc.ts";
 
 const O_WRONLY = 1;
 const ENOENT = 2;
@@ -137,10 +147,13 @@ function removeTree(dir: string): void {
   c.rmdir(cString(dir));
 }
 
-/** Write `text` to the cgroup file `path` (when `ifPresent`, nothing if it does not exist). */
-export function writeFile(path: string, text: string, ifPresent = false): void {
+/**
+ * Write `text` to the cgroup file `path` (when `ifPresent`, nothing if it does not exist);
+ * `room` as for `openFile`.
+ */
+export function writeFile(path: string, text: string, ifPresent = false, room?: () => void): void {
   const c = libc();
-  const fd = c.open(cString(path), O_WRONLY | O.CLOEXEC);
+  const fd = openFile(path, O_WRONLY | O.CLOEXEC, room);
   if (fd < 0) {
     const code = errno();
     if (ifPresent && code === ENOENT) return;

@@ -25,7 +25,19 @@
  * @module
  */
 
-import { closeAll, cString, errno, libc, listDir, O, OsError, readSmallFile } from "../ffi/libc.ts";
+import {
+  closeAll,
+  cString,
+  E,
+  errno,
+  libc,
+  listDir,
+  O,
+  openFile,
+  OsError,
+  readSmallFile,
+} from "../ffi/libc.ts";
+import type { DescriptorReserve } from "../io/descriptor_reserve.ts";
 import type { Reactor } from "../io/reactor.ts";
 import {
   type Baseline,
@@ -167,7 +179,8 @@ export class SessionCgroup {
   /** Send each of `signals`, in order, to every process in the session's cgroup now. */
   signal(...signals: number[]): void {
     if (this.#killed) return;
-    const procs = (readSmallFile(`${this.dir}/cgroup.procs`, 1 << 20) ?? "").split("\n");
+    const room = () => this.#host.makeRoom();
+    const procs = (readSmallFile(`${this.dir}/cgroup.procs`, 1 << 20, room) ?? "").split("\n");
     for (const sig of signals) for (const pid of procs) if (pid) libc().kill(Number(pid), sig);
   }
 
@@ -179,7 +192,7 @@ export class SessionCgroup {
     if (!this.#killed) {
       closeAll(this.#procs ?? []);
       this.#procs = undefined;
-      this.#killed = killTree(this.#host.reactor, this.dir)
+      this.#killed = killTree(this.#host.reactor, this.dir, () => this.#host.makeRoom())
         .then(() => this.#host.retire(this.name, this.limits, this.owner));
     }
     return this.#killed;
@@ -205,9 +218,20 @@ export class CgroupHost {
   #forgotten = new Map<string, number>();
   #janitor = new CgroupJanitor();
   #closed = false;
+  /** Descriptors ran short: no spare is kept or made until a start finds enough again. */
+  #short = false;
 
-  private constructor(reactor: Reactor, dir: string, v2: Set<string>, v1: V1[]) {
+  readonly #descriptors?: DescriptorReserve;
+
+  private constructor(
+    reactor: Reactor,
+    dir: string,
+    v2: Set<string>,
+    v1: V1[],
+    descriptors?: DescriptorReserve,
+  ) {
     this.reactor = reactor;
+    this.#descriptors = descriptors;
     this.dir = dir;
     this.#v2 = v2;
     this.#v1 = v1;
@@ -216,9 +240,10 @@ export class CgroupHost {
   /**
    * Make this instance's cgroup directory beneath `root` (the v2 hierarchy) and the session
    * parents in the v1 `pids` and `memory` hierarchies where they exist; throws when `root` is
-   * not a writable cgroup v2 hierarchy.
+   * not a writable cgroup v2 hierarchy. A kill that finds no descriptor free spends
+   * `descriptors` (the process's reserve) and the spares' files (see {@link makeRoom}).
    */
-  static open(reactor: Reactor, root: string): CgroupHost {
+  static open(reactor: Reactor, root: string, descriptors?: DescriptorReserve): CgroupHost {
     if (readSmallFile(`${root}/cgroup.controllers`) === undefined) {
       throw new SandboxUnavailableError(`${root} is not a cgroup v2 hierarchy`);
     }
@@ -239,7 +264,7 @@ export class CgroupHost {
         // Not writable here: that limit falls back to its rlimit.
       }
     }
-    return new CgroupHost(reactor, dir, v2, v1);
+    return new CgroupHost(reactor, dir, v2, v1, descriptors);
   }
 
   /** Every directory of session `name`: the v2 one first. */
@@ -267,9 +292,11 @@ export class CgroupHost {
   /**
    * The cgroups of a new session of `owner`, limited by `limits`: the oldest that one of its
    * sessions emptied, else one made ahead (see {@link SPARES}), else made now; the janitor then
-   * makes spares ahead again, unless not `ahead` (descriptors are short).
+   * makes spares ahead again. Without `ahead` (descriptors are short, see {@link shed}) it
+   * makes none, and none is kept.
    */
   create(limits: ResourceLimits, owner: string, ahead: boolean): SessionCgroup {
+    this.#short = !ahead;
     const key = keyOf(limits);
     const ready = this.#ready(key);
     let at = ready.findIndex((s) => s.owner === owner);
@@ -292,7 +319,7 @@ export class CgroupHost {
     const key = keyOf(limits);
     const ready = this.#ready(key);
     const waiting = ready.length + (this.#reusing.get(key) ?? 0);
-    if (this.#closed || this.#v2.has("memory") || waiting >= KEPT) {
+    if (this.#closed || this.#short || this.#v2.has("memory") || waiting >= KEPT) {
       return this.remove(this.dirsOf(name));
     }
     add(this.#reusing, key, 1);
@@ -305,7 +332,7 @@ export class CgroupHost {
     return this.#janitor.reuse(plan).then(
       (reused) => {
         if (!reused) return;
-        if (this.#closed || (this.#forgotten.get(owner) ?? 0) !== forgotten) {
+        if (this.#closed || this.#short || (this.#forgotten.get(owner) ?? 0) !== forgotten) {
           return this.#discard({ name, procs: reused.procs });
         }
         ready.push({ name, ...reused, owner });
@@ -325,11 +352,23 @@ export class CgroupHost {
 
   /**
    * Descriptors ran short: drop every spare, made ahead or kept, so that their open files go
-   * back to the process (spares only save a start time; they must never cost one a start);
-   * resolves once they are removed.
+   * back to the process (spares only save a start time; they must never cost one a start), and
+   * keep or make none (also those on their way) until a start `create`s `ahead` again; resolves
+   * once they are removed.
    */
   async shed(): Promise<void> {
+    this.#short = true;
     await this.#drop(() => true);
+  }
+
+  /**
+   * The process has no descriptor free, and a kill needs one: give it the reserve and the spares'
+   * files at once (their removal follows; one that fails leaves an empty cgroup, removed by the
+   * next server's start).
+   */
+  makeRoom(): void {
+    this.#descriptors?.spend();
+    this.shed().catch(() => {});
   }
 
   /** The `cgroup.procs` files of session `name`. */
@@ -358,7 +397,7 @@ export class CgroupHost {
       add(this.#making, key, 1);
       this.#janitor.make(this.#plan(name, limits)).then(
         (procs) => {
-          if (this.#closed) this.#discard({ name, procs }).catch(() => {});
+          if (this.#closed || this.#short) this.#discard({ name, procs }).catch(() => {});
           else ready.push({ name, procs, baseline: FRESH });
         },
         // The session that finds no spare makes its own (and reports why it cannot).
@@ -559,10 +598,14 @@ const latin1 = new TextDecoder("latin1");
  * `cgroup.kill` on the v2 cgroup `dir` (which kills everything beneath it too), then wait
  * (woken by `cgroup.events`, no polling) until it is empty; false when it held nothing.
  */
-async function killTree(reactor: Reactor, dir: string): Promise<boolean> {
+async function killTree(reactor: Reactor, dir: string, room?: () => void): Promise<boolean> {
   const c = libc();
-  const fd = c.open(cString(`${dir}/cgroup.events`), O.CLOEXEC);
-  if (fd < 0) return false;
+  const fd = openFile(`${dir}/cgroup.events`, O.CLOEXEC, room);
+  if (fd < 0) {
+    // Never a kill that silently did nothing for want of a descriptor.
+    if (isOutOfFiles(errno())) throw new OsError(`open(${dir}/cgroup.events)`, errno());
+    return false; // gone already
+  }
   try {
     const populated = () => {
       const n = Number(c.pread(fd, eventsText, BigInt(eventsText.length), 0n));
@@ -577,7 +620,7 @@ async function killTree(reactor: Reactor, dir: string): Promise<boolean> {
       },
     });
     try {
-      writeFile(`${dir}/cgroup.kill`, "1");
+      writeFile(`${dir}/cgroup.kill`, "1", false, room);
       if (populated()) await promise;
       return true;
     } finally {
@@ -586,6 +629,11 @@ async function killTree(reactor: Reactor, dir: string): Promise<boolean> {
   } finally {
     c.close(fd);
   }
+}
+
+/** Whether `code` says the process (or the system) has no descriptor free. */
+function isOutOfFiles(code: number): boolean {
+  return code === E.EMFILE || code === E.ENFILE;
 }
 
 /** {@link killTree} on the v2 cgroup `dir`, then remove it and its v1 twins `v1`. */
@@ -606,12 +654,13 @@ export interface Containment {
 /**
  * Set up containment for this server: reap what dead instances left, then open this
  * instance's cgroups under `root` (see {@link cgroupRoot}); `mode` `cgroup` makes their absence
- * an error, `process-group` skips them.
+ * an error, `process-group` skips them. `descriptors`: see {@link CgroupHost.open}.
  */
 export async function openContainment(
   reactor: Reactor,
   mode: "auto" | "cgroup" | "process-group",
   configuredRoot: string | undefined,
+  descriptors?: DescriptorReserve,
 ): Promise<Containment> {
   const fallback = (reason: string): Containment => ({
     reaped: 0,
@@ -626,7 +675,7 @@ export async function openContainment(
   try {
     if (root === undefined) throw new Error("no cgroup v2 hierarchy is mounted");
     const reaped = await CgroupHost.reapDead(reactor, root);
-    const host = CgroupHost.open(reactor, root);
+    const host = CgroupHost.open(reactor, root, descriptors);
     return {
       host,
       reaped,

@@ -169,6 +169,11 @@ export interface ManagerOptions {
   observer?: SessionObserver;
   /** Each session's cgroup; without it sessions are contained by their process group only. */
   cgroups?: CgroupHost;
+  /**
+   * The process's descriptor reserve, shared with `cgroups` (one of {@link DESCRIPTOR_RESERVE}
+   * is made when absent).
+   */
+  descriptors?: DescriptorReserve;
 }
 
 const PROTECTED_RECENT = 8;
@@ -258,7 +263,7 @@ export class SessionManager {
 
   constructor(opts: ManagerOptions) {
     this.#opts = opts;
-    this.#descriptors = new DescriptorReserve(DESCRIPTOR_RESERVE);
+    this.#descriptors = opts.descriptors ?? new DescriptorReserve(DESCRIPTOR_RESERVE);
     this.#screens = opts.screens ?? new ScreenHost();
   }
 
@@ -584,9 +589,13 @@ export class SessionManager {
     return session;
   }
 
-  /** A start ran out of descriptors: the reserve goes back to the process, the caller gets 503. */
+  /**
+   * A start ran out of descriptors: the reserve and the spare cgroups' files go back to the
+   * process, the caller gets 503.
+   */
   #ranOut(err: Error): OutOfResourcesError {
     this.#descriptors.spend();
+    this.#opts.cgroups?.makeRoom();
     return outOfFiles(err.message);
   }
 

@@ -126,6 +126,7 @@ export async function startServer(
   };
   let url = "";
   const stdout: string[] = [];
+  let stopped: ReturnType<TestServer["stop"]> | undefined;
   for (;;) {
     const { value, done } = await reader.read();
     if (!done) stdout.push(value);
@@ -189,14 +190,18 @@ export async function startServer(
       const res = await fetch(url + path, { ...init, headers });
       return { status: res.status, text: await res.text(), headers: res.headers };
     },
-    async stop() {
-      try {
-        child.kill("SIGTERM");
-      } catch { /* already gone */ }
-      const status = await child.status;
-      await drained;
-      await cleanUp();
-      return { code: status.code, stderr: await stderrText, stdout: stdout.join("\n") };
+    stop() {
+      // Once: a test may stop it itself, then again in its `finally`.
+      stopped ??= (async () => {
+        try {
+          child.kill("SIGTERM");
+        } catch { /* already gone */ }
+        const status = await child.status;
+        await drained;
+        await cleanUp();
+        return { code: status.code, stderr: await stderrText, stdout: stdout.join("\n") };
+      })();
+      return stopped;
     },
   };
 }
