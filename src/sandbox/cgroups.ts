@@ -192,8 +192,13 @@ export class SessionCgroup {
     if (!this.#killed) {
       closeAll(this.#procs ?? []);
       this.#procs = undefined;
-      this.#killed = killTree(this.#host.reactor, this.dir, () => this.#host.makeRoom())
+      const killed = killTree(this.#host.reactor, this.dir, () => this.#host.makeRoom())
         .then(() => this.#host.retire(this.name, this.limits, this.owner));
+      // One that failed (no descriptor even then) is tried again by the next kill.
+      killed.catch(() => {
+        if (this.#killed === killed) this.#killed = undefined;
+      });
+      this.#killed = killed;
     }
     return this.#killed;
   }
