@@ -687,6 +687,14 @@ Deno.test("an agent minted again under a revoked one's name inherits nothing of 
     assert.deepEqual(refused.error.data, { code: "unauthorized", status: 401 });
     assert.equal((await ws.closed).code, 1008);
     assert.deepEqual((await now.get("/v1/sessions")).body.sessions, []);
+    // The history under the name holds both agents' commands (the operator sees both); the
+    // new agent reads only its own, and the old one's entry is not found for it.
+    const both = (await server.operator.get("/v1/history?agent=agent-r")).body.items;
+    assert.deepEqual(both.map((i: { command: string }) => i.command), [keyed.cmd, keyed.cmd]);
+    const own = (await now.get("/v1/history")).body.items;
+    assert.deepEqual(own.map((i: { id: string }) => i.id), [both[0].id]);
+    assert.equal((await now.get(`/v1/history/${both[1].id}`)).status, 404);
+    assert.equal((await now.get(`/v1/history/${both[0].id}`)).status, 200);
   } finally {
     await reply.cancel().catch(() => {}); // Closes the connection unless it ended already.
     await events.close();

@@ -24,6 +24,7 @@ import type {
   HistoryDetail,
   HistoryFilter,
   HistoryItem,
+  HistoryScope,
   HistoryStore,
 } from "./store.ts";
 import { OutputTail } from "./tail.ts";
@@ -205,9 +206,9 @@ export class HistoryRecorder {
   }
 
   /** One command with its output tail (the live tail while it runs). */
-  async get(id: string, agent?: string): Promise<HistoryDetail | undefined> {
+  async get(id: string, scope?: HistoryScope): Promise<HistoryDetail | undefined> {
     await this.#written();
-    const found = this.#store.get(id, agent);
+    const found = this.#store.get(id, scope);
     const tail = this.#entries.get(id)?.session ? this.#entries.get(id)?.tail : undefined;
     if (!found || !tail) return found;
     return { ...found, output_tail: new TextDecoder().decode(tail.snapshot()) };

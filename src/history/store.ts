@@ -89,6 +89,12 @@ export interface HistoryDetail extends HistoryItem {
   output_tail: string;
 }
 
+/** What of the history an agent may read: what it ran itself, from its minting on. */
+export interface HistoryScope {
+  agent: string;
+  sinceMs: number;
+}
+
 /** A history query, validated. */
 export interface HistoryFilter {
   /** Only this agent's commands. */
@@ -333,11 +339,13 @@ export class HistoryStore {
   }
 
   /** One command with its output tail; with `agent`, only that agent's. */
-  get(id: string, agent?: string): HistoryDetail | undefined {
+  get(id: string, scope?: HistoryScope): HistoryDetail | undefined {
     const row = this.#db.prepare(
       `SELECT ${COMMAND_COLUMNS}, output_tail FROM commands WHERE id = ?`,
     ).get(id) as (StoredCommand & { output_tail: Uint8Array | null }) | undefined;
-    if (!row || (agent !== undefined && row.agent !== agent)) return undefined;
+    if (!row || (scope && (row.agent !== scope.agent || row.started_ms < scope.sinceMs))) {
+      return undefined;
+    }
     const [item] = this.#withApprovals([row]);
     return { ...item, output_tail: row.output_tail ? decoder.decode(row.output_tail) : "" };
   }

@@ -162,6 +162,13 @@ export class AgentRegistry {
     return record !== undefined && this.#agents.get(principal.name) === record;
   }
 
+  /** When the agent `principal` was issued for was minted (ms since the epoch). */
+  mintedMs(principal: Agent): number {
+    const record = this.#issued.get(principal);
+    if (!record) throw new Error(`${principal.name}: not a principal this registry issued`);
+    return Date.parse(record.created_at);
+  }
+
   /** Every agent, by name. */
   list(): AgentInfo[] {
     return [...this.#agents.values()].map(info).sort((a, b) => a.name.localeCompare(b.name));

@@ -47,7 +47,7 @@ import {
 import { IdempotentCalls } from "./idempotency.ts";
 import type { Supervisor } from "./supervisor.ts";
 import type { HistoryRecorder } from "../history/recorder.ts";
-import type { HistoryDetail, HistoryItem } from "../history/store.ts";
+import type { HistoryDetail, HistoryItem, HistoryScope } from "../history/store.ts";
 import { decodeCursor, encodeCursor, type HistoryQuery } from "../history/query.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import type { OpenedWebSession, WebSessions } from "./web_sessions.ts";
@@ -519,15 +519,17 @@ export class Service {
     query: z.output<typeof HistoryQuery>,
   ): Promise<{ items: HistoryItem[]; next_cursor: string | null }> {
     const history = this.#historyOn();
+    const own = this.#historyScope(principal);
+    const since = query.since === undefined ? undefined : Date.parse(query.since);
     const after = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
     if (query.cursor !== undefined && after === undefined) {
       throw new InvalidRequestError("cursor: not a cursor from a previous page");
     }
     const page = await history.list({
-      agent: principal.role === "agent" ? principal.name : query.agent,
+      agent: own?.agent ?? query.agent,
       status: query.status,
       q: query.q,
-      sinceMs: query.since === undefined ? undefined : Date.parse(query.since),
+      sinceMs: own ? Math.max(own.sinceMs, since ?? own.sinceMs) : since,
       limit: query.limit,
       after,
     });
@@ -536,7 +538,7 @@ export class Service {
 
   /** One command of the history with its output tail; another agent's is not found. */
   async historyEntry(principal: Principal, id: string): Promise<HistoryDetail> {
-    const entry = await this.#historyOn().get(id, this.#scope(principal));
+    const entry = await this.#historyOn().get(id, this.#historyScope(principal));
     if (!entry) throw new HistoryNotFoundError(`no history entry with id ${JSON.stringify(id)}`);
     return entry;
   }
@@ -546,6 +548,17 @@ export class Service {
     requireOperator(principal, "reading metrics");
     if (!this.#deps.metrics) throw new HistoryNotFoundError("metrics are off");
     return this.#deps.metrics.scrape();
+  }
+
+  /**
+   * What of the history `principal` may read: all of it (the operator), or what the agent ran
+   * itself, from its minting on: an agent minted again under a revoked one's name is another
+   * party, and does not read what that one ran.
+   */
+  #historyScope(principal: Principal): HistoryScope | undefined {
+    const agent = this.#scope(principal);
+    if (agent === undefined || principal.role !== "agent") return undefined;
+    return { agent, sinceMs: this.#deps.agents.mintedMs(principal) };
   }
 
   #historyOn(): HistoryRecorder {
