@@ -9,7 +9,7 @@
 
 import assert from "node:assert/strict";
 import { DESCRIPTOR_RESERVE } from "../src/sessions/manager.ts";
-import { limitFiles, limitLeaving, openFiles } from "./helpers/descriptors.ts";
+import { fileLimit, limitFiles, limitLeaving, openFiles } from "./helpers/descriptors.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
 import { connectSse, type SseEvent } from "./helpers/sse.ts";
 
@@ -392,6 +392,30 @@ Deno.test("out of file descriptors: 503 out_of_resources, the server lives and r
   } finally {
     await server.stop();
   }
+});
+
+Deno.test("a start that needs a new worker with no descriptor free is 503, not a crash", async () => {
+  const server = await startServer();
+  try {
+    const warm = await server.post("/v1/exec_command", { cmd: "echo a", login: false });
+    assert.equal(warm.body.output, "a\r\n");
+    const limit = fileLimit(server.pid);
+    await limitFiles(server.pid, limitLeaving(openFiles(server.pid), 0, () => true));
+    // Another profile is another sandbox domain: its spawner worker is started now. (Deno
+    // aborted the whole server when the new worker's runtime found no descriptor.)
+    const other = { cmd: "echo b", login: false, profile: "read-only" };
+    const refused = await server.post("/v1/exec_command", other);
+    assert.equal(refused.status, 503, JSON.stringify(refused.body));
+    assert.equal(refused.body.error.code, "out_of_resources");
+    assert.match(refused.body.error.message, /EMFILE/);
+    assert.equal((await server.get("/healthz")).status, 200);
+    await limitFiles(server.pid, limit);
+    assert.equal((await server.post("/v1/exec_command", other)).body.output, "b\r\n");
+  } finally {
+    await server.stop();
+  }
+  const stopped = await server.stop(); // the same answer: it lived to stop cleanly
+  assert.equal(stopped.code, 0, stopped.stderr.slice(-2000));
 });
 
 Deno.test("faults from outside: a SIGKILLed child, a child that closes its terminal", async (t) => {

@@ -10,6 +10,7 @@
  * @module
  */
 
+import { startWorker } from "../io/descriptor_reserve.ts";
 import type { WindowSize } from "../pty/open.ts";
 
 /** What a terminal shows now. */
@@ -151,7 +152,7 @@ export class ScreenHost {
 
   #start(): Worker {
     if (this.#worker) return this.#worker;
-    const worker = new Worker(new URL("./screen_worker.ts", import.meta.url), { type: "module" });
+    const worker = startWorker(new URL("./screen_worker.ts", import.meta.url));
     worker.onmessage = (e: MessageEvent<ScreenReply>) => {
       const reply = e.data;
       if (reply.kind === "fed") {

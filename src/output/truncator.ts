@@ -6,6 +6,7 @@
  * @module
  */
 
+import { startWorker } from "../io/descriptor_reserve.ts";
 import { type Truncated, truncateToTokens } from "./truncate.ts";
 import type { TruncateJob } from "./truncate_worker.ts";
 
@@ -32,8 +33,15 @@ export class Truncator {
     if (text.length <= INLINE_CHARS) return Promise.resolve(truncateToTokens(text, maxTokens));
     const job = { id: this.#nextId++, text, maxTokens };
     const { promise, resolve } = Promise.withResolvers<Truncated>();
+    let worker: Worker;
+    try {
+      worker = this.#start();
+    } catch {
+      // No descriptors for a new worker (see startWorker): fitted here instead.
+      return Promise.resolve(truncateToTokens(text, maxTokens));
+    }
     this.#pending.set(job.id, { job, resolve });
-    this.#start().postMessage(job);
+    worker.postMessage(job);
     return promise;
   }
 
@@ -45,7 +53,7 @@ export class Truncator {
 
   #start(): Worker {
     if (this.#worker) return this.#worker;
-    const worker = new Worker(new URL("./truncate_worker.ts", import.meta.url), { type: "module" });
+    const worker = startWorker(new URL("./truncate_worker.ts", import.meta.url));
     worker.onmessage = (e: MessageEvent<{ id: number; result: Truncated }>) => {
       const pending = this.#pending.get(e.data.id);
       this.#pending.delete(e.data.id);

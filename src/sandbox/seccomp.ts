@@ -24,7 +24,7 @@
  * @module
  */
 
-import { E, readSmallFile } from "../ffi/libc.ts";
+import { E, errno, OsError, readSmallFile } from "../ffi/libc.ts";
 import type { NetworkMode } from "./policy.ts";
 import { checkedSyscall, SYS } from "./syscalls.ts";
 
@@ -277,10 +277,20 @@ export function encodeProgram(program: BpfInstruction[]): Uint8Array {
   return buf;
 }
 
-/** Whether the filter can be installed on this machine's architecture. */
+const ACTIONS_AVAIL = "/proc/sys/kernel/seccomp/actions_avail";
+
+/**
+ * Whether the filter can be installed on this machine's architecture. Throws when the kernel's
+ * answer cannot be read for want of a descriptor: that is not an answer.
+ */
 export function seccompSupported(): boolean {
   if (Deno.build.os !== "linux" || Deno.build.arch !== "x86_64") return false;
-  return readSmallFile("/proc/sys/kernel/seccomp/actions_avail")?.includes("errno") ?? false;
+  const actions = readSmallFile(ACTIONS_AVAIL);
+  const code = errno();
+  if (actions === undefined && (code === E.EMFILE || code === E.ENFILE)) {
+    throw new OsError(`open(${ACTIONS_AVAIL})`, code);
+  }
+  return actions?.includes("errno") ?? false;
 }
 
 /**

@@ -18,7 +18,7 @@ import { whenGone } from "../pty/gone.ts";
 import { killSessions, SIGNALS } from "../pty/signals.ts";
 import type { Gate, Spawned } from "../pty/spawn.ts";
 import type { Truncator } from "../output/truncator.ts";
-import { ScreenHost, type ScreenSnapshot, type ScreenView } from "../output/screen.ts";
+import { type Screen, ScreenHost, type ScreenSnapshot, type ScreenView } from "../output/screen.ts";
 import type { SandboxChoice, SessionDir } from "../sandbox/domains.ts";
 import type { CgroupHost, SessionCgroup, Usage } from "../sandbox/cgroups.ts";
 import { SandboxUnavailableError } from "../sandbox/errors.ts";
@@ -481,14 +481,17 @@ export class SessionManager {
     }
     const lease = await this.#opts.pool.acquire(sandbox.domain, sandbox.restriction)
       .catch((err) => {
-        throw diedOr(err);
+        throw isOutOfFiles(err) ? this.#ranOut(err as Error) : diedOr(err);
       });
     let dir: SessionDir | undefined;
     let pipes: ReturnType<typeof openPipes> | undefined;
     let cgroup: SessionCgroup | undefined;
     let gate: Gate | undefined;
     let spawned: Spawned | undefined;
+    let screen: Screen | undefined;
     try {
+      // First of all: its worker may be started now, which can fail short of descriptors.
+      if (req.screen || req.outputMode === "screen") screen = this.#screens.open(req.size);
       dir = await sandbox.session();
       cgroup = cgroups && contain(() => cgroups.create(sandbox.policy.limits, req.owner, !short));
       gate = cgroup && gateFor(cgroup);
@@ -519,6 +522,7 @@ export class SessionManager {
         if (child.master !== undefined) closeAll([child.master]);
       }
       dir?.release();
+      screen?.close();
       lease.release();
       if (err instanceof SpawnFailure && err.kind === "spawn") {
         if (err.code === E.EMFILE || err.code === E.ENFILE) throw this.#ranOut(err);
@@ -541,9 +545,7 @@ export class SessionManager {
         tty: req.tty,
         profile: sandbox.profile,
         policy: sandbox.policy,
-        screen: req.screen || req.outputMode === "screen"
-          ? this.#screens.open(req.size)
-          : undefined,
+        screen,
       },
       (s, status) => {
         clearTimeout(timeout);

@@ -11,6 +11,8 @@
  * @module
  */
 
+import { OsError } from "../ffi/libc.ts";
+import { startWorker } from "../io/descriptor_reserve.ts";
 import type { Spawned, SpawnSpec } from "../pty/spawn.ts";
 import { SandboxUnavailableError } from "../sandbox/errors.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
@@ -63,7 +65,7 @@ export class Spawner {
 
   /** Start a worker running `module` (the spawner; a test may wrap it). */
   constructor(module: URL = SPAWNER_MODULE) {
-    this.#worker = new Worker(module, { type: "module" });
+    this.#worker = startWorker(module);
     const { promise, resolve, reject } = Promise.withResolvers<void>();
     this.ready = promise;
     promise.catch(() => {});
@@ -268,6 +270,11 @@ export class SpawnerPool {
   }
 
   #refill(): void {
-    while (this.#warm.length < this.#warmSize) this.#warm.push(new Spawner(this.#module));
+    try {
+      while (this.#warm.length < this.#warmSize) this.#warm.push(new Spawner(this.#module));
+    } catch (err) {
+      // Short of descriptors (see startWorker): a later bind makes them.
+      if (!(err instanceof OsError)) throw err;
+    }
   }
 }

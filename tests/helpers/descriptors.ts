@@ -47,3 +47,10 @@ export async function limitFiles(pid: number, soft: number): Promise<void> {
   const out = await new Deno.Command("prlimit", { args }).output();
   assert.ok(out.success, `prlimit ${args.join(" ")}: ${new TextDecoder().decode(out.stderr)}`);
 }
+
+/** Process `pid`'s soft limit of open files. */
+export function fileLimit(pid: number): number {
+  const line = Deno.readTextFileSync(`/proc/${pid}/limits`).split("\n")
+    .find((l) => l.startsWith("Max open files"));
+  return Number(line?.split(/\s{2,}/)[1]);
+}
