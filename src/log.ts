@@ -71,6 +71,8 @@ export class Logger {
           reason: event.reason,
           ms: Math.round(event.duration_seconds * 1000),
         });
+      case "agent_revoked":
+        return this.info("agent_revoked", { agent: event.agent });
       case "approval_requested":
       case "approval_decided": {
         const approval = event.approval as { id?: string; status?: string };

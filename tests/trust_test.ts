@@ -680,11 +680,9 @@ Deno.test("an agent minted again under a revoked one's name inherits nothing of 
     const replay = await now.post("/v1/exec_command", keyed, key);
     assert.equal(replay.status, 200);
     assert.notEqual(replay.body.output, first.body.output, "the old agent's call is not answered");
-    // The old agent's event stream ends at the first event after its revocation (the new
-    // agent's begin above) without passing it on; its WebSocket is refused and closed.
+    // The old agent's event stream ended without passing on the new agent's begin above; its
+    // WebSocket was closed.
     await assert.rejects(events.until((e) => e.length > 0), /stream ended; got \[\]/);
-    const refused = await ws.call("exec_command", { cmd: "true" });
-    assert.deepEqual(refused.error.data, { code: "unauthorized", status: 401 });
     assert.equal((await ws.closed).code, 1008);
     assert.deepEqual((await now.get("/v1/sessions")).body.sessions, []);
     // The history under the name holds both agents' commands (the operator sees both); the
@@ -698,6 +696,36 @@ Deno.test("an agent minted again under a revoked one's name inherits nothing of 
   } finally {
     await reply.cancel().catch(() => {}); // Closes the connection unless it ended already.
     await events.close();
+    await ws.close();
+    await server.stop();
+  }
+});
+
+Deno.test("revoking an idle agent ends its event stream and WebSocket at once; the operator is told", async () => {
+  const server = await startServer();
+  const minted = await server.operator.post("/v1/agents", { name: "agent-q" });
+  const agent = server.as(minted.body.token);
+  const events = await connectSse(`${server.url}/v1/events`, agent.auth);
+  const watch = await connectSse(`${server.url}/v1/events`, server.operator.auth);
+  const ws = await RpcSocket.open(await wsUrl(server.url), agent.auth);
+  try {
+    // The agent has no session and sends nothing: only the revocation can end its streams.
+    // (Before, they stayed open until the next event concerning anyone; a minute says hung.)
+    assert.equal((await server.operator.del("/v1/agents/agent-q")).status, 200);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const hung = new Promise<"hung">((r) => timer = setTimeout(() => r("hung"), 60_000));
+    const ended = events.until((e) => e.length > 0).then(() => "passed an event", String);
+    const outcome = await Promise.race([Promise.all([ended, ws.closed]), hung]);
+    clearTimeout(timer);
+    assert.notEqual(outcome, "hung", "the revoked agent's streams stayed open");
+    const [sse, socket] = outcome as [string, CloseEvent];
+    assert.match(sse, /stream ended; got \[\]/);
+    assert.equal(socket.code, 1008);
+    const told = await watch.until((e) => e.length > 0);
+    assert.deepEqual(told[0], { event: "agent_revoked", data: { agent: "agent-q" } });
+  } finally {
+    await events.close();
+    await watch.close();
     await ws.close();
     await server.stop();
   }

@@ -307,9 +307,8 @@ Deno.test("websocket: who may upgrade", async (t) => {
         const write = await ws.call("write_stdin", { session_id: id, chars: "x" });
         assert.equal(write.error.data.status, 404);
         assert.equal((await op.call("subscribe", { session_id: id })).result.session_id, id);
+        // Revoked, the agent's socket is closed at once (trust_test has the rest).
         await server.operator.del(`/v1/agents/other`);
-        const revoked = await ws.call("exec_command", { cmd: "true" });
-        assert.deepEqual(revoked.error.data, { code: "unauthorized", status: 401 });
         assert.equal((await ws.closed).code, 1008);
         const killed = await op.call("kill", { session_id: id });
         assert.equal(typeof killed.result.exit_code, "number");

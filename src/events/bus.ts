@@ -34,7 +34,9 @@ export type LifecycleEvent =
     usage?: { cpu_seconds: number; peak_memory_bytes: number | null };
   }
   | { type: "approval_requested"; agent: string; approval: unknown }
-  | { type: "approval_decided"; agent: string; approval: unknown };
+  | { type: "approval_decided"; agent: string; approval: unknown }
+  /** The operator revoked the agent: its token, streams and sessions end. */
+  | { type: "agent_revoked"; agent: string };
 
 /** A subscriber callback. */
 export type Listener = (event: LifecycleEvent) => void;

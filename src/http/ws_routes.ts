@@ -49,6 +49,11 @@ export function wsRoutes(
       if (!service.isCurrent(principal)) throw new UnauthorizedError();
       return principal;
     });
+    // And it is closed as soon as the credential is revoked, even while the client is silent.
+    const unsubscribe = service.subscribe(principal, () => {}, () => {
+      if (socket.readyState === WebSocket.OPEN) socket.close(1008, "credential no longer valid");
+    });
+    socket.addEventListener("close", unsubscribe);
     return response;
   });
 }

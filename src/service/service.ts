@@ -369,6 +369,8 @@ export class Service {
   ): Promise<AgentInfo & { sessions_killed: number }> {
     requireOperator(principal, "managing agents");
     const agent = this.#deps.agents.revoke(name);
+    // Told to every stream now: the agent's own ones end at it (see subscribe), idle or not.
+    this.#deps.bus.publish({ type: "agent_revoked", agent: name });
     // Nothing of it carries over to an agent minted under its name later: that is another party.
     this.#deps.approvals.revokeAgent(name);
     this.#idempotent.forgetOwner(name);

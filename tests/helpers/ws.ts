@@ -17,15 +17,25 @@ export class RpcSocket {
   readonly frames: Frame[] = [];
   #socket: WebSocket;
   #nextId = 1;
-  #waiters: { match: (f: Frame) => boolean; resolve: (f: Frame) => void }[] = [];
+  #waiters: {
+    match: (f: Frame) => boolean;
+    resolve: (f: Frame) => void;
+    reject: (err: Error) => void;
+  }[] = [];
   #seen = 0;
+  /** Set once the socket closed: later waits that find nothing fail with it. */
+  #gone?: Error;
   readonly closed: Promise<CloseEvent>;
 
   private constructor(socket: WebSocket) {
     this.#socket = socket;
     const closed = Promise.withResolvers<CloseEvent>();
     this.closed = closed.promise;
-    socket.onclose = (e) => closed.resolve(e);
+    socket.onclose = (e) => {
+      this.#gone = new Error(`the socket closed (${e.code} ${e.reason}) before the frame came`);
+      for (const w of this.#waiters.splice(0)) w.reject(this.#gone);
+      closed.resolve(e);
+    };
     socket.onmessage = (e) => {
       const frame = JSON.parse(e.data as string) as Frame;
       this.frames.push(frame);
@@ -50,18 +60,23 @@ export class RpcSocket {
     this.#socket.send(text);
   }
 
-  /** Send a request; returns its id. */
+  /** Send a request; returns its id (a closed socket sends nothing). */
   send(method: string, params: unknown): number {
     const id = this.#nextId++;
+    if (this.#gone) return id;
     this.#socket.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
     return id;
   }
 
-  /** The first frame (received before or after now) that `match` accepts. */
+  /**
+   * The first frame (received before or after now) that `match` accepts; rejects once the
+   * socket is closed without it.
+   */
   wait(match: (f: Frame) => boolean): Promise<Frame> {
     const found = this.frames.find(match);
     if (found) return Promise.resolve(found);
-    return new Promise((resolve) => this.#waiters.push({ match, resolve }));
+    if (this.#gone) return Promise.reject(this.#gone);
+    return new Promise((resolve, reject) => this.#waiters.push({ match, resolve, reject }));
   }
 
   /** The answer to request `id`. */
