@@ -147,9 +147,7 @@ export function openFile(path: string, flags: number, room?: () => void): number
   const c = libc();
   const p = cString(path);
   const fd = c.open(p, flags);
-  if (fd >= 0 || !room) return fd;
-  const code = errno();
-  if (code !== E.EMFILE && code !== E.ENFILE) return fd;
+  if (fd >= 0 || !room || !noDescriptorFree(errno())) return fd;
   room();
   return c.open(p, flags);
 }
@@ -217,6 +215,11 @@ export class OsError extends Error {
     super(`${call} failed: ${errnoName(errno)} (errno ${errno})`);
     this.name = "OsError";
   }
+}
+
+/** Whether errno `code` says the process (EMFILE) or the system (ENFILE) has no descriptor free. */
+export function noDescriptorFree(code: number): boolean {
+  return code === E.EMFILE || code === E.ENFILE;
 }
 
 /** The symbolic name of an errno value, e.g. `ENOENT`. */

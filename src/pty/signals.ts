@@ -7,7 +7,7 @@
  * @module
  */
 
-import { E, libc, listDir, OsError, readSmallFile } from "../ffi/libc.ts";
+import { libc, listDir, noDescriptorFree, OsError, readSmallFile } from "../ffi/libc.ts";
 
 /** Signal names accepted from clients, with their numbers on Linux x86_64. */
 export const SIGNALS: Readonly<Record<string, number>> = {
@@ -50,7 +50,7 @@ export function killSessions(leaders: number[], sigs: number[]): number[] {
   try {
     members = sessionMembers(new Set(leaders));
   } catch (err) {
-    if (!(err instanceof OsError && (err.errno === E.EMFILE || err.errno === E.ENFILE))) throw err;
+    if (!(err instanceof OsError && noDescriptorFree(err.errno))) throw err;
   }
   for (const sig of sigs) {
     for (const leader of leaders) c.kill(-leader, sig);

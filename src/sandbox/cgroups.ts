@@ -28,10 +28,10 @@
 import {
   closeAll,
   cString,
-  E,
   errno,
   libc,
   listDir,
+  noDescriptorFree,
   O,
   openFile,
   OsError,
@@ -608,7 +608,8 @@ async function killTree(reactor: Reactor, dir: string, room?: () => void): Promi
   const fd = openFile(`${dir}/cgroup.events`, O.CLOEXEC, room);
   if (fd < 0) {
     // Never a kill that silently did nothing for want of a descriptor.
-    if (isOutOfFiles(errno())) throw new OsError(`open(${dir}/cgroup.events)`, errno());
+    const code = errno();
+    if (noDescriptorFree(code)) throw new OsError(`open(${dir}/cgroup.events)`, code);
     return false; // gone already
   }
   try {
@@ -634,11 +635,6 @@ async function killTree(reactor: Reactor, dir: string, room?: () => void): Promi
   } finally {
     c.close(fd);
   }
-}
-
-/** Whether `code` says the process (or the system) has no descriptor free. */
-function isOutOfFiles(code: number): boolean {
-  return code === E.EMFILE || code === E.ENFILE;
 }
 
 /** {@link killTree} on the v2 cgroup `dir`, then remove it and its v1 twins `v1`. */

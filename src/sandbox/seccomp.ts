@@ -24,7 +24,7 @@
  * @module
  */
 
-import { E, errno, OsError, readSmallFile } from "../ffi/libc.ts";
+import { E, errno, noDescriptorFree, OsError, readSmallFile } from "../ffi/libc.ts";
 import type { NetworkMode } from "./policy.ts";
 import { checkedSyscall, SYS } from "./syscalls.ts";
 
@@ -287,7 +287,7 @@ export function seccompSupported(): boolean {
   if (Deno.build.os !== "linux" || Deno.build.arch !== "x86_64") return false;
   const actions = readSmallFile(ACTIONS_AVAIL);
   const code = errno();
-  if (actions === undefined && (code === E.EMFILE || code === E.ENFILE)) {
+  if (actions === undefined && noDescriptorFree(code)) {
     throw new OsError(`open(${ACTIONS_AVAIL})`, code);
   }
   return actions?.includes("errno") ?? false;

@@ -10,7 +10,7 @@
  */
 
 import type { EndReason, EventBus } from "../events/bus.ts";
-import { closeAll, E, libc } from "../ffi/libc.ts";
+import { closeAll, E, libc, noDescriptorFree } from "../ffi/libc.ts";
 import { DescriptorReserve } from "../io/descriptor_reserve.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { openPipe, setNonBlocking, type WindowSize } from "../pty/open.ts";
@@ -525,7 +525,7 @@ export class SessionManager {
       screen?.close();
       lease.release();
       if (err instanceof SpawnFailure && err.kind === "spawn") {
-        if (err.code === E.EMFILE || err.code === E.ENFILE) throw this.#ranOut(err);
+        if (noDescriptorFree(err.code ?? 0)) throw this.#ranOut(err);
         throw spawnRefusal(err, req);
       }
       if (isOutOfFiles(err)) throw this.#ranOut(err as Error);
