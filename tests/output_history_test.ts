@@ -1,11 +1,15 @@
 /**
- * The output history ring: offsets, reads that take nothing, losses cut on character boundaries.
+ * The output rings: the history's (offsets, reads that take nothing, losses cut on character
+ * boundaries) and the history row's tail, each checked against every byte pushed.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
+import fc from "fast-check";
+import { OutputTail } from "../src/history/tail.ts";
 import { OutputHistory } from "../src/output/history.ts";
+import { nextBoundary } from "../src/output/utf8.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -44,4 +48,40 @@ Deno.test("history: storage grows with use up to the capacity", () => {
   const all = h.read(0);
   assert.equal(all.bytes.length, 1 << 20);
   assert.equal(all.lost, 3_000_000 - (1 << 20));
+});
+
+/** Every byte pushed so far, for checking a ring against. */
+function concatAll(chunks: Uint8Array[]): Uint8Array {
+  const all = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
+  let at = 0;
+  for (const c of chunks) all.set(c, (at += c.length) - c.length);
+  return all;
+}
+
+const chunkSequences = fc.array(fc.uint8Array({ maxLength: 40 }), { maxLength: 30 });
+
+Deno.test("history: any sequence of chunks reads back as the last bytes pushed", () => {
+  fc.assert(fc.property(chunkSequences, fc.integer({ min: 1, max: 32 }), (chunks, cap) => {
+    const h = new OutputHistory(cap);
+    for (const c of chunks) h.push(c);
+    const all = concatAll(chunks);
+    assert.equal(h.end, all.length);
+    assert.equal(h.start, Math.max(0, all.length - cap));
+    // A read from what is held is exactly those bytes (no loss, so no boundary cut).
+    const held = h.read(h.start);
+    assert.deepEqual(held.bytes, all.subarray(h.start));
+    assert.equal(held.lost, 0);
+  }));
+});
+
+Deno.test("history tail: any sequence of chunks keeps the last bytes, from a character start", () => {
+  fc.assert(fc.property(chunkSequences, fc.integer({ min: 1, max: 32 }), (chunks, cap) => {
+    const tail = new OutputTail(cap);
+    for (const c of chunks) tail.push(c);
+    const all = concatAll(chunks);
+    assert.equal(tail.total, all.length);
+    const last = all.subarray(Math.max(0, all.length - cap));
+    const expected = all.length < cap ? last : last.subarray(nextBoundary(last, 0));
+    assert.deepEqual(tail.snapshot(), expected);
+  }));
 });

@@ -27,6 +27,12 @@ export class OutputTail {
   push(bytes: Uint8Array): void {
     const cap = this.#ring.length;
     this.total += bytes.length;
+    if (bytes.length < cap - this.#at) {
+      // The usual chunk: it fits before the end of the ring, one copy.
+      this.#ring.set(bytes, this.#at);
+      this.#at += bytes.length;
+      return;
+    }
     const src = bytes.length > cap ? bytes.subarray(bytes.length - cap) : bytes;
     const first = Math.min(src.length, cap - this.#at);
     this.#ring.set(src.subarray(0, first), this.#at);

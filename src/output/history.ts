@@ -54,8 +54,11 @@ export class OutputHistory {
     const skipped = bytes.length - src.length;
     const at = (this.#end + skipped) % cap;
     const first = Math.min(src.length, cap - at);
-    this.#ring.set(src.subarray(0, first), at);
-    if (first < src.length) this.#ring.set(src.subarray(first), 0);
+    if (first === src.length) this.#ring.set(src, at);
+    else {
+      this.#ring.set(src.subarray(0, first), at);
+      this.#ring.set(src.subarray(first), 0);
+    }
     this.#end += bytes.length;
   }
 
