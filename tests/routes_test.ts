@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { createApp } from "../src/http/routes.ts";
 import { OPERATOR } from "../src/service/principal.ts";
 import type { Service } from "../src/service/service.ts";
+import { Logger } from "../src/log.ts";
 
 Deno.test("an unexpected error answers 500 internal with a request id, and is logged", async () => {
   let calls = 0;
@@ -43,4 +44,33 @@ Deno.test("an unexpected error answers 500 internal with a request id, and is lo
   const again = await app.request("/v1/sessions", auth);
   assert.equal(again.status, 200);
   assert.deepEqual(await again.json(), { sessions: [] });
+});
+
+Deno.test("a 500's request id is the one in its x-request-id header and its log line", async () => {
+  const service = {
+    authenticate: (token: string) => token === "t" ? OPERATOR : undefined,
+    sessions() {
+      throw new Error("disk on fire");
+    },
+  } as unknown as Service;
+  const lines: string[] = [];
+  const app = createApp({
+    service,
+    health: () => ({}),
+    log: new Logger("json", (l) => lines.push(l)),
+  });
+  const original = console.error;
+  console.error = () => {};
+  let res: Response;
+  try {
+    res = await app.request("/v1/sessions", { headers: { authorization: "Bearer t" } });
+  } finally {
+    console.error = original;
+  }
+  assert.equal(res.status, 500);
+  const id = (await res.json()).error.request_id;
+  assert.match(id, /^[0-9a-f-]{36}$/);
+  assert.equal(res.headers.get("x-request-id"), id);
+  const logged = lines.map((l) => JSON.parse(l)).filter((l) => l.msg === "request");
+  assert.deepEqual(logged.map((l) => [l.request_id, l.status]), [[id, 500]]);
 });

@@ -12,6 +12,12 @@ import type { Logger } from "../log.ts";
 import { ownerOf, type Principal } from "../service/principal.ts";
 
 const callers = new WeakMap<Request, string>();
+const ids = new WeakMap<Request, string>();
+
+/** The id `req` was logged under (and answered with in `x-request-id`), if it is logged. */
+export function requestIdOf(req: Request): string | undefined {
+  return ids.get(req);
+}
 
 /** Remember who made `req`, for its log line. */
 export function noteCaller(req: Request, principal: Principal): void {
@@ -23,6 +29,7 @@ export function requestLog(log: Logger): MiddlewareHandler {
   return async (c, next) => {
     const started = performance.now();
     const id = crypto.randomUUID();
+    ids.set(c.req.raw, id);
     c.header("x-request-id", id);
     try {
       await next();

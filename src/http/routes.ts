@@ -46,7 +46,7 @@ import { screenRoutes } from "./screen_routes.ts";
 import { sseResponse } from "./sse.ts";
 import { registerHistoryRoutes } from "./history_routes.ts";
 import { wsRoutes } from "./ws_routes.ts";
-import { noteCaller, requestLog } from "./request_log.ts";
+import { noteCaller, requestIdOf, requestLog } from "./request_log.ts";
 import type { Logger } from "../log.ts";
 
 /** What the routes need from the rest of the server. */
@@ -133,7 +133,8 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
       const message = "the server is out of file descriptors; try again once sessions have ended";
       return c.json(errorBody({ status: 503, code: "out_of_resources", message }), 503);
     }
-    const requestId = crypto.randomUUID();
+    // The id the request is logged under, so the answer, its header and the log line agree.
+    const requestId = requestIdOf(c.req.raw) ?? crypto.randomUUID();
     console.error(`uexec: request ${requestId} ${c.req.method} ${c.req.path} failed:`, err);
     return c.json(
       errorBody({ status: 500, code: "internal", message: "internal error" }, requestId),
