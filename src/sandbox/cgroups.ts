@@ -296,9 +296,9 @@ export class CgroupHost {
 
   /**
    * The cgroups of a new session of `owner`, limited by `limits`: the oldest that one of its
-   * sessions emptied, else one made ahead (see {@link SPARES}), else made now; the janitor then
-   * makes spares ahead again. Without `ahead` (descriptors are short, see {@link shed}) it
-   * makes none, and none is kept.
+   * sessions emptied, else one made ahead (see {@link SPARES}), else made now. Without `ahead`
+   * (descriptors are short, see {@link shed}) none is made ahead or kept until a start has
+   * `ahead` again; the spares used are made again by {@link refill}.
    */
   create(limits: ResourceLimits, owner: string, ahead: boolean): SessionCgroup {
     this.#short = !ahead;
@@ -310,8 +310,16 @@ export class CgroupHost {
     const cgroup = spare
       ? new SessionCgroup(this, spare.name, limits, owner, spare.procs, spare.baseline)
       : this.#make(limits, owner);
-    if (ahead) this.#refill(key, limits);
     return cgroup;
+  }
+
+  /**
+   * Have the janitor make spares with `limits` ahead again: called once a start's child is
+   * spawned, so that the spares' files never take the descriptors that start needs. Nothing
+   * while descriptors are short.
+   */
+  refill(limits: ResourceLimits): void {
+    if (!this.#closed && !this.#short) this.#refill(keyOf(limits), limits);
   }
 
   /**

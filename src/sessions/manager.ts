@@ -471,7 +471,9 @@ export class SessionManager {
     const { sandbox } = req;
     const { cgroups } = this.#opts;
     // Spare cgroups hold open files only to save a start time: when descriptors are short they
-    // go first, and this start makes none ahead.
+    // go first, and this start makes none ahead; nor does the first start after (it took the
+    // reserve back), so that the process does not walk straight back to the edge.
+    const roomy = this.#descriptors.held;
     const short = !this.#descriptors.replenish();
     if (short) {
       await cgroups?.shed();
@@ -534,6 +536,7 @@ export class SessionManager {
       if (pipes) closeAll([pipes.child.stdin, pipes.child.output]);
       if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
     }
+    if (roomy && cgroup) cgroups?.refill(sandbox.policy.limits);
     const sessionDir = dir;
     const sessionCgroup = cgroup;
     const session = new Session(
