@@ -50,38 +50,41 @@ Deno.test("history: storage grows with use up to the capacity", () => {
   assert.equal(all.lost, 3_000_000 - (1 << 20));
 });
 
-/** Every byte pushed so far, for checking a ring against. */
-function concatAll(chunks: Uint8Array[]): Uint8Array {
-  const all = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
-  let at = 0;
-  for (const c of chunks) all.set(c, (at += c.length) - c.length);
-  return all;
+/**
+ * Checks `check` for any sequence of chunks pushed into a ring of any small capacity made by
+ * `make`, given the ring and every byte pushed.
+ */
+function forAnyChunks<R extends { push(bytes: Uint8Array): void }>(
+  make: (capacity: number) => R,
+  check: (ring: R, all: Uint8Array, capacity: number) => void,
+): void {
+  const chunks = fc.array(fc.uint8Array({ maxLength: 40 }), { maxLength: 30 });
+  fc.assert(fc.property(chunks, fc.integer({ min: 1, max: 32 }), (chunks, capacity) => {
+    const ring = make(capacity);
+    for (const c of chunks) ring.push(c);
+    const all = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
+    let at = 0;
+    for (const c of chunks) all.set(c, (at += c.length) - c.length);
+    check(ring, all, capacity);
+  }));
 }
 
-const chunkSequences = fc.array(fc.uint8Array({ maxLength: 40 }), { maxLength: 30 });
-
 Deno.test("history: any sequence of chunks reads back as the last bytes pushed", () => {
-  fc.assert(fc.property(chunkSequences, fc.integer({ min: 1, max: 32 }), (chunks, cap) => {
-    const h = new OutputHistory(cap);
-    for (const c of chunks) h.push(c);
-    const all = concatAll(chunks);
+  forAnyChunks((cap) => new OutputHistory(cap), (h, all, cap) => {
     assert.equal(h.end, all.length);
     assert.equal(h.start, Math.max(0, all.length - cap));
     // A read from what is held is exactly those bytes (no loss, so no boundary cut).
     const held = h.read(h.start);
     assert.deepEqual(held.bytes, all.subarray(h.start));
     assert.equal(held.lost, 0);
-  }));
+  });
 });
 
 Deno.test("history tail: any sequence of chunks keeps the last bytes, from a character start", () => {
-  fc.assert(fc.property(chunkSequences, fc.integer({ min: 1, max: 32 }), (chunks, cap) => {
-    const tail = new OutputTail(cap);
-    for (const c of chunks) tail.push(c);
-    const all = concatAll(chunks);
+  forAnyChunks((cap) => new OutputTail(cap), (tail, all, cap) => {
     assert.equal(tail.total, all.length);
     const last = all.subarray(Math.max(0, all.length - cap));
     const expected = all.length < cap ? last : last.subarray(nextBoundary(last, 0));
     assert.deepEqual(tail.snapshot(), expected);
-  }));
+  });
 });
