@@ -1,7 +1,8 @@
 /**
  * The server's log: one line per request and per lifecycle event on stderr, as JSON
  * (`UEXEC_LOG=json`, the default), as `key=value` text (`pretty`), or nothing (`off`). Lines
- * reach stderr in order through one asynchronous write at a time (see io/batched_writer.ts);
+ * reach stderr in order through one write at a time (see io/batched_writer.ts), at once where it
+ * cannot block (see io/stderr_writer.ts);
  * `flush` waits for them, so a server that shuts down loses none.
  *
  * Callers pass only the fields they mean to log; this module must never be handed a token, a
@@ -12,6 +13,7 @@
 
 import type { LifecycleEvent } from "./events/bus.ts";
 import { BatchedWriter } from "./io/batched_writer.ts";
+import { stderrWriter } from "./io/stderr_writer.ts";
 
 /** How log lines are written. */
 export const LOG_FORMATS = ["json", "pretty", "off"] as const;
@@ -32,7 +34,7 @@ export class Logger {
     this.#format = format;
     if (sink) this.#sink = sink;
     else {
-      const stderr = this.#stderr = new BatchedWriter((bytes) => Deno.stderr.write(bytes));
+      const stderr = this.#stderr = new BatchedWriter(stderrWriter());
       this.#sink = (line) => stderr.write(line);
     }
   }

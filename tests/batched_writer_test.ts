@@ -143,3 +143,110 @@ Deno.test("logger: a closed stderr does not stop the process", async () => {
   assert.equal(stdout, "alive\n");
   assert.equal(status.code, 0);
 });
+
+Deno.test("logger: a stderr pipe nobody reads blocks nothing; every line arrives once it is read", async () => {
+  const count = 20_000; // about 1.3 MB: far past a pipe's 64 KiB
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "eval",
+      [
+        `import { Logger } from ${JSON.stringify(new URL("../src/log.ts", import.meta.url).href)};`,
+        `const log = new Logger("json");`,
+        `for (let i = 0; i < ${count}; i++) log.info("line", { i });`,
+        // The event loop still turns while stderr is full: timers fire, stdout is written.
+        `await new Promise((resolve) => setTimeout(resolve, 0));`,
+        `console.log("alive");`,
+        `await log.flush();`,
+      ].join("\n"),
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const stdout = child.stdout.getReader();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let stderr;
+  try {
+    const first = await Promise.race([
+      stdout.read(),
+      new Promise<never>((_, reject) =>
+        timer = setTimeout(() => reject(new Error("the logger blocked on a full stderr")), 30_000)
+      ),
+    ]);
+    assert.equal(decoder.decode(first.value), "alive\n");
+    stderr = await new Response(child.stderr).text();
+  } finally {
+    clearTimeout(timer);
+    if (stderr === undefined) {
+      child.kill("SIGKILL");
+      await child.stderr.cancel();
+    }
+    stdout.releaseLock();
+    await child.stdout.cancel();
+  }
+  assert.equal((await child.status).code, 0);
+  const lines = stderr.trim().split("\n").map((l) => JSON.parse(l));
+  assert.deepEqual(lines.map((l) => l.i), Array.from({ length: count }, (_, i) => i));
+});
+
+Deno.test("logger: stderr's own flags stay as they were; its own descriptor is close-on-exec", async () => {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "eval",
+      [
+        `import { Logger } from ${JSON.stringify(new URL("../src/log.ts", import.meta.url).href)};`,
+        `const log = new Logger("json");`,
+        `log.info("line", { i: 0 });`,
+        `await log.flush();`,
+        `const flags = (fd) => parseInt(/^flags:\\s*(\\d+)/m.exec(Deno.readTextFileSync("/proc/self/fdinfo/" + fd))[1], 8);`,
+        // (The directory's own descriptor is gone by the time its entries are read.)
+        `const link = (fd) => { try { return Deno.readLinkSync("/proc/self/fd/" + fd); } catch { return ""; } };`,
+        `const own = [...Deno.readDirSync("/proc/self/fd")].map((e) => Number(e.name))`,
+        `  .filter((fd) => fd > 2 && link(fd) === link(2));`,
+        `console.log(JSON.stringify({ stderr: flags(2), own: own.map(flags) }));`,
+      ].join("\n"),
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 0, decoder.decode(out.stderr));
+  const O_NONBLOCK = 0o4000, O_CLOEXEC = 0o2000000;
+  const { stderr, own } = JSON.parse(decoder.decode(out.stdout));
+  assert.equal(stderr & O_NONBLOCK, 0, "fd 2 was made non-blocking");
+  // Deno holds a duplicate of fd 2 (close-on-exec, blocking); the logger one opened anew.
+  const nonBlocking = own.filter((f: number) => f & O_NONBLOCK);
+  assert.equal(nonBlocking.length, 1, "the logger holds one non-blocking descriptor on the pipe");
+  assert.equal(nonBlocking[0] & O_CLOEXEC, O_CLOEXEC);
+  for (const f of own) assert.equal(f & O_CLOEXEC, O_CLOEXEC);
+  assert.equal(JSON.parse(decoder.decode(out.stderr)).i, 0);
+});
+
+Deno.test("logger: stderr a regular file: lines and console.error's share its offset", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const file = `${dir}/log`;
+    const script = [
+      `import { Logger } from ${JSON.stringify(new URL("../src/log.ts", import.meta.url).href)};`,
+      `const log = new Logger("json");`,
+      `for (let i = 0; i < 100; i++) log.info("line", { i });`,
+      `await log.flush();`,
+      `console.error(JSON.stringify({ msg: "console" }));`,
+      `for (let i = 100; i < 200; i++) log.info("line", { i });`,
+      `await log.flush();`,
+    ].join("\n");
+    const out = await new Deno.Command("sh", {
+      args: ["-c", `exec "$0" eval "$1" 2>"$2"`, Deno.execPath(), script, file],
+    }).output();
+    assert.equal(out.code, 0);
+    const lines = (await Deno.readTextFile(file)).trim().split("\n").map((l) => JSON.parse(l));
+    assert.deepEqual(
+      lines.map((l) => l.msg === "console" ? "console" : l.i),
+      [
+        ...Array.from({ length: 100 }, (_, i) => i),
+        "console",
+        ...Array.from({ length: 100 }, (_, i) => i + 100),
+      ],
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
