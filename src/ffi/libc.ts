@@ -208,6 +208,17 @@ export const O = {
 /** The `dirfd` that makes *at() calls resolve paths from the working directory. */
 export const AT_FDCWD = -100;
 
+/** The size of x86_64's `struct stat`, for the buffers stat calls fill. */
+export const STAT_SIZE = 144;
+
+/** File types, as `fileType` gives them. */
+export const S_IF = { REG: 0o100000, CHR: 0o020000, FIFO: 0o010000 } as const;
+
+/** The file type (`st_mode & S_IFMT`, one of {@link S_IF}) in a `struct stat` a call filled. */
+export function fileType(stat: Uint8Array): number {
+  return new DataView(stat.buffer, stat.byteOffset).getUint32(24, true) & 0o170000;
+}
+
 /** Thrown when a libc call or system call fails; carries errno. */
 export class OsError extends Error {
   /** Create an error for `call` failing with `errno`. */

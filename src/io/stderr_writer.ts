@@ -14,27 +14,21 @@
  * @module
  */
 
-import { cString, E, errno, libc, O, OsError } from "../ffi/libc.ts";
+import { cString, E, errno, fileType, libc, O, OsError, S_IF, STAT_SIZE } from "../ffi/libc.ts";
 import type { WriteBytes } from "./batched_writer.ts";
 
 const STDERR = 2;
 const O_WRONLY = 1;
 const AT_EMPTY_PATH = 0x1000;
-/** `st_mode` offset in x86_64's struct stat (144 bytes), and its file type bits. */
-const ST_MODE = 24;
-const S_IFMT = 0o170000;
-const S_IFREG = 0o100000;
-const S_IFIFO = 0o010000;
-const S_IFCHR = 0o020000;
 
 /** How a write to stderr can be made at once: on `fd`, or not at all (`undefined`). */
 function immediateDescriptor(): number | undefined {
   const c = libc();
-  const stat = new Uint8Array(144);
+  const stat = new Uint8Array(STAT_SIZE);
   if (c.fstatat(STDERR, cString(""), stat, AT_EMPTY_PATH) !== 0) return undefined;
-  const type = new DataView(stat.buffer).getUint32(ST_MODE, true) & S_IFMT;
-  if (type === S_IFREG) return STDERR;
-  if (type !== S_IFIFO && type !== S_IFCHR) return undefined;
+  const type = fileType(stat);
+  if (type === S_IF.REG) return STDERR;
+  if (type !== S_IF.FIFO && type !== S_IF.CHR) return undefined;
   const fd = c.open(
     cString("/proc/self/fd/2"),
     O_WRONLY | O.NONBLOCK | O.CLOEXEC | O.NOCTTY,

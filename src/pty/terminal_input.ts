@@ -15,7 +15,7 @@
  * @module
  */
 
-import { AT_FDCWD, closeAll, cString, libc, O, readSmallFile } from "../ffi/libc.ts";
+import { AT_FDCWD, closeAll, cString, libc, O, readSmallFile, STAT_SIZE } from "../ffi/libc.ts";
 
 const TCGETS = 0x5401n;
 const TIOCGPGRP = 0x540fn;
@@ -38,9 +38,8 @@ const O_DIRECTORY = 0o200000;
 const EPOLLIN = 1;
 /** Descriptor sets and poll arrays larger than this are not inspected. */
 const MAX_WATCHED = 1024;
-/** `st_rdev` offset in x86_64's struct stat (144 bytes). */
+/** `st_rdev` offset in x86_64's struct stat. */
 const ST_RDEV = 40;
-const STAT_SIZE = 144;
 /** The major number of UNIX98 PTY slaves. */
 const PTY_SLAVE_MAJOR = 136;
 const SPACE = 0x20;
