@@ -33,6 +33,7 @@ export class Logger {
   constructor(format: LogFormat, sink?: (line: string) => void) {
     this.#format = format;
     if (sink) this.#sink = sink;
+    else if (format === "off") this.#sink = () => {};
     else {
       const stderr = this.#stderr = new BatchedWriter(stderrWriter());
       this.#sink = (line) => stderr.write(line);
