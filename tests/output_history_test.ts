@@ -1,13 +1,13 @@
 /**
  * The output rings: the history's (offsets, reads that take nothing, losses cut on character
- * boundaries) and the history row's tail, each checked against every byte pushed.
+ * boundaries) and the history row's tail read from it, each checked against every byte pushed.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { OutputTail } from "../src/history/tail.ts";
+import { outputTail } from "../src/history/recorder.ts";
 import { OutputHistory } from "../src/output/history.ts";
 import { nextBoundary } from "../src/output/utf8.ts";
 
@@ -50,41 +50,39 @@ Deno.test("history: storage grows with use up to the capacity", () => {
   assert.equal(all.lost, 3_000_000 - (1 << 20));
 });
 
-/**
- * Checks `check` for any sequence of chunks pushed into a ring of any small capacity made by
- * `make`, given the ring and every byte pushed.
- */
-function forAnyChunks<R extends { push(bytes: Uint8Array): void }>(
-  make: (capacity: number) => R,
-  check: (ring: R, all: Uint8Array, capacity: number) => void,
-): void {
-  const chunks = fc.array(fc.uint8Array({ maxLength: 40 }), { maxLength: 30 });
-  fc.assert(fc.property(chunks, fc.integer({ min: 1, max: 32 }), (chunks, capacity) => {
-    const ring = make(capacity);
-    for (const c of chunks) ring.push(c);
-    const all = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
-    let at = 0;
-    for (const c of chunks) all.set(c, (at += c.length) - c.length);
-    check(ring, all, capacity);
-  }));
+/** Every byte of `chunks`, in order. */
+function concatAll(chunks: Uint8Array[]): Uint8Array {
+  const all = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
+  let at = 0;
+  for (const c of chunks) all.set(c, (at += c.length) - c.length);
+  return all;
 }
 
+const chunk = fc.uint8Array({ maxLength: 40 });
+const chunks = fc.array(chunk, { maxLength: 30 });
+const capacity = fc.integer({ min: 1, max: 32 });
+
 Deno.test("history: any sequence of chunks reads back as the last bytes pushed", () => {
-  forAnyChunks((cap) => new OutputHistory(cap), (h, all, cap) => {
+  fc.assert(fc.property(chunks, capacity, (chunks, cap) => {
+    const h = new OutputHistory(cap);
+    for (const c of chunks) h.push(c);
+    const all = concatAll(chunks);
     assert.equal(h.end, all.length);
     assert.equal(h.start, Math.max(0, all.length - cap));
     // A read from what is held is exactly those bytes (no loss, so no boundary cut).
     const held = h.read(h.start);
     assert.deepEqual(held.bytes, all.subarray(h.start));
     assert.equal(held.lost, 0);
-  });
+  }));
 });
 
-Deno.test("history tail: any sequence of chunks keeps the last bytes, from a character start", () => {
-  forAnyChunks((cap) => new OutputTail(cap), (tail, all, cap) => {
-    assert.equal(tail.total, all.length);
+Deno.test("history tail: an earlier tail and any chunks keep the last bytes, from a character start", () => {
+  fc.assert(fc.property(chunk, chunks, capacity, (earlier, chunks, cap) => {
+    const output = new OutputHistory(64);
+    for (const c of chunks) output.push(c);
+    const all = concatAll([earlier, ...chunks]);
     const last = all.subarray(Math.max(0, all.length - cap));
     const expected = all.length < cap ? last : last.subarray(nextBoundary(last, 0));
-    assert.deepEqual(tail.snapshot(), expected);
-  });
+    assert.deepEqual(outputTail(earlier, output, cap), expected);
+  }));
 });

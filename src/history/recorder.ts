@@ -7,8 +7,9 @@
  *
  * A command must never fail because of its history: a write that fails (a full disk, a
  * database another process holds locked) is logged once as a warning and shown on `/healthz`
- * until a later write succeeds; the batch it held is dropped. It keeps no output but the last
- * 64 KiB of each live command.
+ * until a later write succeeds; the batch it held is dropped. It copies no output as it arrives:
+ * a command's last 64 KiB are read from its session's own output ring when asked for and when
+ * the session ends (kept then only until the command is settled, for a retry to continue).
  *
  * @module
  */
@@ -16,6 +17,9 @@
 import type { ApprovalRecord } from "../approvals/store.ts";
 import type { EventBus } from "../events/bus.ts";
 import type { Logger } from "../log.ts";
+import { concat } from "../output/head_tail.ts";
+import type { OutputHistory } from "../output/history.ts";
+import { nextBoundary } from "../output/utf8.ts";
 import type { Denial } from "../sandbox/denial.ts";
 import type { Session } from "../sessions/session.ts";
 import type {
@@ -27,7 +31,6 @@ import type {
   HistoryScope,
   HistoryStore,
 } from "./store.ts";
-import { OutputTail } from "./tail.ts";
 import type { HistoryWriter } from "./writer.ts";
 
 /** What a command is started with. */
@@ -63,7 +66,30 @@ interface Entry {
   settled: boolean;
   /** The live session, if one runs. */
   session?: Session;
-  tail?: OutputTail;
+  /** The tail of what its ended sessions printed (a retry's session continues it). */
+  tail?: Uint8Array;
+  /** Output bytes its ended sessions printed. */
+  before: number;
+}
+
+/** How much of each command's output the history keeps: 64 KiB. */
+export const TAIL_BYTES = 64 * 1024;
+
+/**
+ * The last `capacity` bytes of `earlier` followed by what `output` holds, starting on a UTF-8
+ * character boundary once that much went through (read from the session's own output ring, so
+ * nothing is copied per chunk; the ring holds far more than a tail).
+ */
+export function outputTail(
+  earlier: Uint8Array | undefined,
+  output: OutputHistory,
+  capacity = TAIL_BYTES,
+): Uint8Array {
+  const own = output.read(Math.max(output.start, output.end - capacity)).bytes;
+  const all = earlier?.length ? concat([earlier, own], earlier.length + own.length) : own;
+  const last = all.subarray(Math.max(0, all.length - capacity));
+  const seen = (earlier?.length ?? 0) + output.end;
+  return seen < capacity ? last : last.subarray(nextBoundary(last, 0));
 }
 
 /** Records commands into a {@link HistoryStore}. */
@@ -121,7 +147,7 @@ export class HistoryRecorder {
       peak_memory_bytes: null,
       denial: null,
     };
-    this.#entries.set(execId, { row, settled: false });
+    this.#entries.set(execId, { row, settled: false, before: 0 });
     if (this.#entries.size > MAX_TRACKED) {
       this.#entries.delete(this.#entries.keys().next().value!);
     }
@@ -132,9 +158,7 @@ export class HistoryRecorder {
   watch(session: Session, execId: string | undefined): void {
     const entry = execId === undefined ? undefined : this.#entries.get(execId);
     if (!entry) return;
-    const tail = new OutputTail();
-    if (entry.tail) tail.push(entry.tail.snapshot());
-    entry.tail = tail;
+    entry.before = entry.row.output_bytes;
     entry.session = session;
     this.#bySession.set(session, entry);
     Object.assign(entry.row, {
@@ -146,19 +170,17 @@ export class HistoryRecorder {
     });
     this.#queue(entry.row);
     session.listen({
-      output: (bytes) => {
-        tail.push(bytes);
-        entry.row.output_bytes += bytes.length;
-      },
       ended: (status) => {
         const now = Date.now();
+        entry.tail = outputTail(entry.tail, session.history);
         Object.assign(entry.row, {
           ended_ms: now,
           exit_code: status.code,
           end_reason: session.endReason,
           duration_ms: performance.now() - session.startedMs,
           status: session.endReason !== "exit" ? "killed" : status.code === 0 ? "exited" : "failed",
-          tail: tail.snapshot(),
+          tail: entry.tail,
+          output_bytes: entry.before + session.offset,
           cpu_ms: session.usage ? session.usage.cpu_seconds * 1000 : null,
           peak_memory_bytes: session.usage?.peak_memory_bytes ?? null,
         });
@@ -209,9 +231,10 @@ export class HistoryRecorder {
   async get(id: string, scope?: HistoryScope): Promise<HistoryDetail | undefined> {
     await this.#written();
     const found = this.#store.get(id, scope);
-    const tail = this.#entries.get(id)?.session ? this.#entries.get(id)?.tail : undefined;
-    if (!found || !tail) return found;
-    return { ...found, output_tail: new TextDecoder().decode(tail.snapshot()) };
+    const entry = this.#entries.get(id);
+    if (!found || !entry?.session) return found;
+    const tail = outputTail(entry.tail, entry.session.history);
+    return { ...found, output_tail: new TextDecoder().decode(tail) };
   }
 
   /** Whether the last write succeeded (pending writes are flushed first). */
@@ -225,6 +248,11 @@ export class HistoryRecorder {
     clearTimeout(this.#timer);
     this.#timer = undefined;
     if (this.#dirty.size === 0 && this.#approvals.size === 0) return;
+    for (const row of this.#dirty.values()) {
+      // A running command's output count, as of now.
+      const entry = this.#entries.get(row.id);
+      if (entry?.session) row.output_bytes = entry.before + entry.session.offset;
+    }
     const commands = [...this.#dirty.values()].map((row) => ({ ...row }));
     for (const row of this.#dirty.values()) row.tail = undefined;
     const approvals = [...this.#approvals.values()];
