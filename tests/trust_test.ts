@@ -707,6 +707,7 @@ Deno.test("revoking an idle agent ends its event stream and WebSocket at once; t
   const agent = server.as(minted.body.token);
   const events = await connectSse(`${server.url}/v1/events`, agent.auth);
   const watch = await connectSse(`${server.url}/v1/events`, server.operator.auth);
+  const bystander = await connectSse(`${server.url}/v1/events`, server.auth);
   const ws = await RpcSocket.open(await wsUrl(server.url), agent.auth);
   try {
     // The agent has no session and sends nothing: only the revocation can end its streams.
@@ -723,9 +724,14 @@ Deno.test("revoking an idle agent ends its event stream and WebSocket at once; t
     assert.equal(socket.code, 1008);
     const told = await watch.until((e) => e.length > 0);
     assert.deepEqual(told[0], { event: "agent_revoked", data: { agent: "agent-q" } });
+    // Another agent is not told: its stream's next event is its own command's, nothing before.
+    await server.post("/v1/exec_command", { cmd: "true", login: false });
+    const seen = await bystander.until((e) => e.some((x) => x.event === "begin"));
+    assert.equal(seen[0].event, "begin", JSON.stringify(seen));
   } finally {
     await events.close();
     await watch.close();
+    await bystander.close();
     await ws.close();
     await server.stop();
   }
