@@ -68,6 +68,28 @@ Deno.test("batched writer: what arrives during a write goes out next, as one wri
   assert.deepEqual(stream.writes, ["a\n", "b\nc\n", "d\n"]);
 });
 
+Deno.test("batched writer: what several callbacks of one event-loop turn write is one write", async () => {
+  const writes: string[] = [];
+  const out = new BatchedWriter((bytes) => {
+    writes.push(decoder.decode(bytes));
+    return Promise.resolve(bytes.length);
+  });
+  // Timers due together fire in one turn, each followed by its own microtasks: a batch that
+  // ended at a microtask would go out per callback, as a stream that writes at once would
+  // under load.
+  const fired = ["a\n", "b\n", "c\n"].map((line) =>
+    new Promise<void>((resolve) =>
+      setTimeout(() => {
+        out.write(line);
+        resolve();
+      }, 0)
+    )
+  );
+  await Promise.all(fired);
+  await out.flush();
+  assert.deepEqual(writes, ["a\nb\nc\n"]);
+});
+
 Deno.test("batched writer: a partial write is continued before anything newer", async () => {
   const stream = heldStream(3);
   const out = new BatchedWriter(stream.write);

@@ -1,15 +1,19 @@
 /**
  * Text written to a stream in order, one write at a time: what one turn of the event loop writes
- * goes out as one write at its end (a zero-delay timer, so that a stream that writes at once
- * still gets whole batches under load), and what arrives while a write is in flight waits for it
- * and then goes out as one write. No delay beyond that turn. `flush` resolves once everything
- * written so far is out (or cannot be written).
+ * goes out as one write at its end (`setImmediate`, which runs once the turn's I/O and timer
+ * callbacks have, so that a stream that writes at once still gets whole batches under load;
+ * a zero-delay timer would wake the loop again about a millisecond later, once per batch),
+ * and what arrives while a write is in flight waits for it and then goes out as one write. No
+ * delay beyond that turn. `flush` resolves once everything written so far is out (or cannot be
+ * written).
  *
  * It must never throw at a caller, never reorder text, and never have two writes in flight. A
  * stream that fails (a closed pipe) drops what is queued and everything written after.
  *
  * @module
  */
+
+import { setImmediate } from "node:timers";
 
 const encoder = new TextEncoder();
 
@@ -42,7 +46,7 @@ export class BatchedWriter {
   async #drain(): Promise<void> {
     // Let the writes of this turn of the event loop join the first batch (a write that completes
     // at once would otherwise go out per line under load).
-    await new Promise((resolve) => setTimeout(resolve, 0));
+    await new Promise((resolve) => setImmediate(resolve));
     while (this.#queue.length > 0) {
       const bytes = encoder.encode(this.#queue.join(""));
       this.#queue = [];
