@@ -114,11 +114,12 @@ async function peerFigures(quick: boolean): Promise<PeerFigures | "skipped"> {
 async function runWorkload(
   name: string,
   run: (ctx: Context) => Promise<Outcome>,
-  base: Omit<Context, "signal" | "servers">,
+  base: Omit<Context, "signal" | "deadline" | "servers">,
   limitMs: number,
   stops: Stop[],
 ): Promise<Outcome> {
   const controller = new AbortController();
+  const deadline = performance.now() + limitMs;
   const timer = setTimeout(
     () => controller.abort(new Error(`no result within ${Math.round(limitMs / 1000)} s`)),
     limitMs,
@@ -126,7 +127,7 @@ async function runWorkload(
   const aborted = new Promise<never>((_, reject) =>
     controller.signal.addEventListener("abort", () => reject(controller.signal.reason))
   );
-  const ctx: Context = { ...base, signal: controller.signal, servers: [] };
+  const ctx: Context = { ...base, signal: controller.signal, deadline, servers: [] };
   try {
     return await Promise.race([run(ctx), aborted]);
   } catch (e) {

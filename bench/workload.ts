@@ -79,6 +79,8 @@ export interface Context {
   peer: PeerFigures | "skipped";
   /** Aborted when the workload runs out of time. */
   signal: AbortSignal;
+  /** When `signal` aborts, on the `performance.now()` clock. */
+  deadline: number;
   /** Servers this workload started (their output tails go into error reports). */
   servers: UexecServer[];
   /** The HTTP transport clients use (raw HTTP/1.1 by default, fetch with --fetch). */

@@ -1,7 +1,8 @@
 /**
  * Scale over the WebSocket: open N idle `cat` sessions through one WebSocket connection (64
  * `exec_command` requests in flight), then read the server's resident memory and time
- * `/healthz` while they live. N beyond the kernel's PTY limit needs `kernel.pty.max` raised:
+ * `/healthz` while they live. On a host too slow to open all N within the workload's time limit
+ * (less a reserve for the measurements), opening stops there and the rows say how many opened. N beyond the kernel's PTY limit needs `kernel.pty.max` raised:
  * as root the bench raises it for the run and puts it back after; otherwise the row says so.
  * The sessions end with the server's SIGTERM shutdown.
  * @module
@@ -14,6 +15,8 @@ import { healthzLatency } from "./idle.ts";
 
 const IN_FLIGHT = 64;
 const PTY_MAX = "kernel.pty.max";
+/** Of the workload's time limit, what is kept for the measurements after opening. */
+const MEASURE_RESERVE = 0.25;
 
 /** `sysctl` (Deno needs --allow-all to write /proc/sys itself); throws with its stderr. */
 function sysctl(...args: string[]): string {
@@ -43,8 +46,16 @@ function raisePtyMax(want: number): { ok: boolean; note: string; restore: () => 
   };
 }
 
-/** Opens `n` cat sessions over one WebSocket, `IN_FLIGHT` at a time. */
-async function openOverWebSocket(url: string, token: string, n: number): Promise<WebSocket> {
+/**
+ * Opens `n` cat sessions over one WebSocket, `IN_FLIGHT` at a time, none sent after `stopAt` (on
+ * the `performance.now()` clock); resolves once every one sent is open, with how many that is.
+ */
+async function openOverWebSocket(
+  url: string,
+  token: string,
+  n: number,
+  stopAt: number,
+): Promise<{ socket: WebSocket; opened: number }> {
   const socket = new WebSocket(url, { headers: { authorization: `Bearer ${token}` } });
   await new Promise((resolve, reject) => {
     socket.onopen = resolve;
@@ -76,12 +87,12 @@ async function openOverWebSocket(url: string, token: string, n: number): Promise
       return;
     }
     tick(++opened);
-    if (opened === n) done.resolve();
-    else if (sent < n) next();
+    if (sent < n && performance.now() < stopAt) next();
+    else if (opened === sent) done.resolve();
   };
   for (let i = 0; i < Math.min(IN_FLIGHT, n); i++) next();
   await done.promise;
-  return socket;
+  return { socket, opened };
 }
 
 /**
@@ -112,10 +123,18 @@ export async function wsIdleSessions(ctx: Context): Promise<Outcome> {
     const wsUrl = (await client.healthz() as { websocket: string }).websocket;
     log(`opening ${n} idle cat sessions over one WebSocket, ${IN_FLIGHT} in flight (${pty.note})`);
     const t0 = performance.now();
-    const socket = await openOverWebSocket(wsUrl, server.token, n);
+    const stopAt = ctx.deadline - (ctx.deadline - t0) * MEASURE_RESERVE;
+    const { socket, opened } = await openOverWebSocket(wsUrl, server.token, n, stopAt);
     const openS = (performance.now() - t0) / 1000;
+    // Goals are set for all n: with fewer open the rows are information, not a verdict.
+    const all = opened === n;
+    const cut = all
+      ? ""
+      : `only ${opened.toLocaleString("en-US")} of ${
+        n.toLocaleString("en-US")
+      } opened within the workload's time limit (a slow host); figures are for those`;
     const memAfter = server.memory();
-    log(`all open in ${openS.toFixed(2)} s, server RSS ${memAfter.rssMiB} MiB`);
+    log(`${opened} open in ${openS.toFixed(2)} s, server RSS ${memAfter.rssMiB} MiB`);
     // A fresh client: the first one's keep-alive connection outlived the server's idle timeout.
     const healthzDuring = await healthzLatency(connect(ctx, server), ctx.sizes.healthzRuns);
     socket.onclose = null;
@@ -124,10 +143,10 @@ export async function wsIdleSessions(ctx: Context): Promise<Outcome> {
       rows: [
         row({
           workload,
-          metric: "time to open all",
+          metric: all ? "time to open all" : `time to open ${opened.toLocaleString("en-US")}`,
           unit: "s",
           uexec: Math.round(openS * 100) / 100,
-          note: pty.note + capped,
+          note: pty.note + capped + (all ? "" : `; ${cut}`),
         }),
         row({
           workload,
@@ -135,7 +154,8 @@ export async function wsIdleSessions(ctx: Context): Promise<Outcome> {
           unit: "MiB",
           uexec: memAfter.rssMiB,
           baseline: { value: memBefore.rssMiB, label: "no sessions" },
-          goal: { op: "<=", value: 1024, text: "<= 1 GiB" },
+          goal: all ? { op: "<=", value: 1024, text: "<= 1 GiB" } : undefined,
+          note: cut,
         }),
         row({
           workload,
@@ -143,10 +163,17 @@ export async function wsIdleSessions(ctx: Context): Promise<Outcome> {
           unit: "ms",
           uexec: healthzDuring.p99,
           baseline: { value: healthzBefore.p99, label: "no sessions" },
-          goal: { op: "<=", value: 10, text: "<= 10 ms" },
+          goal: all ? { op: "<=", value: 10, text: "<= 10 ms" } : undefined,
+          note: cut,
         }),
       ],
-      details: { open_seconds: openS, memory_before: memBefore, memory_after: memAfter },
+      details: {
+        wanted: n,
+        opened,
+        open_seconds: openS,
+        memory_before: memBefore,
+        memory_after: memAfter,
+      },
     };
   } finally {
     pty.restore();
