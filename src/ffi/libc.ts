@@ -211,12 +211,22 @@ export const AT_FDCWD = -100;
 /** The size of x86_64's `struct stat`, for the buffers stat calls fill. */
 export const STAT_SIZE = 144;
 
+/** The file type bits of `st_mode`. */
+export const S_IFMT = 0o170000;
+
 /** File types, as `fileType` gives them. */
-export const S_IF = { REG: 0o100000, CHR: 0o020000, FIFO: 0o010000 } as const;
+export const S_IF = {
+  REG: 0o100000,
+  DIR: 0o040000,
+  LNK: 0o120000,
+  CHR: 0o020000,
+  FIFO: 0o010000,
+  SOCK: 0o140000,
+} as const;
 
 /** The file type (`st_mode & S_IFMT`, one of {@link S_IF}) in a `struct stat` a call filled. */
 export function fileType(stat: Uint8Array): number {
-  return new DataView(stat.buffer, stat.byteOffset).getUint32(24, true) & 0o170000;
+  return new DataView(stat.buffer, stat.byteOffset).getUint32(24, true) & S_IFMT;
 }
 
 /** Thrown when a libc call or system call fails; carries errno. */
@@ -231,6 +241,19 @@ export class OsError extends Error {
 /** Whether errno `code` says the process (EMFILE) or the system (ENFILE) has no descriptor free. */
 export function noDescriptorFree(code: number): boolean {
   return code === E.EMFILE || code === E.ENFILE;
+}
+
+/**
+ * Whether `err` is a failure to get a file descriptor (EMFILE, ENFILE), however it was
+ * reported: an {@link OsError} from our FFI calls, one of Deno's errors (its `code`), or an error
+ * that crossed from a worker thread as a message.
+ */
+export function outOfDescriptors(err: unknown): boolean {
+  if (err instanceof OsError) return noDescriptorFree(err.errno);
+  if (!(err instanceof Error)) return false;
+  const code = (err as { code?: unknown }).code;
+  return code === "EMFILE" || code === "ENFILE" ||
+    /\bE[MN]FILE\b|Too many open files/.test(err.message);
 }
 
 /** The symbolic name of an errno value, e.g. `ENOENT`. */

@@ -17,6 +17,8 @@
  * @module
  */
 
+import { outOfDescriptors } from "../ffi/libc.ts";
+
 /** What one connection may hold, and how many there may be. */
 export interface ConnectionLimits {
   /** A new connection must complete its first request head within this. */
@@ -105,11 +107,6 @@ const REFUSAL_LINGER_MS = 1000;
  * in the process announce nothing).
  */
 const ACCEPT_BACKOFF_MS = 100;
-
-function outOfDescriptors(err: unknown): boolean {
-  const code = (err as { code?: unknown }).code;
-  return code === "EMFILE" || code === "ENFILE";
-}
 
 /** Deno.serve's default for a handler that throws. */
 function internalError(err: unknown): Response {

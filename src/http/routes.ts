@@ -13,6 +13,7 @@ import { Hono } from "hono";
 import type { Context } from "hono";
 import type { z } from "zod";
 import { dashboardRoutes } from "../dashboard/routes.ts";
+import { outOfDescriptors } from "../ffi/libc.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
 import type { Principal } from "../service/principal.ts";
 import {
@@ -88,12 +89,6 @@ function asFailure(err: unknown): Failure | undefined {
     };
   }
   return undefined;
-}
-
-/** EMFILE or ENFILE, from our FFI calls or from Deno's own. */
-function outOfDescriptors(err: Error): boolean {
-  return /\bE[MN]FILE\b|Too many open files/.test(err.message) ||
-    ["EMFILE", "ENFILE"].includes((err as { code?: string }).code ?? "");
 }
 
 async function parseBody<T extends z.ZodType>(c: Context, schema: T): Promise<z.output<T>> {

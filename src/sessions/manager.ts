@@ -10,7 +10,7 @@
  */
 
 import type { EndReason, EventBus } from "../events/bus.ts";
-import { closeAll, E, libc, noDescriptorFree } from "../ffi/libc.ts";
+import { closeAll, E, libc, noDescriptorFree, outOfDescriptors } from "../ffi/libc.ts";
 import { DescriptorReserve } from "../io/descriptor_reserve.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { openPipe, setNonBlocking, type WindowSize } from "../pty/open.ts";
@@ -483,7 +483,7 @@ export class SessionManager {
     }
     const lease = await this.#opts.pool.acquire(sandbox.domain, sandbox.restriction)
       .catch((err) => {
-        throw isOutOfFiles(err) ? this.#ranOut(err as Error) : diedOr(err);
+        throw outOfDescriptors(err) ? this.#ranOut(err as Error) : diedOr(err);
       });
     let dir: SessionDir | undefined;
     let pipes: ReturnType<typeof openPipes> | undefined;
@@ -530,7 +530,7 @@ export class SessionManager {
         if (noDescriptorFree(err.code ?? 0)) throw this.#ranOut(err);
         throw spawnRefusal(err, req);
       }
-      if (isOutOfFiles(err)) throw this.#ranOut(err as Error);
+      if (outOfDescriptors(err)) throw this.#ranOut(err as Error);
       throw diedOr(err);
     } finally {
       if (pipes) closeAll([pipes.child.stdin, pipes.child.output]);
@@ -586,7 +586,7 @@ export class SessionManager {
       abandonChild(fds);
       sessionDir.release();
       lease.release();
-      throw isOutOfFiles(err) ? this.#ranOut(err as Error) : err;
+      throw outOfDescriptors(err) ? this.#ranOut(err as Error) : err;
     }
     const timeout = req.timeoutMs === undefined
       ? undefined
@@ -736,11 +736,6 @@ function screenOf(session: Session) {
  * (terminal or pipes, gate, cgroup files, pidfd).
  */
 export const DESCRIPTOR_RESERVE = 8;
-
-/** True for a failure to get a file descriptor (EMFILE, ENFILE) anywhere in a start. */
-function isOutOfFiles(err: unknown): boolean {
-  return err instanceof Error && /\bE[MN]FILE\b/.test(err.message);
-}
 
 /** `err`, or the caller's 503 when it is a spawner worker's death. */
 function diedOr(err: unknown): unknown {
