@@ -7,14 +7,20 @@
  * @module
  */
 
-import { AT_FDCWD, cString, E, errno, OsError, rawSyscall } from "../ffi/libc.ts";
+import {
+  AT_FDCWD,
+  cString,
+  E,
+  errno,
+  fileType,
+  OsError,
+  rawSyscall,
+  S_IF,
+  STAT_SIZE,
+} from "../ffi/libc.ts";
 import { closeFd, openPath, SYS } from "./syscalls.ts";
 
 const AT_SYMLINK_NOFOLLOW = 0x100;
-const S_IFMT = 0o170000;
-const S_IFDIR = 0o040000;
-const STAT_SIZE = 144;
-const ST_MODE_OFFSET = 24;
 
 /** What kind of file a path names. */
 export interface PathInfo {
@@ -30,8 +36,7 @@ export function lstatOrNull(path: string, follow = false): PathInfo | null {
     if (code === E.ENOENT || code === E.ENOTDIR) return null;
     throw new OsError(`stat(${path})`, code);
   }
-  const mode = new DataView(buf.buffer).getUint32(ST_MODE_OFFSET, true);
-  return { isDirectory: (mode & S_IFMT) === S_IFDIR };
+  return { isDirectory: fileType(buf) === S_IF.DIR };
 }
 
 /** The paths among `paths` that exist (symlinks count, even dangling ones). */

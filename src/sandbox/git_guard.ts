@@ -41,6 +41,9 @@ import {
   OsError,
   rawSyscall,
   readSmallFile,
+  S_IF,
+  S_IFMT,
+  STAT_SIZE,
 } from "../ffi/libc.ts";
 import { EPOLLIN, type Reactor, type Registration } from "../io/reactor.ts";
 
@@ -62,11 +65,6 @@ export function protectedNames(subpaths: Iterable<string>): Set<string> {
   return new Set([...subpaths].filter((sub) => !sub.includes("/")));
 }
 
-const STAT_SIZE = 144;
-const S_IFMT = 0o170000;
-const S_IFDIR = 0o040000;
-const S_IFREG = 0o100000;
-const S_IFLNK = 0o120000;
 const AT_SYMLINK_NOFOLLOW = 0x100;
 const AT_REMOVEDIR = 0x200;
 const AT_EMPTY_PATH = 0x1000;
@@ -380,7 +378,7 @@ export class GitGuard {
         );
       }
       if (planted === "adopt") return;
-      if (kind(st) === S_IFDIR) {
+      if (kind(st) === S_IF.DIR) {
         if (renamed && found.writable) this.#moveAside(dirFd, name, path);
         return;
       }
@@ -389,12 +387,12 @@ export class GitGuard {
       // empty file is being written (git writes it right after creating it): its writes are
       // watched from before it is read, and each one brings it back here.
       let content = "";
-      if (kind(st) === S_IFREG) {
+      if (kind(st) === S_IF.REG) {
         this.#watch.watchWrites(fd);
         content = readSmallFile(inode(fd)) ?? "";
         if (content === "") return;
       }
-      if (kind(st) === S_IFREG && this.#leadsIntoProtected(content, path)) {
+      if (kind(st) === S_IF.REG && this.#leadsIntoProtected(content, path)) {
         this.#renew(dirFd, name, st, keeper, content, path);
       } else {
         this.#moveAside(dirFd, name, path);
@@ -480,15 +478,15 @@ export class GitGuard {
    * grant and nothing made before is missed. Sandbox-made entries are taken back.
    */
   #secure(fd: number, st: Stat, top: Keeper, planted: Planted, found: Findings): void {
-    if (kind(st) === S_IFLNK) return;
+    if (kind(st) === S_IF.LNK) return;
     if (st.mode & 0o002) found.writable = true;
     if (this.#owners.isGid(st.gid)) {
       if (st.mode & 0o020) found.writable = true;
       this.#chown(fd, KEEP_IDS, top.gid);
     }
     this.#strip(fd, "access", found);
-    if (kind(st) === S_IFREG && st.nlink > 1n) this.#links.add(`${st.dev}:${st.ino}`);
-    if (kind(st) !== S_IFDIR) return;
+    if (kind(st) === S_IF.REG && st.nlink > 1n) this.#links.add(`${st.dev}:${st.ino}`);
+    if (kind(st) !== S_IF.DIR) return;
     this.#strip(fd, "default", found);
     this.#eachChild(
       fd,
@@ -518,13 +516,13 @@ export class GitGuard {
       found.taken++;
       found.writable = true;
       this.#chown(fd, top.uid, top.gid);
-      if (kind(st) !== S_IFLNK) {
-        const noExec = kind(st) === S_IFREG ? 0o111 : 0;
+      if (kind(st) !== S_IF.LNK) {
+        const noExec = kind(st) === S_IF.REG ? 0o111 : 0;
         const mode = st.mode & ~(0o7022 | noExec) & 0o7777;
         checkedSyscall("chmod", SYS.fchmodat, AT_FDCWD, cString(inode(fd)), mode);
       }
     }
-    if (kind(st) === S_IFDIR) {
+    if (kind(st) === S_IF.DIR) {
       this.#strip(fd, "access", found);
       this.#strip(fd, "default", found);
       this.#eachChild(
@@ -534,11 +532,11 @@ export class GitGuard {
             ? this.#takeBack(fd, child, cfd, cst, top, planted, found)
             : this.#secure(cfd, cst, top, planted, found),
       );
-    } else if (own && kind(st) !== S_IFLNK) {
+    } else if (own && kind(st) !== S_IF.LNK) {
       this.#strip(fd, "access", found);
     }
     if (planted === "remove") {
-      const flags = kind(st) === S_IFDIR ? AT_REMOVEDIR : 0;
+      const flags = kind(st) === S_IF.DIR ? AT_REMOVEDIR : 0;
       checkedSyscall(`unlink(${name})`, SYS.unlinkat, dirFd, cString(name), flags);
     }
   }

@@ -12,7 +12,18 @@
  * @module
  */
 
-import { AT_FDCWD, cString, E, errno, O, OsError, rawSyscall } from "../ffi/libc.ts";
+import {
+  AT_FDCWD,
+  cString,
+  E,
+  errno,
+  fileType,
+  O,
+  OsError,
+  rawSyscall,
+  S_IF,
+  STAT_SIZE,
+} from "../ffi/libc.ts";
 import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
 
 const CLONE_NEWNS = 0x00020000;
@@ -37,10 +48,6 @@ const OPEN_TREE_CLONE = 1;
 const OPEN_TREE_CLOEXEC = O.CLOEXEC;
 const MOVE_MOUNT_F_EMPTY_PATH = 0x4;
 const MOVE_MOUNT_T_EMPTY_PATH = 0x40;
-const S_IFMT = 0o170000;
-const S_IFSOCK = 0o140000;
-const STAT_SIZE = 144;
-const ST_MODE_OFFSET = 24;
 
 /** What {@link enterNamespaces} sets up on the calling thread. */
 export interface NamespacePlan {
@@ -123,8 +130,7 @@ function hideSocket(path: string, reachable: (realPath: string) => boolean): voi
   try {
     const stat = new Uint8Array(STAT_SIZE);
     checkedSyscall(`stat(${path})`, SYS.newfstatat, fd, cString(""), stat, AT_EMPTY_PATH);
-    const mode = new DataView(stat.buffer).getUint32(ST_MODE_OFFSET, true);
-    if ((mode & S_IFMT) !== S_IFSOCK || reachable(fdPath(fd))) return;
+    if (fileType(stat) !== S_IF.SOCK || reachable(fdPath(fd))) return;
     const tree = checkedSyscall(
       "open_tree(/dev/null)",
       SYS.open_tree,
