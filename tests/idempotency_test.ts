@@ -59,3 +59,22 @@ Deno.test("a call all its callers left is abandoned, and the next repeat resumes
   assert.equal(await calls.run("agent", "k", body, undefined, start, resume), "resumed 4242");
   assert.deepEqual(resumed, [4242]);
 });
+
+Deno.test("forgetting an owner (a revoked agent) drops its keys alone", async () => {
+  const calls = new IdempotentCalls<string>();
+  const resume = () => Promise.reject(new Error("not abandoned"));
+  // An owner name with JSON's own characters must not be confused with another.
+  const owners = ["agent", 'agent"]', "other"];
+  for (const owner of owners) {
+    const first = () => Promise.resolve(`${owner} first`);
+    assert.equal(await calls.run(owner, "k", body, undefined, first, resume), `${owner} first`);
+  }
+  calls.forgetOwner("agent");
+  const again = (owner: string) =>
+    calls.run(owner, "k", body, undefined, () => Promise.resolve(`${owner} again`), resume);
+  assert.deepEqual(await Promise.all(owners.map(again)), [
+    "agent again",
+    'agent"] first',
+    "other first",
+  ]);
+});

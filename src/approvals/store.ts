@@ -189,8 +189,8 @@ function visibleWidening(w: Widening): Widening {
 export class ApprovalStore {
   readonly #pending = new Map<string, Pending>();
   readonly #settled = new Map<string, ApprovalRecord>();
-  /** `approved_for_session` answers: key -> what was granted. */
-  readonly #approvedForSession = new Map<string, Widening>();
+  /** `approved_for_session` answers by agent: key -> what was granted. */
+  readonly #approvedForSession = new Map<string, Map<string, Widening>>();
   readonly #onEvent: (event: ApprovalEvent) => void;
   readonly #now: () => Date;
   readonly #newId: () => string;
@@ -210,7 +210,7 @@ export class ApprovalStore {
     }
     const key = sessionKey(request);
     const escalation = canonical(request.escalation);
-    const remembered = this.#approvedForSession.get(key);
+    const remembered = this.#approvedForSession.get(request.agent)?.get(key);
     if (remembered) {
       return Promise.resolve({
         approved: true,
@@ -310,9 +310,7 @@ export class ApprovalStore {
     for (const [id, p] of [...this.#pending]) {
       if (p.record.agent === agent) this.#cancel(id, `the agent ${agent} was revoked`);
     }
-    for (const key of [...this.#approvedForSession.keys()]) {
-      if (JSON.parse(key)[0] === agent) this.#approvedForSession.delete(key);
-    }
+    this.#approvedForSession.delete(agent);
   }
 
   /** Settles every pending approval as denied (server shutdown) and clears their timers. */
@@ -353,7 +351,9 @@ export class ApprovalStore {
       this.#settled.delete(this.#settled.keys().next().value!);
     }
     if (status === "approved_for_session") {
-      this.#approvedForSession.set(pending.key, decision.granted);
+      const agent = pending.record.agent;
+      const granted = this.#approvedForSession.get(agent) ?? new Map<string, Widening>();
+      this.#approvedForSession.set(agent, granted.set(pending.key, decision.granted));
     }
     pending.settle(decision);
     this.#emit({ type: "approval_decided", agent: record.agent, approval: { ...record } });

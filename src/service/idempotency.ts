@@ -32,6 +32,8 @@ interface Call<T> {
 }
 
 interface Entry<T> {
+  /** Whose key it is. */
+  owner: string;
   fingerprint: string;
   at: number;
   /** The call under way or finished; absent once abandoned (the next repeat runs again). */
@@ -79,7 +81,7 @@ export class IdempotentCalls<T> {
       );
     }
     if (!entry) {
-      entry = { fingerprint: print, at: now };
+      entry = { owner, fingerprint: print, at: now };
       this.#entries.set(id, entry);
     }
     const held = entry;
@@ -120,8 +122,8 @@ export class IdempotentCalls<T> {
    * later is another party and must not be answered its calls).
    */
   forgetOwner(owner: string): void {
-    for (const id of [...this.#entries.keys()]) {
-      if (JSON.parse(id)[0] === owner) this.#entries.delete(id);
+    for (const [id, entry] of [...this.#entries]) {
+      if (entry.owner === owner) this.#entries.delete(id);
     }
   }
 
