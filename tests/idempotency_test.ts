@@ -8,8 +8,10 @@
 import assert from "node:assert/strict";
 import { IdempotencyConflictError, IdempotentCalls } from "../src/service/idempotency.ts";
 import { CallAbandonedError, InvalidRequestError } from "../src/sessions/errors.ts";
+import { compileUntil } from "../src/sessions/until.ts";
 
-const body = { cmd: "x", until: /a+/ };
+// Substring patterns: this process runs without the linear engine the others need.
+const body = { cmd: "x", until: compileUntil("a") };
 
 Deno.test("one run per key and agent; repeats wait for it and share its answer", async () => {
   const calls = new IdempotentCalls<string>();
@@ -18,14 +20,21 @@ Deno.test("one run per key and agent; repeats wait for it and share its answer",
   const start = () => (runs++, gate.promise);
   const resume = () => Promise.reject(new Error("not abandoned"));
   const a = calls.run("agent", "k", body, undefined, start, resume);
-  const b = calls.run("agent", "k", { cmd: "x", until: /a+/ }, undefined, start, resume);
+  const b = calls.run(
+    "agent",
+    "k",
+    { cmd: "x", until: compileUntil("a") },
+    undefined,
+    start,
+    resume,
+  );
   const other = calls.run("other", "k", body, undefined, () => Promise.resolve("other"), resume);
   gate.resolve("answer");
   assert.deepEqual(await Promise.all([a, b, other]), ["answer", "answer", "other"]);
   assert.equal(runs, 1);
   assert.equal(await calls.run("agent", "k", body, undefined, start, resume), "answer");
   assert.throws(
-    () => calls.run("agent", "k", { cmd: "x", until: /b/ }, undefined, start, resume),
+    () => calls.run("agent", "k", { cmd: "x", until: compileUntil("b") }, undefined, start, resume),
     IdempotencyConflictError,
   );
   assert.throws(

@@ -1,12 +1,16 @@
 /**
  * `until` patterns run on V8's linear-time engine against a real server: patterns that engine
  * refuses are 400s naming the construct, and a pattern that backtracks exponentially, fed
- * hostile output, stalls neither the server nor other sessions.
+ * hostile output, stalls neither the server nor other sessions. A pattern without syntax is a
+ * substring, which matches exactly where the RegExp would (and needs no engine: this test
+ * process runs without it).
  *
  * @module
  */
 
 import assert from "node:assert/strict";
+import fc from "fast-check";
+import { compileUntil, UntilMatcher } from "../src/sessions/until.ts";
 import { startServer } from "./helpers/server.ts";
 
 Deno.test("until: constructs the linear engine refuses are named in a 400", async (t) => {
@@ -45,6 +49,17 @@ Deno.test("until: constructs the linear engine refuses are named in a 400", asyn
           code: "invalid_request",
           message: "until: too large to match in bounded time: length times largest repetition " +
             "count is 1056, at most 512",
+        },
+      });
+    });
+    await t.step("so is a substring too large for its window", async () => {
+      const r = await server.post("/v1/exec_command", { cmd: "true", until: "x".repeat(513) });
+      assert.equal(r.status, 400);
+      assert.deepEqual(r.body, {
+        error: {
+          code: "invalid_request",
+          message: "until: too large to match in bounded time: length times largest repetition " +
+            "count is 513, at most 512",
         },
       });
     });
@@ -131,7 +146,7 @@ Deno.test("until: a pattern is compiled once and shared while it is recently use
     const evicted = compileUntil("\\\\$ $") !== first;
     let errors = 0;
     for (let i = 0; i < 2; i++) try { compileUntil("(a"); } catch { errors++; }
-    console.log(JSON.stringify({ same: first === again, flags: first.flags, found, kept, evicted, errors }));
+    console.log(JSON.stringify({ same: first === again, as: first, found, kept, evicted, errors }));
   `;
   const out = await new Deno.Command(Deno.execPath(), {
     args: ["eval", "--v8-flags=--enable-experimental-regexp-engine", script],
@@ -140,10 +155,36 @@ Deno.test("until: a pattern is compiled once and shared while it is recently use
   assert.equal(out.code, 0);
   assert.deepEqual(JSON.parse(new TextDecoder().decode(out.stdout)), {
     same: true,
-    flags: "l",
+    as: "/\\$ $/",
     found: [true, true, true],
     kept: true,
     evicted: true,
     errors: 2,
   });
+});
+
+Deno.test("until: a pattern without syntax matches exactly where its RegExp would", () => {
+  // Characters a pattern may hold: syntax among them sends it to the linear engine, which this
+  // process lacks, so only substrings compile here.
+  const char = fc.constantFrom(..."ab$.*?+^|\\()[]{}/-,:=!<>#\n\r \u00e9\ud83d\ude00");
+  const source = fc.array(char, { minLength: 1, maxLength: 8 }).map((cs) => cs.join(""));
+  const text = fc.array(char, { maxLength: 40 }).map((cs) => cs.join(""));
+  let substrings = 0;
+  fc.assert(
+    fc.property(source, text, (source, text) => {
+      let pattern;
+      try {
+        pattern = compileUntil(source);
+      } catch (err) {
+        assert.match(String(err), /V8 runs without --enable-experimental-regexp-engine/);
+        assert.match(source, /[\\^$.|?*+()[\]{}]/, "only a pattern with syntax needs the engine");
+        return;
+      }
+      substrings++;
+      const bytes = new TextEncoder().encode(text);
+      assert.equal(new UntilMatcher(pattern).feed(bytes), new RegExp(source).test(text));
+    }),
+    { numRuns: 2000, seed: 7 },
+  );
+  assert.ok(substrings > 100, `only ${substrings} substring patterns were tried`);
 });

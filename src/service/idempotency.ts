@@ -42,9 +42,9 @@ interface Entry<T> {
   sessionId?: number;
 }
 
-/** The body's identity: its JSON, with regular expressions as their source. */
+/** The body's identity: its JSON (an `until` pattern gives its source, see `UntilPattern`). */
 function fingerprint(body: unknown): string {
-  return JSON.stringify(body, (_, v) => v instanceof RegExp ? `/${v.source}/${v.flags}` : v);
+  return JSON.stringify(body);
 }
 
 /** Calls by `Idempotency-Key`. */

@@ -11,7 +11,7 @@
 import { Deadlines } from "./deadlines.ts";
 import { CallAbandonedError } from "./errors.ts";
 import type { Session, Taken } from "./session.ts";
-import { UntilMatcher } from "./until.ts";
+import { UntilMatcher, type UntilPattern } from "./until.ts";
 import { type WaitConditions, Waits } from "./waits.ts";
 
 /** When to stop collecting. */
@@ -22,7 +22,7 @@ export interface CollectOptions {
    * Return as soon as the latest text collected in this call matches (a pattern from
    * `compileUntil`, matched over a bounded window).
    */
-  until?: RegExp;
+  until?: UntilPattern;
   /**
    * Aborts when the caller went away: the collection then rejects with `CallAbandonedError`
    * and takes nothing, leaving the output (and the exit) to the next call.

@@ -38,6 +38,7 @@ import {
 } from "./errors.ts";
 import { Session, type SessionInfo } from "./session.ts";
 import { checkWaits, inputState, type WaitConditions } from "./waits.ts";
+import type { UntilPattern } from "./until.ts";
 
 /**
  * How a call's output is shown: `raw` as the bytes came (decoded), `plain` as a reader sees
@@ -60,7 +61,7 @@ export interface ExecRequest {
   env: Record<string, string>;
   yieldMs: number;
   maxOutputTokens: number;
-  until?: RegExp;
+  until?: UntilPattern;
   /** Return as soon as one of these holds (`until_idle_ms`, `until_port`, `until_input`). */
   waits?: WaitConditions;
   /** The sandbox the child runs under. */
@@ -106,7 +107,7 @@ export interface WriteRequest {
   chars: string;
   yieldMs: number;
   maxOutputTokens: number;
-  until?: RegExp;
+  until?: UntilPattern;
   /** Return as soon as one of these holds (`until_idle_ms`, `until_port`, `until_input`). */
   waits?: WaitConditions;
   outputMode?: OutputMode;

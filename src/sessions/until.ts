@@ -1,9 +1,12 @@
 /**
  * The `until` pattern: compiled for V8's linear-time RegExp engine (the `l` flag, enabled by
  * `--enable-experimental-regexp-engine`) and matched against a window of a call's output sized
- * so that one match costs a bounded amount of work. Output is written by the command, so a
- * pattern that backtracks would let a repository's output stall the server; this module must
- * never run a pattern on the backtracking engine, and never match over unbounded text.
+ * so that one match costs a bounded amount of work. A pattern without any regular-expression
+ * syntax (a marker, a prompt's text) is found as a substring instead: it means the same, and
+ * building a linear-engine RegExp costs several microseconds a request. Output is written by the
+ * command, so a pattern that backtracks would let a repository's output stall the server; this
+ * module must never run a pattern on the backtracking engine, and never match over unbounded
+ * text.
  *
  * @module
  */
@@ -95,34 +98,73 @@ export function refusedConstruct(source: string): string {
     : `counted repetitions nested past ${MAX_REPLICATION} copies`;
 }
 
+/** Characters with a meaning in a (non-unicode) JavaScript regular expression. */
+const SYNTAX = /[\\^$.|?*+()[\]{}]/;
+
+/**
+ * A compiled `until` pattern (made by {@link compileUntil} alone): what it is tested with, and
+ * how many of a call's latest output characters it is tested against.
+ */
+export class UntilPattern {
+  readonly #test: (text: string) => boolean;
+  /** How many of the latest characters of a call's output it is matched against. */
+  readonly window: number;
+
+  private constructor(readonly source: string, test: (text: string) => boolean) {
+    this.#test = test;
+    this.window = windowFor(source);
+  }
+
+  /** `source` compiled: as a substring when it has no syntax, else for the linear engine. */
+  static compile(source: string): UntilPattern {
+    if (!SYNTAX.test(source)) {
+      bounded(source);
+      return new UntilPattern(source, (text) => text.includes(source));
+    }
+    const regexp = linear(source);
+    return new UntilPattern(source, (text) => regexp.test(text));
+  }
+
+  /** Whether `text` holds a match. */
+  test(text: string): boolean {
+    return this.#test(text);
+  }
+
+  /** As the regular expression it is (what makes two requests' bodies the same). */
+  toJSON(): string {
+    return `/${this.source}/`;
+  }
+}
+
 /** How many compiled patterns are kept for reuse (the least recently used goes first). */
 export const CACHED_PATTERNS = 128;
 /**
- * Compiled patterns by source, least recently used first. Sharing one is safe: without the `g`
- * or `y` flag a RegExp keeps no state between matches (`lastIndex` is neither read nor set).
+ * Compiled patterns by source, least recently used first. Sharing one is safe: it keeps no
+ * state between tests (a RegExp without the `g` or `y` flag neither reads nor sets `lastIndex`).
  */
-const compiled = new Map<string, RegExp>();
+const compiled = new Map<string, UntilPattern>();
 
 /**
- * Compile `source` for the linear engine. A syntax error, a construct the engine refuses or a
- * pattern too large for a useful window is an `UntilPatternError` naming it; a process without
- * the engine throws a plain Error. The same source gives the same RegExp while it is among the
- * last CACHED_PATTERNS compiled.
+ * Compile `source` (see {@link UntilPattern}). A syntax error, a construct the linear engine
+ * refuses or a pattern too large for a useful window is an `UntilPatternError` naming it; a
+ * process without the engine throws a plain Error for any pattern but a substring. The same
+ * source gives the same pattern while it is among the last CACHED_PATTERNS compiled.
  */
-export function compileUntil(source: string): RegExp {
+export function compileUntil(source: string): UntilPattern {
   const cached = compiled.get(source);
   if (cached) {
     compiled.delete(source);
     compiled.set(source, cached);
     return cached;
   }
-  const regexp = compile(source);
+  const pattern = UntilPattern.compile(source);
   if (compiled.size >= CACHED_PATTERNS) compiled.delete(compiled.keys().next().value!);
-  compiled.set(source, regexp);
-  return regexp;
+  compiled.set(source, pattern);
+  return pattern;
 }
 
-function compile(source: string): RegExp {
+/** `source` as a linear-engine RegExp, or an `UntilPatternError` saying why it cannot be. */
+function linear(source: string): RegExp {
   if (!LINEAR_ENGINE) throw new Error(`V8 runs without ${LINEAR_ENGINE_FLAG}`);
   let regexp: RegExp;
   try {
@@ -137,6 +179,12 @@ function compile(source: string): RegExp {
       `cannot be matched in linear time: ${refusedConstruct(source)} is not supported`,
     );
   }
+  bounded(source);
+  return regexp;
+}
+
+/** An `UntilPatternError` when `source` is too large to match in bounded time. */
+function bounded(source: string): void {
   const size = states(source);
   if (size > MAX_STATES) {
     throw new UntilPatternError(
@@ -144,12 +192,7 @@ function compile(source: string): RegExp {
         `at most ${MAX_STATES}`,
     );
   }
-  windows.set(regexp, windowFor(source));
-  return regexp;
 }
-
-/** Each compiled pattern's window (see `windowFor`). */
-const windows = new WeakMap<RegExp, number>();
 
 /** How many of the latest characters of a call's output `source` is matched against. */
 function windowFor(source: string): number {
@@ -164,13 +207,8 @@ export class UntilMatcher {
   /** A trailing incomplete UTF-8 sequence, decoded once the rest of it arrives. */
   #carry = new CharCarry();
   #matched = false;
-  readonly #window: number;
 
-  /** `pattern` must come from `compileUntil` (a linear-engine pattern). */
-  constructor(readonly pattern: RegExp) {
-    if (!pattern.flags.includes("l")) throw new Error(`until pattern ${pattern} is not linear`);
-    this.#window = windows.get(pattern) ?? windowFor(pattern.source);
-  }
+  constructor(readonly pattern: UntilPattern) {}
 
   get matched(): boolean {
     return this.#matched;
@@ -180,7 +218,8 @@ export class UntilMatcher {
   feed(bytes: Uint8Array): boolean {
     if (this.#matched) return true;
     this.#text += decoder.decode(this.#carry.complete(bytes));
-    if (this.#text.length > this.#window) this.#text = this.#text.slice(-this.#window);
+    const { window } = this.pattern;
+    if (this.#text.length > window) this.#text = this.#text.slice(-window);
     return this.#matched = this.pattern.test(this.#text);
   }
 }
