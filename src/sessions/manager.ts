@@ -9,6 +9,7 @@
  * @module
  */
 
+import { setImmediate } from "node:timers";
 import type { EndReason, EventBus } from "../events/bus.ts";
 import { closeAll, E, libc, noDescriptorFree, outOfDescriptors } from "../ffi/libc.ts";
 import { DescriptorReserve } from "../io/descriptor_reserve.ts";
@@ -554,12 +555,15 @@ export class SessionManager {
       (s, status) => {
         clearTimeout(timeout);
         if (sessionCgroup) {
-          // What its tree used, then (after this exit is reported) whatever it left dies.
+          // What its tree used, then (after this exit is reported, once this turn of the event
+          // loop is done: a zero-delay timer would put the kill and the cgroup's reuse a
+          // millisecond later, in the middle of the next command's start) whatever it left dies.
           s.usage = sessionCgroup.usage();
-          setTimeout(() =>
+          setImmediate(() =>
             sessionCgroup.kill()
               .catch((err) => console.error(`uexec: cannot kill session ${s.id}'s cgroup: ${err}`))
-              .finally(() => this.#cgroups.delete(s)), 0);
+              .finally(() => this.#cgroups.delete(s))
+          );
         }
         sessionDir.release();
         lease.release();
