@@ -2,9 +2,10 @@
  * Scale over the WebSocket: open N idle `cat` sessions through one WebSocket connection (64
  * `exec_command` requests in flight), then read the server's resident memory and time
  * `/healthz` while they live. On a host too slow to open all N within the workload's time limit
- * (less a reserve for the measurements), opening stops there and the rows say how many opened. N beyond the kernel's PTY limit needs `kernel.pty.max` raised:
- * as root the bench raises it for the run and puts it back after; otherwise the row says so.
- * The sessions end with the server's SIGTERM shutdown.
+ * (less a reserve for the measurements), opening stops there and the rows say how many opened.
+ * N beyond the kernel's PTY limit needs `kernel.pty.max` raised: as root the bench raises it for
+ * the run and puts it back after; otherwise the row says so. The sessions end with the server's
+ * SIGTERM shutdown.
  * @module
  */
 
