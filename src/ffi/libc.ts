@@ -198,15 +198,21 @@ export const E = {
 
 /** open(2) flags. */
 export const O = {
+  WRONLY: 1,
   RDWR: 2,
   NOCTTY: 0o400,
   NONBLOCK: 0o4000,
+  DIRECTORY: 0o200000,
+  NOFOLLOW: 0o400000,
   CLOEXEC: 0o2000000,
   PATH: 0o10000000,
 } as const;
 
 /** The `dirfd` that makes *at() calls resolve paths from the working directory. */
 export const AT_FDCWD = -100;
+
+/** Flags of the *at() calls. */
+export const AT = { SYMLINK_NOFOLLOW: 0x100, REMOVEDIR: 0x200, EMPTY_PATH: 0x1000 } as const;
 
 /** The size of x86_64's `struct stat`, for the buffers stat calls fill. */
 export const STAT_SIZE = 144;

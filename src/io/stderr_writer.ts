@@ -14,24 +14,22 @@
  * @module
  */
 
-import { cString, E, errno, fileType, libc, O, OsError, S_IF, STAT_SIZE } from "../ffi/libc.ts";
+import { AT, cString, E, errno, fileType, libc, O, OsError, S_IF, STAT_SIZE } from "../ffi/libc.ts";
 import type { WriteBytes } from "./batched_writer.ts";
 
 const STDERR = 2;
-const O_WRONLY = 1;
-const AT_EMPTY_PATH = 0x1000;
 
 /** How a write to stderr can be made at once: on `fd`, or not at all (`undefined`). */
 function immediateDescriptor(): number | undefined {
   const c = libc();
   const stat = new Uint8Array(STAT_SIZE);
-  if (c.fstatat(STDERR, cString(""), stat, AT_EMPTY_PATH) !== 0) return undefined;
+  if (c.fstatat(STDERR, cString(""), stat, AT.EMPTY_PATH) !== 0) return undefined;
   const type = fileType(stat);
   if (type === S_IF.REG) return STDERR;
   if (type !== S_IF.FIFO && type !== S_IF.CHR) return undefined;
   const fd = c.open(
     cString("/proc/self/fd/2"),
-    O_WRONLY | O.NONBLOCK | O.CLOEXEC | O.NOCTTY,
+    O.WRONLY | O.NONBLOCK | O.CLOEXEC | O.NOCTTY,
   );
   return fd < 0 ? undefined : fd;
 }

@@ -34,7 +34,6 @@ const SYS = {
   epoll_pwait2: 441,
 } as const;
 const POLLIN = 1;
-const O_DIRECTORY = 0o200000;
 const EPOLLIN = 1;
 /** Descriptor sets and poll arrays larger than this are not inspected. */
 const MAX_WATCHED = 1024;
@@ -271,7 +270,7 @@ class LeaderFiles {
     if (held.size >= MAX_HELD) held.values().next().value!.close();
     const c = libc();
     this.#syscall = c.open(cString(`/proc/${this.pid}/syscall`), O.CLOEXEC);
-    this.#fdDir = c.open(cString(`/proc/${this.pid}/fd`), O.CLOEXEC | O_DIRECTORY);
+    this.#fdDir = c.open(cString(`/proc/${this.pid}/fd`), O.CLOEXEC | O.DIRECTORY);
     if (this.#syscall < 0 || this.#fdDir < 0) {
       this.close();
       return false;

@@ -24,7 +24,6 @@ import {
   readSmallFile,
 } from "../ffi/libc.ts";
 
-const O_WRONLY = 1;
 const ENOENT = 2;
 const EBUSY = 16;
 
@@ -54,7 +53,7 @@ export function makeCgroups(plan: CgroupPlan): number[] {
     }
     for (const w of plan.writes) writeFile(w.path, w.text, w.ifPresent);
     for (const p of plan.procs) {
-      const fd = libc().open(cString(p), O_WRONLY | O.CLOEXEC);
+      const fd = libc().open(cString(p), O.WRONLY | O.CLOEXEC);
       if (fd < 0) throw new OsError(`open(${p})`, errno());
       fds.push(fd);
     }
@@ -153,7 +152,7 @@ function removeTree(dir: string): void {
  */
 export function writeFile(path: string, text: string, ifPresent = false, room?: () => void): void {
   const c = libc();
-  const fd = openFile(path, O_WRONLY | O.CLOEXEC, room);
+  const fd = openFile(path, O.WRONLY | O.CLOEXEC, room);
   if (fd < 0) {
     const code = errno();
     if (ifPresent && code === ENOENT) return;

@@ -28,7 +28,6 @@ const FAN_Q_OVERFLOW = 0x4000;
 const FAN_ONDIR = 0x40000000;
 const INFO_DFID_NAME = 2;
 const ESTALE = 116;
-const O_DIRECTORY = 0o200000;
 const STATFS_SIZE = 120;
 const STATFS_FSID_OFFSET = 56;
 const METADATA_SIZE = 24;
@@ -91,7 +90,7 @@ export class EntryWatch {
       SYS.openat,
       AT_FDCWD,
       cString(path),
-      O_DIRECTORY | O.CLOEXEC,
+      O.DIRECTORY | O.CLOEXEC,
       0,
     );
     const fsid = fsidOf(fd);

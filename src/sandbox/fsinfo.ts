@@ -8,6 +8,7 @@
  */
 
 import {
+  AT,
   AT_FDCWD,
   cString,
   E,
@@ -20,8 +21,6 @@ import {
 } from "../ffi/libc.ts";
 import { closeFd, openPath, SYS } from "./syscalls.ts";
 
-const AT_SYMLINK_NOFOLLOW = 0x100;
-
 /** What kind of file a path names. */
 export interface PathInfo {
   isDirectory: boolean;
@@ -30,7 +29,7 @@ export interface PathInfo {
 /** `lstat` (or `stat` with `follow`) of `path`, or null when it does not exist. */
 export function lstatOrNull(path: string, follow = false): PathInfo | null {
   const buf = new Uint8Array(STAT_SIZE);
-  const flags = follow ? 0 : AT_SYMLINK_NOFOLLOW;
+  const flags = follow ? 0 : AT.SYMLINK_NOFOLLOW;
   if (rawSyscall(SYS.newfstatat, AT_FDCWD, cString(path), buf, flags) < 0) {
     const code = errno();
     if (code === E.ENOENT || code === E.ENOTDIR) return null;

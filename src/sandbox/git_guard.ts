@@ -31,6 +31,7 @@ import { realPathOrSelf } from "./fsinfo.ts";
 import { normalizeAbsolutePath } from "./profiles.ts";
 import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
 import {
+  AT,
   AT_FDCWD,
   cString,
   E,
@@ -65,15 +66,10 @@ export function protectedNames(subpaths: Iterable<string>): Set<string> {
   return new Set([...subpaths].filter((sub) => !sub.includes("/")));
 }
 
-const AT_SYMLINK_NOFOLLOW = 0x100;
-const AT_REMOVEDIR = 0x200;
-const AT_EMPTY_PATH = 0x1000;
-const O_NOFOLLOW = 0o400000;
 const KEEP_IDS = 0xffffffff;
 const RENAME_NOREPLACE = 1;
 /** A `.git` file as git reads it: one line, trailing line breaks ignored. */
 const GITDIR_LINE = /^gitdir: (.+?)[\r\n]*$/;
-const O_WRONLY = 1;
 const O_TMPFILE = 0o20200000;
 const XATTR = { access: "system.posix_acl_access", default: "system.posix_acl_default" };
 
@@ -114,7 +110,7 @@ const kind = (st: Stat) => st.mode & S_IFMT;
 
 /** Opens `name` in `dirFd` with O_PATH, not following a symlink; null when it is gone. */
 function openEntry(dirFd: number, name: string): number | null {
-  const fd = rawSyscall(SYS.openat, dirFd, cString(name), O.PATH | O_NOFOLLOW | O.CLOEXEC, 0);
+  const fd = rawSyscall(SYS.openat, dirFd, cString(name), O.PATH | O.NOFOLLOW | O.CLOEXEC, 0);
   if (fd >= 0) return fd;
   const code = errno();
   if (code === E.ENOENT || code === E.ENOTDIR) return null;
@@ -189,7 +185,7 @@ function protectedAncestor(
   for (let i = 1; i < parts.length; i++) {
     if (!names.has(parts[i])) continue;
     const dir = parts.slice(0, i + 1).join("/");
-    const st = statAt(AT_FDCWD, dir, AT_SYMLINK_NOFOLLOW);
+    const st = statAt(AT_FDCWD, dir, AT.SYMLINK_NOFOLLOW);
     if (st && !owners?.isUid(st.uid)) return dir;
   }
   return null;
@@ -306,7 +302,7 @@ export class GitGuard {
   /** The paths among `paths` that exist and are not the sandbox's own. */
   protectedAmong(paths: string[]): string[] {
     return paths.filter((path) => {
-      const st = statAt(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW);
+      const st = statAt(AT_FDCWD, path, AT.SYMLINK_NOFOLLOW);
       return st !== null && !this.#owners.isUid(st.uid);
     });
   }
@@ -366,7 +362,7 @@ export class GitGuard {
     const fd = openEntry(dirFd, name);
     if (fd === null) return;
     try {
-      const st = statAt(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)!;
+      const st = statAt(fd, "", AT.EMPTY_PATH | AT.SYMLINK_NOFOLLOW)!;
       if (this.#owners.isUid(st.uid) || this.#renewed.has(`${st.dev}:${st.ino}`)) return;
       const keeper = { uid: st.uid, gid: this.#owners.isGid(st.gid) ? 0 : st.gid };
       const found: Findings = { taken: 0, writable: false };
@@ -422,7 +418,7 @@ export class GitGuard {
       SYS.openat,
       dirFd,
       cString("."),
-      O_TMPFILE | O_WRONLY | O.CLOEXEC,
+      O_TMPFILE | O.WRONLY | O.CLOEXEC,
       0o600,
     );
     try {
@@ -435,7 +431,7 @@ export class GitGuard {
         throw new OsError(`write(${path})`, errno());
       }
       const temp = `${name}.uexec-${crypto.randomUUID()}`;
-      checkedSyscall("linkat", SYS.linkat, fresh, cString(""), dirFd, cString(temp), AT_EMPTY_PATH);
+      checkedSyscall("linkat", SYS.linkat, fresh, cString(""), dirFd, cString(temp), AT.EMPTY_PATH);
       checkedSyscall(
         `rename(${path})`,
         SYS.renameat2,
@@ -445,9 +441,9 @@ export class GitGuard {
         cString(name),
         0,
       );
-      const made = statAt(fresh, "", AT_EMPTY_PATH)!;
+      const made = statAt(fresh, "", AT.EMPTY_PATH)!;
       this.#renewed.add(`${made.dev}:${made.ino}`);
-      const now = statAt(dirFd, name, AT_SYMLINK_NOFOLLOW);
+      const now = statAt(dirFd, name, AT.SYMLINK_NOFOLLOW);
       if (now?.ino !== made.ino) this.#moveAside(dirFd, name, path);
     } finally {
       closeFd(fresh);
@@ -536,7 +532,7 @@ export class GitGuard {
       this.#strip(fd, "access", found);
     }
     if (planted === "remove") {
-      const flags = kind(st) === S_IF.DIR ? AT_REMOVEDIR : 0;
+      const flags = kind(st) === S_IF.DIR ? AT.REMOVEDIR : 0;
       checkedSyscall(`unlink(${name})`, SYS.unlinkat, dirFd, cString(name), flags);
     }
   }
@@ -546,7 +542,7 @@ export class GitGuard {
       const cfd = openEntry(fd, child);
       if (cfd === null) continue;
       try {
-        visit(child, cfd, statAt(cfd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)!);
+        visit(child, cfd, statAt(cfd, "", AT.EMPTY_PATH | AT.SYMLINK_NOFOLLOW)!);
       } finally {
         closeFd(cfd);
       }
@@ -554,7 +550,7 @@ export class GitGuard {
   }
 
   #chown(fd: number, uid: number, gid: number): void {
-    checkedSyscall("chown", SYS.fchownat, fd, cString(""), uid, gid, AT_EMPTY_PATH);
+    checkedSyscall("chown", SYS.fchownat, fd, cString(""), uid, gid, AT.EMPTY_PATH);
   }
 
   #strip(fd: number, which: keyof typeof XATTR, found: Findings): void {

@@ -13,6 +13,7 @@
  */
 
 import {
+  AT,
   AT_FDCWD,
   cString,
   E,
@@ -43,7 +44,6 @@ const SIOCGIFFLAGS = 0x8913;
 const SIOCSIFFLAGS = 0x8914;
 const IFF_UP = 1;
 const ELOOP = 40;
-const AT_EMPTY_PATH = 0x1000;
 const OPEN_TREE_CLONE = 1;
 const OPEN_TREE_CLOEXEC = O.CLOEXEC;
 const MOVE_MOUNT_F_EMPTY_PATH = 0x4;
@@ -129,7 +129,7 @@ function hideSocket(path: string, reachable: (realPath: string) => boolean): voi
   }
   try {
     const stat = new Uint8Array(STAT_SIZE);
-    checkedSyscall(`stat(${path})`, SYS.newfstatat, fd, cString(""), stat, AT_EMPTY_PATH);
+    checkedSyscall(`stat(${path})`, SYS.newfstatat, fd, cString(""), stat, AT.EMPTY_PATH);
     if (fileType(stat) !== S_IF.SOCK || reachable(fdPath(fd))) return;
     const tree = checkedSyscall(
       "open_tree(/dev/null)",
