@@ -110,19 +110,22 @@ export class UntilPattern {
   /** How many of the latest characters of a call's output it is matched against. */
   readonly window: number;
 
-  private constructor(readonly source: string, test: (text: string) => boolean) {
+  private constructor(
+    readonly source: string,
+    size: number,
+    test: (text: string) => boolean,
+  ) {
     this.#test = test;
-    this.window = windowFor(source);
+    this.window = windowFor(size);
   }
 
   /** `source` compiled: as a substring when it has no syntax, else for the linear engine. */
   static compile(source: string): UntilPattern {
     if (!SYNTAX.test(source)) {
-      bounded(source);
-      return new UntilPattern(source, (text) => text.includes(source));
+      return new UntilPattern(source, bounded(source), (text) => text.includes(source));
     }
-    const regexp = linear(source);
-    return new UntilPattern(source, (text) => regexp.test(text));
+    const { regexp, size } = linear(source);
+    return new UntilPattern(source, size, (text) => regexp.test(text));
   }
 
   /** Whether `text` holds a match. */
@@ -163,8 +166,11 @@ export function compileUntil(source: string): UntilPattern {
   return pattern;
 }
 
-/** `source` as a linear-engine RegExp, or an `UntilPatternError` saying why it cannot be. */
-function linear(source: string): RegExp {
+/**
+ * `source` as a linear-engine RegExp, with its size (see `states`), or an `UntilPatternError`
+ * saying why it cannot be.
+ */
+function linear(source: string): { regexp: RegExp; size: number } {
   if (!LINEAR_ENGINE) throw new Error(`V8 runs without ${LINEAR_ENGINE_FLAG}`);
   let regexp: RegExp;
   try {
@@ -179,12 +185,14 @@ function linear(source: string): RegExp {
       `cannot be matched in linear time: ${refusedConstruct(source)} is not supported`,
     );
   }
-  bounded(source);
-  return regexp;
+  return { regexp, size: bounded(source) };
 }
 
-/** An `UntilPatternError` when `source` is too large to match in bounded time. */
-function bounded(source: string): void {
+/**
+ * The size of `source` (see `states`); an `UntilPatternError` when it is too large to match in
+ * bounded time.
+ */
+function bounded(source: string): number {
   const size = states(source);
   if (size > MAX_STATES) {
     throw new UntilPatternError(
@@ -192,11 +200,12 @@ function bounded(source: string): void {
         `at most ${MAX_STATES}`,
     );
   }
+  return size;
 }
 
-/** How many of the latest characters of a call's output `source` is matched against. */
-function windowFor(source: string): number {
-  return Math.min(MAX_WINDOW, Math.floor(WORK_PER_TEST / Math.min(states(source), MAX_STATES)));
+/** How many of the latest characters of a call's output a pattern of `size` is matched against. */
+function windowFor(size: number): number {
+  return Math.min(MAX_WINDOW, Math.floor(WORK_PER_TEST / size));
 }
 
 const decoder = new TextDecoder();
