@@ -1,9 +1,11 @@
 /**
  * The server's log: one line per request and per lifecycle event on stderr, as JSON
  * (`UEXEC_LOG=json`, the default), as `key=value` text (`pretty`), or nothing (`off`). Lines
- * reach stderr in order through one write at a time (see io/batched_writer.ts), at once where it
- * cannot block (see io/stderr_writer.ts);
- * `flush` waits for them, so a server that shuts down loses none.
+ * reach stderr in order, in batches written at most `LOG_DELAY_MS` after their first line (see
+ * io/batched_writer.ts: each write to a pipe wakes its reader, which cost a request about as
+ * much as the rest of its handling), at once where it cannot block (see io/stderr_writer.ts).
+ * `close` (and `flush`) writes them, so a server that shuts down loses none; so does a process
+ * exiting otherwise (an uncaught error, `Deno.exit`), where stderr takes them without waiting.
  *
  * Callers pass only the fields they mean to log; this module must never be handed a token, a
  * request or response body, typed input or command output, and it adds none of its own.
@@ -14,6 +16,16 @@
 import type { LifecycleEvent } from "./events/bus.ts";
 import { BatchedWriter } from "./io/batched_writer.ts";
 import { stderrWriter } from "./io/stderr_writer.ts";
+
+/** How long a line may wait on stderr to go out with the lines after it. */
+export const LOG_DELAY_MS = 50;
+
+const encoder = new TextEncoder();
+/**
+ * The events of a process about to exit without running its timers: an uncaught error, an
+ * unhandled rejection, `Deno.exit` (a shutdown past its time limit).
+ */
+const EXITS = ["error", "unhandledrejection", "unload"] as const;
 
 /** How log lines are written. */
 export const LOG_FORMATS = ["json", "pretty", "off"] as const;
@@ -29,20 +41,38 @@ export class Logger {
   #format: LogFormat;
   #sink: (line: string) => void;
   #stderr?: BatchedWriter;
+  /** Writes the waiting lines at once: the process is about to exit. */
+  #dying?: () => void;
 
   constructor(format: LogFormat, sink?: (line: string) => void) {
     this.#format = format;
     if (sink) this.#sink = sink;
     else if (format === "off") this.#sink = () => {};
     else {
-      const stderr = this.#stderr = new BatchedWriter(stderrWriter());
+      const write = stderrWriter();
+      const stderr = this.#stderr = new BatchedWriter(write, { delayMs: LOG_DELAY_MS });
       this.#sink = (line) => stderr.write(line);
+      this.#dying = () => {
+        const text = stderr.takeQueued();
+        // Where the write would wait it is left to Deno, which may not get to it.
+        if (text !== "") write(encoder.encode(text)).catch(() => {});
+      };
+      for (const event of EXITS) globalThis.addEventListener(event, this.#dying);
     }
   }
 
   /** Resolves once every line logged so far is written (at once for an injected sink). */
   flush(): Promise<void> {
     return this.#stderr?.flush() ?? Promise.resolve();
+  }
+
+  /** Write every line logged so far and stop watching for the process's exit. */
+  close(): Promise<void> {
+    if (this.#dying) {
+      for (const event of EXITS) globalThis.removeEventListener(event, this.#dying);
+      this.#dying = undefined;
+    }
+    return this.flush();
   }
 
   /** A routine event. */

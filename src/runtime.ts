@@ -171,7 +171,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
       await domains.close();
       metrics.close();
       await history?.recorder?.close();
-      await log.flush();
+      await log.close();
     },
   };
 }

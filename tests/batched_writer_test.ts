@@ -1,8 +1,9 @@
 /**
  * The log's writer: text goes out in order, one write in flight at a time, what arrives
- * meanwhile in the next write; `flush` waits for all of it; a failed stream is dropped without
- * an error. And the server's logger on a real stderr: every line out before exit after `flush`,
- * and a closed stderr does not crash it.
+ * meanwhile in the next write; with a delay a batch waits for it unless it grows past its limit
+ * or is flushed; `flush` waits for all of it; a failed stream is dropped without an error. And
+ * the server's logger on a real stderr: every line out before exit after `flush`, and before an
+ * exit without it (an uncaught error, `Deno.exit`), and a closed stderr does not crash it.
  *
  * @module
  */
@@ -90,6 +91,44 @@ Deno.test("batched writer: what several callbacks of one event-loop turn write i
   assert.deepEqual(writes, ["a\nb\nc\n"]);
 });
 
+/** Resolves once the current event-loop turn, its immediates and a zero-delay timer have run. */
+function laterTurn(): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, 0));
+}
+
+Deno.test("batched writer: with a delay, a batch waits for it; flush ends the wait", async () => {
+  const stream = heldStream();
+  // An hour: a test that passes has ended the wait by flushing (the test's sanitizer would
+  // report the timer otherwise).
+  const out = new BatchedWriter(stream.write, { delayMs: 3_600_000 });
+  out.write("a\n");
+  await laterTurn();
+  out.write("b\n");
+  await laterTurn();
+  assert.deepEqual(stream.writes, []);
+  const started = stream.started();
+  const flushed = out.flush();
+  await started;
+  assert.deepEqual(stream.writes, ["a\nb\n"]);
+  stream.complete();
+  await flushed;
+});
+
+Deno.test("batched writer: a batch that reaches its size goes out without waiting", async () => {
+  const stream = heldStream();
+  const out = new BatchedWriter(stream.write, { delayMs: 3_600_000, maxChars: 6 });
+  out.write("abc");
+  await laterTurn();
+  assert.deepEqual(stream.writes, []);
+  const started = stream.started();
+  out.write("def");
+  out.write("g");
+  await started;
+  assert.deepEqual(stream.writes, ["abcdefg"]);
+  stream.complete();
+  await out.flush();
+});
+
 Deno.test("batched writer: a partial write is continued before anything newer", async () => {
   const stream = heldStream(3);
   const out = new BatchedWriter(stream.write);
@@ -145,6 +184,41 @@ Deno.test("logger: every line reaches stderr, in order, before an exit after flu
   const lines = decoder.decode(out.stderr).trim().split("\n").map((l) => JSON.parse(l));
   assert.deepEqual(lines.map((l) => l.i), Array.from({ length: count }, (_, i) => i));
 });
+
+for (
+  const [death, how, after] of [
+    [
+      "an uncaught exception",
+      `setTimeout(() => { throw new Error("boom"); }, 0);`,
+      /Uncaught.*boom/,
+    ],
+    ["an unhandled rejection", `setTimeout(() => Promise.reject(new Error("boom")), 0);`, /boom/],
+    ["Deno.exit", `setTimeout(() => Deno.exit(1), 0);`, /^$/],
+  ] as const
+) {
+  Deno.test(`logger: lines still waiting reach stderr before an exit by ${death}`, async () => {
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "eval",
+        [
+          `import { Logger } from ${
+            JSON.stringify(new URL("../src/log.ts", import.meta.url).href)
+          };`,
+          `const log = new Logger("json");`,
+          `for (let i = 0; i < 3; i++) log.info("line", { i });`,
+          how,
+        ].join("\n"),
+      ],
+      stdout: "null",
+      stderr: "piped",
+    }).output();
+    assert.equal(out.code, 1);
+    const text = decoder.decode(out.stderr);
+    const lines = text.split("\n").slice(0, 3).map((l) => JSON.parse(l));
+    assert.deepEqual(lines.map((l) => l.i), [0, 1, 2]);
+    assert.match(text.split("\n").slice(3).join("\n").trim(), after);
+  });
+}
 
 Deno.test("logger: a closed stderr does not stop the process", async () => {
   const child = new Deno.Command(Deno.execPath(), {
