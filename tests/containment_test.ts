@@ -243,6 +243,23 @@ Deno.test("usage of the whole tree and the limits in force are reported", async 
     });
     assert.notEqual(escape.body.exit_code, 0, JSON.stringify(escape.body));
     assert.doesNotMatch(escape.body.output, /moved/);
+
+    // Nor raise its own process limit or make a cgroup beneath its own.
+    const root = health.body.cgroup.slice(0, health.body.cgroup.indexOf("/uexec/"));
+    const tamper = await server.post("/v1/exec_command", {
+      cmd: `own=${root}$(${PRINT_CGROUP} | cut -c4-); ` +
+        "pids=/sys/fs/cgroup/pids$(grep ':pids:' /proc/$$/cgroup | cut -d: -f3); " +
+        "echo $own $pids; echo max > $pids/pids.max && echo raised; mkdir $own/sub && echo made",
+      login: false,
+      tty: false,
+    });
+    const [own, pids] = tamper.body.output.split("\n")[0].split(" ");
+    assert.match(own, /\/uexec\/i\d+-\d+\/s\d+$/, tamper.body.output);
+    assert.doesNotMatch(tamper.body.output, /raised|made/);
+    assert.equal(exists(`${own}/sub`), false);
+    if (health.body.limits.pids === "cgroup-v1") {
+      assert.equal((await Deno.readTextFile(`${pids}/pids.max`)).trim(), "1024");
+    }
   } finally {
     await server.stop();
   }
