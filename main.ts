@@ -1,9 +1,10 @@
 /**
  * Entry point: refuse to start without V8's linear-time RegExp engine, read the configuration,
  * start the server, print where it listens and where its tokens are, and on SIGINT/SIGTERM kill
- * every session and exit within 3 s. The one token it ever prints is the operator's, inside the
- * dashboard's sign-in URL, on stdout at start-up (as Jupyter does; `UEXEC_DASHBOARD=off` turns
- * it off); nothing else it writes holds a token.
+ * every session and exit within 3 s (past that, SIGKILL to everything the sessions run, then exit
+ * 1). The one token it ever prints is the operator's, inside the dashboard's sign-in URL, on
+ * stdout at start-up (as Jupyter does; `UEXEC_DASHBOARD=off` turns it off); nothing else it
+ * writes holds a token.
  *
  * @module
  */
@@ -15,8 +16,14 @@ import { StateDirError } from "./src/service/state_dir.ts";
 
 const SHUTDOWN_LIMIT_MS = 3000;
 
-/** Run the server until SIGINT/SIGTERM; a test's entry point may pass `parts` of its own. */
-export async function main(parts: RuntimeParts = {}): Promise<void> {
+/**
+ * Run the server until SIGINT/SIGTERM; a test's entry point may pass `parts` of its own and a
+ * shorter `shutdownLimitMs`.
+ */
+export async function main(
+  parts: RuntimeParts = {},
+  shutdownLimitMs = SHUTDOWN_LIMIT_MS,
+): Promise<void> {
   let config;
   try {
     config = loadConfig(Deno.args, Deno.env.toObject(), Deno.cwd());
@@ -45,7 +52,15 @@ export async function main(parts: RuntimeParts = {}): Promise<void> {
   const stop = () => {
     if (stopping) return;
     stopping = true;
-    setTimeout(() => Deno.exit(1), SHUTDOWN_LIMIT_MS);
+    setTimeout(() => {
+      // Past the limit: nothing the sessions started may outlive the server (the sessions not
+      // yet recorded as ended are marked killed in the history by the next start).
+      console.error(
+        `uexec: shutdown took over ${shutdownLimitMs} ms; killing what every session runs now`,
+      );
+      server.killNow();
+      Deno.exit(1);
+    }, shutdownLimitMs);
     server.shutdown().then(
       () => Deno.exit(0),
       (err) => {

@@ -48,6 +48,8 @@ export interface Runtime {
   operatorToken(): string | undefined;
   /** Deny pending approvals and kill every session; the calls waiting on them return. */
   stopSessions(): Promise<void>;
+  /** SIGKILL every session's processes now, without waiting (a shutdown past its limit). */
+  killNow(): void;
   /**
    * Release the workers, the reactor and the sandbox domains (after `stopSessions`), then wait
    * until every log line is written.
@@ -163,6 +165,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
       approvals.close();
       await manager.shutdown();
     },
+    killNow: () => manager.killNow(),
     async close() {
       await containment.host?.close();
       await pool.close();

@@ -31,6 +31,8 @@ export interface Server {
   dashboardUrl?: string;
   /** Kill every session, stop listening and release everything. */
   shutdown(): Promise<void>;
+  /** SIGKILL every session's processes now, without waiting (a shutdown past its limit). */
+  killNow(): void;
 }
 
 /**
@@ -111,6 +113,7 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
       await http.shutdown();
       await runtime.close();
     },
+    killNow: () => runtime.killNow(),
   };
 }
 

@@ -171,6 +171,44 @@ Deno.test("shutdown kills every session's daemons", async () => {
   assert.equal(alive(daemon), false, "a daemon survived the server's shutdown");
 });
 
+Deno.test("a shutdown past its time limit still kills what every session runs", async () => {
+  // A child that ignores the polite signals, so that only the last resort's SIGKILL ends it:
+  // with cgroups even one that left its process session; with process groups (which a setsid
+  // escapes by design) one in its session's group.
+  for (
+    const [containment, spawn] of [
+      ["cgroup", "setsid sh -c \"trap '' HUP TERM; exec sleep 1009\""],
+      ["process-group", "sh -c \"trap '' HUP TERM; exec sleep 1009\""],
+    ]
+  ) {
+    const server = await startServer(
+      { UEXEC_CONTAINMENT: containment },
+      [],
+      undefined,
+      "tests/fixtures/short_shutdown/main.ts",
+    );
+    let stopped = false;
+    try {
+      const r = await server.post("/v1/exec_command", {
+        cmd: `${spawn} </dev/null >/dev/null 2>&1 & echo daemon=$!; read x`,
+        login: false,
+        tty: false,
+        until: "daemon=\\d+\\n",
+      });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      const daemon = Number(/daemon=(\d+)/.exec(r.body.output)![1]);
+      assert.ok(alive(daemon));
+      const { code, stderr } = await server.stop();
+      stopped = true;
+      assert.equal(code, 1);
+      assert.match(stderr, /shutdown took over 1 ms; killing what every session runs now/);
+      assert.equal(await exitsWithin(daemon, 20), true, `${containment}: ${daemon} survived`);
+    } finally {
+      if (!stopped) await server.stop();
+    }
+  }
+});
+
 Deno.test("after kill -9 of the server, the next one kills what its sessions left", async () => {
   const first = await startServer();
   let daemon = 0;

@@ -482,6 +482,19 @@ export class CgroupHost {
     await killTree(this.reactor, this.dir);
   }
 
+  /**
+   * SIGKILL everything in this instance's cgroups now, without waiting for it to die (a
+   * shutdown past its time limit, about to exit); false if the kill could not be written.
+   */
+  killAllNow(): boolean {
+    try {
+      writeFile(`${this.dir}/cgroup.kill`, "1");
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   /** Remove this instance's (empty) directories (server shutdown, after every session). */
   async close(): Promise<void> {
     this.#closed = true;

@@ -422,6 +422,17 @@ export class SessionManager {
     this.#screens.close();
   }
 
+  /**
+   * The last resort of a shutdown past its time limit, about to exit: SIGKILL every session's
+   * processes now, on this thread, without waiting for them (with cgroups one write kills all
+   * of them; else each session's process group and the members of its process session).
+   */
+  killNow(): void {
+    if (this.#opts.cgroups?.killAllNow()) return;
+    const live = [...this.#sessions.values()].filter((s) => !s.exit);
+    killSessions(live.map((s) => s.child.pid), [SIGKILL]);
+  }
+
   /** Sessions in the store. */
   get size(): number {
     return this.#sessions.size;
