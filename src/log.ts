@@ -2,8 +2,9 @@
  * The server's log: one line per request and per lifecycle event on stderr, as JSON
  * (`UEXEC_LOG=json`, the default), as `key=value` text (`pretty`), or nothing (`off`). Lines
  * reach stderr in order, in batches written at most `LOG_DELAY_MS` after their first line (see
- * io/batched_writer.ts: each write to a pipe wakes its reader, which cost a request about as
- * much as the rest of its handling), at once where it cannot block (see io/stderr_writer.ts).
+ * io/batched_writer.ts: each write to a pipe wakes its reader, which cost a sequential
+ * `write_stdin` round trip a third of its time), at once where it cannot block (see
+ * io/stderr_writer.ts).
  * `close` (and `flush`) writes them, so a server that shuts down loses none; so does a process
  * exiting otherwise (an uncaught error, `Deno.exit`), where stderr takes them without waiting.
  *

@@ -11,8 +11,8 @@
  * out, for a process about to die, whose timers will never fire.
  *
  * It must never throw at a caller, never reorder text, never have two writes in flight, and
- * never hold more than about `maxChars` waiting on a timer.
- * A stream that fails (a closed pipe) drops what is queued and everything written after.
+ * never hold more than about `maxChars` waiting on a timer. A stream that fails (a closed pipe)
+ * drops what is queued and everything written after.
  *
  * @module
  */
