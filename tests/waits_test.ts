@@ -64,6 +64,7 @@ Deno.test("waits: until_input returns once the program reads the terminal", asyn
       });
       assert.equal(r.output, "name? ");
       assert.equal(r.waiting_for_input, true);
+      assert.equal(r.input_echo, true);
       const after = await write(server, {
         session_id: r.session_id,
         chars: "bob\n",
@@ -82,6 +83,8 @@ Deno.test("waits: until_input returns once the program reads the terminal", asyn
       });
       assert.equal(r.output, ">>> ");
       assert.equal(r.waiting_for_input, true);
+      // readline's raw mode: the terminal's ECHO is off, and readline echoes what is typed.
+      assert.equal(r.input_echo, true);
       const after = await write(server, {
         session_id: r.session_id,
         chars: "6*7\n",
@@ -101,6 +104,7 @@ Deno.test("waits: until_input returns once the program reads the terminal", asyn
       });
       assert.match(r.output, /> $/);
       assert.equal(r.waiting_for_input, true);
+      assert.equal(r.input_echo, true);
       await server.del(`/v1/sessions/${r.session_id}`);
     });
     await t.step("cat, which prints nothing before it reads", async () => {

@@ -5,8 +5,9 @@
  * this terminal (the descriptor's device is the PTY's slave): in `read`, or waiting for it to be
  * readable in `poll`/`ppoll`, `select`/`pselect6` (the descriptor sets, read from
  * `/proc/<pid>/mem`) or `epoll_wait` (the epoll's interest list, from `/proc/<pid>/fdinfo`), as
- * readline-based REPLs and event loops do. Also whether the terminal echoes input (ECHO off: a
- * password prompt).
+ * readline-based REPLs and event loops do. Also whether what is typed is shown: not when the
+ * terminal has ECHO off in line mode (a password prompt); a program in raw mode (ICANON off: a
+ * REPL's line editor, an editor) turns the terminal's ECHO off and shows what is typed itself.
  *
  * A point check: a few ioctls and small /proc reads, all synchronous and through libc (Deno
  * refuses /proc reads of other processes without `--allow-all`). It must never wait, never
@@ -20,8 +21,9 @@ import { AT_FDCWD, closeAll, cString, libc, O, readSmallFile, STAT_SIZE } from "
 const TCGETS = 0x5401n;
 const TIOCGPGRP = 0x540fn;
 const TIOCGPTN = 0x80045430n;
-/** `c_lflag` offset in the kernel's struct termios, and its ECHO bit. */
+/** `c_lflag` offset in the kernel's struct termios, and its ICANON and ECHO bits. */
 const LFLAG = 12;
+const ICANON = 0o2;
 const ECHO = 0o10;
 const SYS = {
   read: 0,
@@ -65,7 +67,7 @@ const fdNames: Uint8Array[] = [];
 export interface TerminalInput {
   /** True when a foreground process is blocked reading the terminal. */
   waiting: boolean;
-  /** False when the terminal does not echo input (a password prompt). */
+  /** False when what is typed is not shown: ECHO off in line mode (a password prompt). */
   echo: boolean;
 }
 
@@ -298,7 +300,8 @@ export class TerminalProbe {
   /** What the foreground job does about input now; undefined when the terminal is gone. */
   ask(): TerminalInput | undefined {
     if (libc().ioctl(this.#master, TCGETS, termios) < 0) return undefined;
-    const echo = (termiosView.getUint32(LFLAG, true) & ECHO) !== 0;
+    const lflag = termiosView.getUint32(LFLAG, true);
+    const echo = (lflag & ECHO) !== 0 || (lflag & ICANON) === 0;
     const group = ioctlInt(this.#master, TIOCGPGRP);
     const tty = this.#tty ??= slaveDevice(this.#master);
     if (group === undefined || tty === undefined) return undefined;

@@ -77,8 +77,9 @@ export const CallResultSchema = z.object({
       "terminal (a prompt, a REPL, a password).",
   ),
   input_echo: z.boolean().optional().describe(
-    "Beside waiting_for_input: false when the terminal does not echo input (a password " +
-      "prompt): do not type a secret you do not have.",
+    "Beside waiting_for_input: false when what is typed is not shown (terminal echo off in " +
+      "line mode, as at a password prompt): do not type a secret you do not have. A REPL's " +
+      "line editor or a full-screen program shows input itself: true.",
   ),
 });
 

@@ -136,7 +136,7 @@ export interface CallResult {
   usage?: Usage;
   /** PTY sessions still running: true when the foreground job is blocked reading the terminal. */
   waiting_for_input?: boolean;
-  /** Beside `waiting_for_input`: false when the terminal does not echo input (a password). */
+  /** Beside `waiting_for_input`: false when what is typed is not shown (a password prompt). */
   input_echo?: boolean;
 }
 
