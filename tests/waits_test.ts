@@ -141,6 +141,24 @@ Deno.test("waits: until_input returns once the program reads the terminal", asyn
       assert.equal(after.input_echo, true);
       await server.del(`/v1/sessions/${r.session_id}`);
     });
+    await t.step("a password prompt on /dev/tty (getpass, as sudo and ssh read)", async () => {
+      const r = await exec(server, {
+        cmd: "python3 -c 'import getpass; print(\"length\", len(getpass.getpass()))'",
+        until_input: true,
+        yield_time_ms: LONG_YIELD,
+      });
+      assert.equal(r.output, "Password: ");
+      assert.equal(r.waiting_for_input, true);
+      assert.equal(r.input_echo, false);
+      assert.ok(r.wall_time_seconds < LONG_YIELD / 1000, "returned before its yield");
+      const after = await write(server, {
+        session_id: r.session_id,
+        chars: "hunter2\n",
+        until: "length \\d+\\r\\n",
+        yield_time_ms: LONG_YIELD,
+      });
+      assert.equal(after.output, "\r\nlength 7\r\n");
+    });
   } finally {
     await server.stop();
   }

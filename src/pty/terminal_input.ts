@@ -2,10 +2,11 @@
  * Whether a terminal's foreground job is waiting for input, seen from the PTY master: the
  * foreground process group (`tcgetpgrp` on the master), and for each of its processes in the
  * session's tree, whether `/proc/<pid>/syscall` shows it blocked reading a descriptor that is
- * this terminal (the descriptor's device is the PTY's slave): in `read`, or waiting for it to be
- * readable in `poll`/`ppoll`, `select`/`pselect6` (the descriptor sets, read from
- * `/proc/<pid>/mem`) or `epoll_wait` (the epoll's interest list, from `/proc/<pid>/fdinfo`), as
- * readline-based REPLs and event loops do. Also whether what is typed is shown: not when the
+ * this terminal (the descriptor's device is the PTY's slave, or `/dev/tty` in a process whose
+ * controlling terminal the PTY is): in `read`, or waiting for it to be readable in
+ * `poll`/`ppoll`, `select`/`pselect6` (the descriptor sets, read from `/proc/<pid>/mem`) or
+ * `epoll_wait` (the epoll's interest list, from `/proc/<pid>/fdinfo`), as readline-based REPLs
+ * and event loops do. Also whether what is typed is shown: not when the
  * terminal has ECHO off in line mode (a password prompt); a program in raw mode (ICANON off: a
  * REPL's line editor, an editor) turns the terminal's ECHO off and shows what is typed itself.
  *
@@ -43,6 +44,8 @@ const MAX_WATCHED = 1024;
 const ST_RDEV = 40;
 /** The major number of UNIX98 PTY slaves. */
 const PTY_SLAVE_MAJOR = 136;
+/** `/dev/tty` (major 5, minor 0), in the encoding of `st_rdev` and of `tty_nr` in /proc stat. */
+const DEV_TTY = 5 << 8;
 const SPACE = 0x20;
 
 /** Buffers reused by every ask (asks are synchronous and never nest). */
@@ -85,10 +88,17 @@ function slaveDevice(master: number): number | undefined {
   return ((n & 0xff) | (PTY_SLAVE_MAJOR << 8) | ((n & ~0xff) << 12)) >>> 0;
 }
 
-/** Whether `path` (from `dir`) leads to the device `tty`, following a /proc fd link. */
-function isDevice(dir: number, path: Uint8Array, tty: number): boolean {
-  return libc().fstatat(dir, path, stat, 0) === 0 &&
-    statView.getUint32(ST_RDEV, true) === tty && statView.getUint32(ST_RDEV + 4, true) === 0;
+/**
+ * Whether `path` (from `dir`), a /proc fd link of `pid`, leads to the terminal whose device is
+ * `tty`: its slave, or `/dev/tty` (which password prompts open: getpass, sudo, ssh) when that is
+ * the process's controlling terminal.
+ */
+function isTerminal(pid: number, dir: number, path: Uint8Array, tty: number): boolean {
+  if (libc().fstatat(dir, path, stat, 0) !== 0 || statView.getUint32(ST_RDEV + 4, true) !== 0) {
+    return false;
+  }
+  const device = statView.getUint32(ST_RDEV, true);
+  return device === tty || (device === DEV_TTY && Number(statFields(pid)?.[4]) === tty);
 }
 
 /** The entry for descriptor `fd` in a `/proc/<pid>/fd` directory, as a C string. */
@@ -213,7 +223,7 @@ function awaitedFds(pid: number, n: number): number[] {
   }
 }
 
-/** Whether `pid` is blocked waiting to read a descriptor whose device is `tty`. */
+/** Whether `pid` is blocked waiting to read the terminal whose device is `tty`. */
 function readingTerminal(pid: number, tty: number): boolean {
   const c = libc();
   const fd = c.open(cString(`/proc/${pid}/syscall`), O.CLOEXEC);
@@ -224,7 +234,9 @@ function readingTerminal(pid: number, tty: number): boolean {
   } finally {
     c.close(fd);
   }
-  return awaitedFds(pid, n).some((fd) => isDevice(AT_FDCWD, cString(`/proc/${pid}/fd/${fd}`), tty));
+  return awaitedFds(pid, n).some((fd) =>
+    isTerminal(pid, AT_FDCWD, cString(`/proc/${pid}/fd/${fd}`), tty)
+  );
 }
 
 /**
@@ -249,11 +261,11 @@ class LeaderFiles {
 
   constructor(readonly pid: number) {}
 
-  /** Whether the process is blocked waiting to read a descriptor whose device is `tty`. */
+  /** Whether the process is blocked waiting to read the terminal whose device is `tty`. */
   reading(tty: number): boolean {
     if (!this.#hold()) return readingTerminal(this.pid, tty);
     const n = Number(libc().pread(this.#syscall, syscallText, SYSCALL_TEXT_SIZE, 0n));
-    return awaitedFds(this.pid, n).some((fd) => isDevice(this.#fdDir, fdName(fd), tty));
+    return awaitedFds(this.pid, n).some((fd) => isTerminal(this.pid, this.#fdDir, fdName(fd), tty));
   }
 
   /** Release the descriptors (a later ask opens them again). */
