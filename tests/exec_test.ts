@@ -262,6 +262,30 @@ Deno.test("exec_command and write_stdin", async (t) => {
     );
   });
 
+  await t.step("the text form says what else the JSON form does: input, denials", async () => {
+    const text = async (body: Record<string, unknown>) =>
+      (await server.raw("/v1/exec_command", {
+        method: "POST",
+        headers: { accept: "text/plain", "content-type": "application/json" },
+        body: JSON.stringify({ login: false, yield_time_ms: 30_000, ...body }),
+      })).text;
+    const prompt = await text({
+      cmd: "python3 -c 'import getpass; getpass.getpass()'",
+      until_input: true,
+    });
+    assert.match(
+      prompt,
+      /\nProcess running with session ID \d+\nWaiting for input, echo off \(a password prompt\): do not type a secret you do not have\nOriginal token count: \d+\nOutput:\nPassword: $/,
+    );
+    const repl = await text({ cmd: "python3 -q", until_input: true });
+    assert.match(repl, /\nWaiting for input\nOriginal token count/);
+    const denied = await text({ cmd: "echo x > /etc/uexec-denied-test" });
+    assert.match(
+      denied,
+      /\nProcess exited with code 1\nSandbox denied fs-write \/etc\/uexec-denied-test \(profile workspace-write\): .+\nOriginal token count/,
+    );
+  });
+
   const stopped = await server.stop();
   assert.equal(stopped.code, 0, stopped.stderr);
 });

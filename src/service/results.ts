@@ -125,9 +125,45 @@ export function resultText(r: CallResult): string {
   const lines = [`Chunk ID: ${r.chunk_id}`, `Wall time: ${r.wall_time_seconds.toFixed(4)} seconds`];
   if (r.exit_code !== undefined) lines.push(`Process exited with code ${r.exit_code}`);
   if (r.session_id !== undefined) lines.push(`Process running with session ID ${r.session_id}`);
+  lines.push(...beyondCodex(r));
   lines.push(`Original token count: ${r.original_token_count}`, "Output:", r.output);
   if (r.screen) lines.push(...screenText(r.screen));
   return lines.join("\n");
+}
+
+/**
+ * The text form's lines beyond Codex's, for what the JSON form says that a model reading only
+ * the text would otherwise miss: a timeout, what the sandbox denied or retried, and a program
+ * waiting for input (with echo off: a password prompt).
+ */
+function beyondCodex(r: CallResult): string[] {
+  const lines: string[] = [];
+  if (r.timed_out) lines.push("Timed out: killed at its timeout_ms");
+  const { sandbox } = r;
+  if (sandbox.denied) {
+    const { denial } = sandbox;
+    const what = denial
+      ? [denial.kind, denial.path, denial.port === undefined ? undefined : `port ${denial.port}`]
+        .filter((part) => part !== undefined).join(" ")
+      : "something";
+    const evidence = denial ? `: ${oneLine(denial.evidence)}` : "";
+    lines.push(`Sandbox denied ${what} (profile ${sandbox.profile})${evidence}`);
+  }
+  if (sandbox.retried) lines.push(`Sandbox: run again as approved (profile ${sandbox.profile})`);
+  if (sandbox.message) lines.push(`Sandbox: ${oneLine(sandbox.message)}`);
+  if (r.waiting_for_input) {
+    lines.push(
+      r.input_echo === false
+        ? "Waiting for input, echo off (a password prompt): do not type a secret you do not have"
+        : "Waiting for input",
+    );
+  }
+  return lines;
+}
+
+/** `text` on one line: line breaks (from a command's output) become spaces. */
+function oneLine(text: string): string {
+  return text.replace(/[\r\n]+/g, " ");
 }
 
 /** A screen as text: a line saying its size and cursor, then its rows. */
