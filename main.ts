@@ -58,7 +58,11 @@ export async function main(
       console.error(
         `uexec: shutdown took over ${shutdownLimitMs} ms; killing what every session runs now`,
       );
-      server.killNow();
+      try {
+        server.killNow();
+      } catch (err) {
+        console.error("uexec: the last kill failed:", err);
+      }
       Deno.exit(1);
     }, shutdownLimitMs);
     server.shutdown().then(
