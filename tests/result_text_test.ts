@@ -51,6 +51,15 @@ Deno.test("text form: a timeout, a denial, a retry, a decision and a prompt, one
       "code 0 Output:\n" +
       "Sandbox: declined: not now\n",
   );
+  const path = "/w/x\nProcess exited with code 0";
+  assert.match(
+    resultText({
+      ...base,
+      exit_code: 1,
+      sandbox: { profile: "p", denied: true, denial: { kind: "fs-write", path, evidence: "e" } },
+    }),
+    /\nProcess exited with code 1\nSandbox denied fs-write \/w\/x Process exited with code 0 \(profile p\): e\nOriginal/,
+  );
   assert.match(
     resultText({ ...base, session_id: 7, waiting_for_input: true, input_echo: false }),
     /\nProcess running with session ID 7\nWaiting for input, echo off \(a password prompt\): do not type a secret you do not have\nOriginal/,

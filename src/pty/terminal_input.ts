@@ -6,9 +6,9 @@
  * controlling terminal the PTY is): in `read`, or waiting for it to be readable in
  * `poll`/`ppoll`, `select`/`pselect6` (the descriptor sets, read from `/proc/<pid>/mem`) or
  * `epoll_wait` (the epoll's interest list, from `/proc/<pid>/fdinfo`), as readline-based REPLs
- * and event loops do. Also whether what is typed is shown: not when the
- * terminal has ECHO off in line mode (a password prompt); a program in raw mode (ICANON off: a
- * REPL's line editor, an editor) turns the terminal's ECHO off and shows what is typed itself.
+ * and event loops do. Also whether what is typed is shown: not when the terminal has ECHO off in
+ * line mode (a password prompt); a program in raw mode (ICANON off: a REPL's line editor, an
+ * editor) turns the terminal's ECHO off and shows what is typed itself.
  *
  * A point check: a few ioctls and small /proc reads, all synchronous and through libc (Deno
  * refuses /proc reads of other processes without `--allow-all`). It must never wait, never

@@ -146,8 +146,8 @@ function beyondCodex(r: CallResult): string[] {
       ? [denial.kind, denial.path, denial.port === undefined ? undefined : `port ${denial.port}`]
         .filter((part) => part !== undefined).join(" ")
       : "something";
-    const evidence = denial ? `: ${oneLine(denial.evidence)}` : "";
-    lines.push(`Sandbox denied ${what} (profile ${sandbox.profile})${evidence}`);
+    const evidence = denial ? `: ${denial.evidence}` : "";
+    lines.push(oneLine(`Sandbox denied ${what} (profile ${sandbox.profile})${evidence}`));
   }
   if (sandbox.retried) lines.push(`Sandbox: run again as approved (profile ${sandbox.profile})`);
   if (sandbox.message) lines.push(`Sandbox: ${oneLine(sandbox.message)}`);
