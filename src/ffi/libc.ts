@@ -190,6 +190,7 @@ export const E = {
   EINVAL: 22,
   ENFILE: 23,
   EMFILE: 24,
+  ENOSPC: 28,
   EROFS: 30,
   EPIPE: 32,
   ENODATA: 61,

@@ -11,7 +11,7 @@
  * @module
  */
 
-import { cString, errnoName, libc, O } from "../ffi/libc.ts";
+import { cString, E, errnoName, libc, O, OsError } from "../ffi/libc.ts";
 import { openPty, type WindowSize } from "./open.ts";
 
 const POSIX_SPAWN_SETSIGDEF = 0x04;
@@ -80,10 +80,21 @@ function cStringArray(items: string[]): Uint8Array {
   return new Uint8Array(ptrs.buffer);
 }
 
-/** Start the child described by `spec`; its pid is also its session and group id. */
+/**
+ * Start the child described by `spec`; its pid is also its session and group id. No
+ * pseudo-terminal left (the system's `kernel.pty.max` reached) is a `SpawnError` of ENOSPC.
+ */
 export function spawnChild(spec: SpawnSpec): Spawned {
   if (spec.stdio.kind === "pipes") return { pid: spawnWith(spec, spec.stdio) };
-  const pty = openPty(spec.stdio.size);
+  let pty;
+  try {
+    pty = openPty(spec.stdio.size);
+  } catch (err) {
+    if (err instanceof OsError && err.errno === E.ENOSPC) {
+      throw new SpawnError("a terminal", E.ENOSPC);
+    }
+    throw err;
+  }
   try {
     return { pid: spawnWith(spec, { path: pty.slavePath }), master: pty.master };
   } catch (err) {

@@ -11,7 +11,14 @@
 
 import { setImmediate } from "node:timers";
 import type { EndReason, EventBus } from "../events/bus.ts";
-import { closeAll, E, libc, noDescriptorFree, outOfDescriptors } from "../ffi/libc.ts";
+import {
+  closeAll,
+  E,
+  libc,
+  noDescriptorFree,
+  outOfDescriptors,
+  readSmallFile,
+} from "../ffi/libc.ts";
 import { DescriptorReserve } from "../io/descriptor_reserve.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { openPipe, setNonBlocking, type WindowSize } from "../pty/open.ts";
@@ -186,6 +193,8 @@ const MAX_ID = 99999;
 const SIGHUP = SIGNALS.SIGHUP;
 const SIGTERM = SIGNALS.SIGTERM;
 const SIGKILL = SIGNALS.SIGKILL;
+/** Sessions signalled between two turns of the event loop when many end together. */
+const SIGNAL_BATCH = 128;
 const SIGINT = SIGNALS.SIGINT;
 const CTRL_C = "\u0003";
 const CTRL_D = "\u0004";
@@ -541,6 +550,7 @@ export class SessionManager {
       lease.release();
       if (err instanceof SpawnFailure && err.kind === "spawn") {
         if (noDescriptorFree(err.code ?? 0)) throw this.#ranOut(err);
+        if (err.code === E.ENOSPC && req.tty) throw noTerminalLeft();
         throw spawnRefusal(err, req);
       }
       if (outOfDescriptors(err)) throw this.#ranOut(err as Error);
@@ -715,7 +725,14 @@ export class SessionManager {
     const { cgroups } = this.#opts;
     const cgroupOf = (s: Session) => this.#cgroups.get(s);
     if (!cgroups) killSessions(live.map((s) => s.child.pid), [SIGHUP, SIGTERM]);
-    else for (const s of live) cgroupOf(s)?.signal(SIGHUP, SIGTERM);
+    else {
+      for (let i = 0; i < live.length; i++) {
+        cgroupOf(live[i])?.signal(SIGHUP, SIGTERM);
+        // Thousands of sessions take seconds here (each exit's teardown takes the CPU from this
+        // loop): the event loop, and with it a shutdown's time limit, runs between batches.
+        if (i % SIGNAL_BATCH === SIGNAL_BATCH - 1) await new Promise((r) => setImmediate(r));
+      }
+    }
     let timer: ReturnType<typeof setTimeout> | undefined;
     const grace = new Promise<void>((r) => timer = setTimeout(r, this.#opts.killGraceMs ?? 1000));
     await Promise.race([Promise.all(live.map((s) => s.closed)), grace]);
@@ -759,6 +776,16 @@ function diedOr(err: unknown): unknown {
   return new SpawnerFailedError(
     "the spawner worker of this command's sandbox died before the command started; nothing " +
       "of it runs. Try again: the next command starts on a fresh spawner worker",
+  );
+}
+
+/** No pseudo-terminal left on the system: a 503 naming the limit, and the way around it. */
+function noTerminalLeft(): OutOfResourcesError {
+  const max = readSmallFile("/proc/sys/kernel/pty/max")?.trim();
+  return new OutOfResourcesError(
+    `no pseudo-terminal is left: the system's limit (kernel.pty.max${max ? ` = ${max}` : ""}) ` +
+      "is reached; nothing was started. End sessions and try again, or use tty: false (pipes " +
+      "need no terminal)",
   );
 }
 
