@@ -193,8 +193,6 @@ const MAX_ID = 99999;
 const SIGHUP = SIGNALS.SIGHUP;
 const SIGTERM = SIGNALS.SIGTERM;
 const SIGKILL = SIGNALS.SIGKILL;
-/** Sessions signalled between two turns of the event loop when many end together. */
-const SIGNAL_BATCH = 128;
 const SIGINT = SIGNALS.SIGINT;
 const CTRL_C = "\u0003";
 const CTRL_D = "\u0004";
@@ -725,14 +723,7 @@ export class SessionManager {
     const { cgroups } = this.#opts;
     const cgroupOf = (s: Session) => this.#cgroups.get(s);
     if (!cgroups) killSessions(live.map((s) => s.child.pid), [SIGHUP, SIGTERM]);
-    else {
-      for (let i = 0; i < live.length; i++) {
-        cgroupOf(live[i])?.signal(SIGHUP, SIGTERM);
-        // Thousands of sessions take seconds here (each exit's teardown takes the CPU from this
-        // loop): the event loop, and with it a shutdown's time limit, runs between batches.
-        if (i % SIGNAL_BATCH === SIGNAL_BATCH - 1) await new Promise((r) => setImmediate(r));
-      }
-    }
+    else for (const s of live) cgroupOf(s)?.signal(SIGHUP, SIGTERM);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const grace = new Promise<void>((r) => timer = setTimeout(r, this.#opts.killGraceMs ?? 1000));
     await Promise.race([Promise.all(live.map((s) => s.closed)), grace]);
