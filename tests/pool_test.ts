@@ -1,7 +1,8 @@
 /**
  * The spawner pool with real workers: sessions of a domain share its worker, a domain's worker
- * is stopped once idle and a new one is bound on the next lease, a failed restriction is never
- * reused, and a worker that dies is forgotten at once.
+ * is stopped once idle and a new one is bound on the next lease, at most `maxIdle` idle domains
+ * keep theirs (least recently used stopped first), a failed restriction is never reused, and a
+ * worker that dies is forgotten at once.
  *
  * @module
  */
@@ -42,6 +43,36 @@ Deno.test("leases share a domain's worker; an idle domain's worker is replaced",
     assert.notEqual(c.spawner, retired);
     assert.equal(reap((await c.spawner.spawn(spec)).pid), 7);
     c.release();
+  } finally {
+    await pool.close();
+  }
+});
+
+Deno.test("idle domains keep at most maxIdle workers: the least recently used go first", async () => {
+  // An hour: only the cap may stop them within this test.
+  const pool = new SpawnerPool({ warm: 1, idleMs: 3_600_000, maxIdle: 2 });
+  try {
+    const busy = await pool.acquire("busy");
+    const leases = [];
+    for (const domain of ["a", "b", "c", "d"]) leases.push(await pool.acquire(domain));
+    assert.deepEqual(pool.workers(), { warm: 1, bound: 5 });
+    for (const lease of leases) lease.release();
+    // "a" and "b" went idle first: stopped once "c" and "d" were idle too (checked before
+    // awaiting, so that a pool without the cap fails here rather than waits an hour).
+    assert.deepEqual(pool.workers(), { warm: 1, bound: 3 });
+    await leases[0].spawner.stopped;
+    await leases[1].spawner.stopped;
+    // Reused while idle, "c" is the most recent: "d" goes when "a" comes back and leaves.
+    const c = await pool.acquire("c");
+    assert.equal(c.spawner, leases[2].spawner);
+    c.release();
+    const a = await pool.acquire("a");
+    assert.notEqual(a.spawner, leases[0].spawner);
+    a.release();
+    assert.deepEqual(pool.workers(), { warm: 1, bound: 3 });
+    await leases[3].spawner.stopped;
+    assert.equal(reap((await busy.spawner.spawn(spec)).pid), 7, "a busy domain was stopped");
+    busy.release();
   } finally {
     await pool.close();
   }
