@@ -121,44 +121,40 @@ Deno.test("waits: until_input returns once the program reads the terminal", asyn
       assert.equal(after.output, "hello\r\nhello\r\n");
       await server.del(`/v1/sessions/${r.session_id}`);
     });
-    await t.step("a password prompt: waiting, with echo off", async () => {
-      const r = await exec(server, {
-        cmd: "read -s -p 'Password: ' pw; echo; echo \"length ${#pw}\"; sleep 60",
-        until_input: true,
-        yield_time_ms: LONG_YIELD,
+    for (
+      const [name, ask] of [
+        [
+          "a password prompt: waiting, with echo off",
+          "read -s -p 'Password: ' pw; echo; echo \"length ${#pw}\"",
+        ],
+        [
+          "a password prompt on /dev/tty (getpass, as sudo and ssh read)",
+          "python3 -c 'import getpass; print(\"length\", len(getpass.getpass()))'",
+        ],
+      ]
+    ) {
+      await t.step(name, async () => {
+        const r = await exec(server, {
+          cmd: `${ask}; sleep 60`,
+          until_input: true,
+          yield_time_ms: LONG_YIELD,
+        });
+        assert.equal(r.output, "Password: ");
+        assert.equal(r.waiting_for_input, true);
+        assert.equal(r.input_echo, false);
+        assert.ok(r.wall_time_seconds < LONG_YIELD / 1000, "returned before its yield");
+        const after = await write(server, {
+          session_id: r.session_id,
+          chars: "hunter2\n",
+          until: "length \\d+\\r\\n",
+          yield_time_ms: LONG_YIELD,
+        });
+        assert.equal(after.output, "\r\nlength 7\r\n");
+        assert.equal(after.waiting_for_input, false);
+        assert.equal(after.input_echo, true);
+        await server.del(`/v1/sessions/${r.session_id}`);
       });
-      assert.equal(r.output, "Password: ");
-      assert.equal(r.waiting_for_input, true);
-      assert.equal(r.input_echo, false);
-      const after = await write(server, {
-        session_id: r.session_id,
-        chars: "hunter2\n",
-        until: "length \\d+\\r\\n",
-        yield_time_ms: LONG_YIELD,
-      });
-      assert.equal(after.output, "\r\nlength 7\r\n");
-      assert.equal(after.waiting_for_input, false);
-      assert.equal(after.input_echo, true);
-      await server.del(`/v1/sessions/${r.session_id}`);
-    });
-    await t.step("a password prompt on /dev/tty (getpass, as sudo and ssh read)", async () => {
-      const r = await exec(server, {
-        cmd: "python3 -c 'import getpass; print(\"length\", len(getpass.getpass()))'",
-        until_input: true,
-        yield_time_ms: LONG_YIELD,
-      });
-      assert.equal(r.output, "Password: ");
-      assert.equal(r.waiting_for_input, true);
-      assert.equal(r.input_echo, false);
-      assert.ok(r.wall_time_seconds < LONG_YIELD / 1000, "returned before its yield");
-      const after = await write(server, {
-        session_id: r.session_id,
-        chars: "hunter2\n",
-        until: "length \\d+\\r\\n",
-        yield_time_ms: LONG_YIELD,
-      });
-      assert.equal(after.output, "\r\nlength 7\r\n");
-    });
+    }
   } finally {
     await server.stop();
   }
