@@ -99,6 +99,8 @@ export interface DomainOptions {
   hidden?: string[];
   /** Where the bound unix sockets come from (default: `/proc/net/unix`, at most 1 s old). */
   sockets?: SocketListing;
+  /** Domains that keep a spare for their next session; the least recently used lose it (64). */
+  maxSpares?: number;
   /** Wakes the guard that keeps `.git` directories read-only (git_guard.ts). */
   reactor: Reactor;
 }
@@ -119,6 +121,20 @@ interface Reserved {
 
 const NO_SESSION_DIR: SessionDir = { env: {}, release() {} };
 
+/**
+ * Domains that keep a spare, by default. Each spare holds a session uid and a directory: kept by
+ * every domain a command ever ran in, commands in thousands of directories of their own would
+ * hold as many uids (the range has 65,535) until the server restarts.
+ */
+const MAX_SPARES = 64;
+
+/** Remove a reserved directory, then return its uid (which is reaped before its next use). */
+function giveBack({ uid, dir }: Reserved, uids: Uids | null): void {
+  const removed = removePrivateDir(dir.dir);
+  if (uid !== undefined) uids!.pool.give(uid, removed);
+  else removed.catch((err) => console.error(`uexec: cannot remove ${dir.dir}: ${err}`));
+}
+
 /** The session uids of a root server, and the worker that reaps them. */
 interface Uids {
   ids: SandboxIds;
@@ -134,6 +150,8 @@ export class SandboxDomains {
   #sockets: SocketListing;
   #uids?: Uids | null;
   #domains = new Map<string, Promise<Domain>>();
+  /** Domains holding a spare, least recently used first. */
+  #withSpare = new Set<Domain>();
   #prepared = false;
   #closed = false;
   /** Names kept read-only at any depth: the profiles' one-component read-only subpaths. */
@@ -213,6 +231,7 @@ export class SandboxDomains {
     this.#uids?.lease.release();
     const domains = await Promise.allSettled(this.#domains.values());
     this.#domains.clear();
+    this.#withSpare.clear();
     for (const d of domains) if (d.status === "fulfilled") await removePrivateDir(d.value.root);
   }
 
@@ -225,23 +244,40 @@ export class SandboxDomains {
     const spare = domain.spare;
     domain.spare = undefined;
     const fresh = () => this.#reserve(domain, uids);
-    const { uid, dir } = await (spare ? spare.catch(fresh) : fresh());
+    const reserved = await (spare ? spare.catch(fresh) : fresh());
     if (!this.#closed && !domain.spare) {
       domain.spare = fresh();
       domain.spare.catch(() => {}); // a failed spare is replaced by its taker
+      this.#keepSpare(domain, uids);
     }
     let released = false;
     return {
-      env: { ...privateEnv(dir), ...GIT_TRUSTS_EVERY_OWNER },
-      uid,
+      env: { ...privateEnv(reserved.dir), ...GIT_TRUSTS_EVERY_OWNER },
+      uid: reserved.uid,
       release: () => {
         if (released || this.#closed) return;
         released = true;
-        const removed = removePrivateDir(dir.dir);
-        if (uid !== undefined) uids!.pool.give(uid, removed);
-        else removed.catch((err) => console.error(`uexec: cannot remove ${dir.dir}: ${err}`));
+        giveBack(reserved, uids);
       },
     };
+  }
+
+  /** How many domains hold a spare now. */
+  get spares(): number {
+    return this.#withSpare.size;
+  }
+
+  /** `domain` holds a spare now: the most recently used; past the cap the oldest gives its up. */
+  #keepSpare(domain: Domain, uids: Uids | null): void {
+    this.#withSpare.delete(domain);
+    this.#withSpare.add(domain);
+    for (const oldest of this.#withSpare) {
+      if (this.#withSpare.size <= (this.#opts.maxSpares ?? MAX_SPARES)) break;
+      this.#withSpare.delete(oldest);
+      const spare = oldest.spare;
+      oldest.spare = undefined;
+      spare?.then((reserved) => this.#closed || giveBack(reserved, uids), () => {});
+    }
   }
 
   /** A uid (root server) and a private directory beneath the domain's, owned by it. */

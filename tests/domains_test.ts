@@ -1,0 +1,49 @@
+/**
+ * The sandbox domain registry's spares: each domain makes its next session's uid and private
+ * directory ahead, but only the most recently used `maxSpares` domains keep one, so commands in
+ * thousands of directories of their own cannot hold the uid range. Needs root (the sessions'
+ * own uids).
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { Reactor } from "../src/io/reactor.ts";
+import { SandboxDomains } from "../src/sandbox/domains.ts";
+import { loadProfiles } from "../src/sandbox/profiles.ts";
+
+const PROFILE_DIR = new URL("../sandbox-profiles", import.meta.url).pathname;
+
+Deno.test({
+  name: "domains: only the most recently used keep a spare uid and directory",
+  ignore: Deno.uid() !== 0,
+  fn: async () => {
+    const workspace = Deno.makeTempDirSync({ prefix: "uexec-spares-" });
+    Deno.chmodSync(workspace, 0o777);
+    const reactor = new Reactor();
+    const domains = new SandboxDomains({
+      profiles: loadProfiles(PROFILE_DIR),
+      home: "/root",
+      serverPid: Deno.pid,
+      workspace,
+      reactor,
+      maxSpares: 2,
+    });
+    try {
+      for (const name of ["a", "b", "c", "a"]) {
+        Deno.mkdirSync(`${workspace}/${name}`, { recursive: true });
+        const choice = await domains.choose("workspace-write", `${workspace}/${name}`);
+        const session = await choice.session();
+        assert.ok(session.uid !== undefined && session.uid > 0);
+        session.release();
+        assert.ok(domains.spares <= 2, `${domains.spares} domains hold a spare`);
+      }
+      // "b" and "a", most recently used; "a" had given its spare up to "c" and made a new one.
+      assert.equal(domains.spares, 2);
+    } finally {
+      await domains.close();
+      await reactor.close();
+      Deno.removeSync(workspace, { recursive: true });
+    }
+  },
+});
