@@ -257,19 +257,23 @@ export class SpawnerPool {
 
   #release(domain: string, binding: Binding): void {
     if (--binding.users > 0) return;
-    const stop = () => {
-      if (binding.users > 0 || !this.#forget(domain, binding)) return;
-      binding.spawner.then((s) => s.terminate(), () => {});
-    };
-    binding.idle = setTimeout(stop, this.#idleMs);
+    binding.idle = setTimeout(() => this.#stop(domain, binding), this.#idleMs);
     if (this.#domains.get(domain) !== binding) return;
     this.#idle.set(domain, binding);
     for (const [oldest, idle] of this.#idle) {
       if (this.#idle.size <= this.#maxIdle) break;
-      clearTimeout(idle.idle);
-      this.#idle.delete(oldest);
-      if (this.#forget(oldest, idle)) idle.spawner.then((s) => s.terminate(), () => {});
+      this.#stop(oldest, idle);
     }
+  }
+
+  /**
+   * Stop `domain`'s idle worker (its idle time is up, or it is the least recently used past the
+   * cap), unless it was leased again or is no longer that domain's.
+   */
+  #stop(domain: string, binding: Binding): void {
+    clearTimeout(binding.idle);
+    if (binding.users > 0 || !this.#forget(domain, binding)) return;
+    binding.spawner.then((s) => s.terminate(), () => {});
   }
 
   /** Drop `binding` if it is still the one for `domain`; true if it was. */
