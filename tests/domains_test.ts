@@ -9,10 +9,7 @@
 
 import assert from "node:assert/strict";
 import { Reactor } from "../src/io/reactor.ts";
-import { SandboxDomains } from "../src/sandbox/domains.ts";
-import { loadProfiles } from "../src/sandbox/profiles.ts";
-
-const PROFILE_DIR = new URL("../sandbox-profiles", import.meta.url).pathname;
+import { testDomains } from "./helpers/domains.ts";
 
 Deno.test({
   name: "domains: only the most recently used keep a spare uid and directory",
@@ -21,14 +18,7 @@ Deno.test({
     const workspace = Deno.makeTempDirSync({ prefix: "uexec-spares-" });
     Deno.chmodSync(workspace, 0o777);
     const reactor = new Reactor();
-    const domains = new SandboxDomains({
-      profiles: loadProfiles(PROFILE_DIR),
-      home: "/root",
-      serverPid: Deno.pid,
-      workspace,
-      reactor,
-      maxSpares: 2,
-    });
+    const domains = testDomains(workspace, reactor, { maxSpares: 2 });
     try {
       for (const name of ["a", "b", "c", "a"]) {
         Deno.mkdirSync(`${workspace}/${name}`, { recursive: true });

@@ -9,7 +9,6 @@
 
 import assert from "node:assert/strict";
 import { deniedByProfile } from "../src/sandbox/confinement.ts";
-import { SandboxDomains } from "../src/sandbox/domains.ts";
 import { Reactor } from "../src/io/reactor.ts";
 import type { ResolvedPolicy } from "../src/sandbox/policy.ts";
 import { loadProfiles, parseProfile, resolveProfile } from "../src/sandbox/profiles.ts";
@@ -20,6 +19,7 @@ import {
   SocketListing,
   socketsToHide,
 } from "../src/sandbox/unix_sockets.ts";
+import { testDomains } from "./helpers/domains.ts";
 
 const PROFILE_DIR = new URL("../sandbox-profiles", import.meta.url).pathname;
 
@@ -159,13 +159,8 @@ Deno.test("the domain key changes when a socket to hide appears or is bound agai
   // the machine bind and close sockets meanwhile.
   const ours = (s: BoundSocket) => s.path === path || s.path.startsWith(`${workspace}/`);
   const reactor = new Reactor();
-  const domains = new SandboxDomains({
-    profiles: loadProfiles(PROFILE_DIR),
-    home: "/root",
-    serverPid: Deno.pid,
-    workspace,
+  const domains = testDomains(workspace, reactor, {
     sockets: new SocketListing(0, () => boundUnixSockets().filter(ours)),
-    reactor,
   });
   const key = async () => (await domains.choose("workspace-write", workspace)).domain;
   try {
