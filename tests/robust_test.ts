@@ -429,23 +429,35 @@ Deno.test({
   },
 });
 
-Deno.test("a start that needs a new worker with no descriptor free is 503, not a crash", async () => {
+Deno.test("a start that needs a new worker or domain with no descriptor free is 503, not a crash", async (t) => {
   const server = await startServer();
+  const limit = fileLimit(server.pid);
+  /** `req` answers 503 naming `why` with no descriptor free, and runs once they are back. */
+  const refusedUntilFreed = async (req: Record<string, unknown>, why: RegExp) => {
+    await limitFiles(server.pid, limitLeaving(openFiles(server.pid), 0, () => true));
+    const refused = await server.post("/v1/exec_command", req);
+    assert.equal(refused.status, 503, JSON.stringify(refused.body));
+    assert.equal(refused.body.error.code, "out_of_resources");
+    assert.match(refused.body.error.message, why);
+    assert.equal((await server.get("/healthz")).status, 200);
+    await limitFiles(server.pid, limit);
+    assert.equal((await server.post("/v1/exec_command", req)).body.output, "ok\r\n");
+  };
   try {
     const warm = await server.post("/v1/exec_command", { cmd: "echo a", login: false });
     assert.equal(warm.body.output, "a\r\n");
-    const limit = fileLimit(server.pid);
-    await limitFiles(server.pid, limitLeaving(openFiles(server.pid), 0, () => true));
-    // Another profile is another sandbox domain: its spawner worker is started now. (Deno
-    // aborted the whole server when the new worker's runtime found no descriptor.)
-    const other = { cmd: "echo b", login: false, profile: "read-only" };
-    const refused = await server.post("/v1/exec_command", other);
-    assert.equal(refused.status, 503, JSON.stringify(refused.body));
-    assert.equal(refused.body.error.code, "out_of_resources");
-    assert.match(refused.body.error.message, /EMFILE/);
-    assert.equal((await server.get("/healthz")).status, 200);
-    await limitFiles(server.pid, limit);
-    assert.equal((await server.post("/v1/exec_command", other)).body.output, "b\r\n");
+
+    await t.step("a new worker for a domain that exists", async () => {
+      // A `.git` that appeared is read-only from now on: the domain gets a new spawner worker,
+      // started now. (Deno aborted the whole server when its runtime found no descriptor.)
+      await Deno.mkdir(`${server.workspace}/.git`);
+      await refusedUntilFreed({ cmd: "echo ok", login: false }, /EMFILE/);
+    });
+
+    await t.step("a new domain, whose account files are written first", async () => {
+      const other = { cmd: "echo ok", login: false, profile: "read-only" };
+      await refusedUntilFreed(other, /Too many open files.*\/etc\/passwd/);
+    });
   } finally {
     await server.stop();
   }

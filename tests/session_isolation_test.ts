@@ -274,6 +274,57 @@ Deno.test("ten sessions started together get ten private directories, each kept 
   }
 });
 
+const WHO_AM_I = [
+  "echo uid=$(id -u)",
+  "echo name=$(id -un)",
+  "echo group=$(id -gn)",
+  "echo whoami=$(whoami)",
+  "echo user=$USER/$LOGNAME",
+  "echo home=$HOME",
+  "echo pwhome=$(getent passwd $(id -u) | cut -d: -f6)",
+  `echo python=$(python3 -c 'import os, pwd; print(pwd.getpwuid(os.getuid()).pw_name)')`,
+  `echo node=$(node -e 'console.log(require("os").userInfo().username)')`,
+  'touch "$HOME/f" && echo owner=$(stat -c %U:%G "$HOME/f")',
+  "(echo intruder::0:0::/:/bin/sh >> /etc/passwd) 2>/dev/null; echo append=$?",
+].join("; ");
+
+Deno.test("each session's uid has a name and its HOME in the account database its commands see", async () => {
+  const hostPasswd = await Deno.readFile("/etc/passwd");
+  const server = await startServer();
+  try {
+    const a = await holder(server, WHO_AM_I);
+    const b = await holder(server, WHO_AM_I);
+    for (const { fields } of [a, b]) {
+      const name = `uexec-${fields.uid}`;
+      assert.deepEqual(fields, {
+        uid: fields.uid,
+        name,
+        group: "uexec",
+        whoami: name,
+        user: `${name}/${name}`,
+        home: fields.home,
+        pwhome: fields.home,
+        python: name,
+        node: name,
+        owner: `${name}:uexec`,
+        append: "1",
+      });
+    }
+    assert.notEqual(a.fields.uid, b.fields.uid);
+    assert.notEqual(a.fields.home, b.fields.home);
+    // A's entry goes with it; B's stays where it was, for B and for later sessions.
+    assert.equal((await server.del(`/v1/sessions/${a.id}`)).status, 200);
+    const after = await exec(
+      server,
+      `getent passwd ${a.fields.uid}; echo a=$?; getent passwd ${b.fields.uid} | cut -d: -f1,6`,
+    );
+    assert.equal(after.output, `a=2\r\nuexec-${b.fields.uid}:${b.fields.home}\r\n`);
+  } finally {
+    await server.stop();
+  }
+  assert.deepEqual(await Deno.readFile("/etc/passwd"), hostPasswd, "the host's file is untouched");
+});
+
 /** Whether process `pid` exits (or has exited) within `seconds`, watched through a pidfd. */
 async function exitsWithin(pid: number, seconds: number): Promise<boolean> {
   const script = "import os, select, sys\n" +

@@ -123,12 +123,14 @@ async function echo(server: TestServer, id: number, line: string): Promise<void>
 /**
  * Resolves once `root` (a domain's directory) holds the directories of the `live` sessions and
  * one more, the spare made ahead for its next session: every other session directory, and so
- * its uid, was given back. Waits on the directory's events; fails with what is left after 20 s.
+ * its uid, was given back (its files, the domain's account files, do not count). Waits on the
+ * directory's events; fails with what is left after 20 s.
  */
 async function holdsOnly(root: string, live: string[]): Promise<void> {
   const watcher = Deno.watchFs(root, { recursive: false });
   const others = () =>
-    [...Deno.readDirSync(root)].map((e) => `${root}/${e.name}`).filter((d) => !live.includes(d));
+    [...Deno.readDirSync(root)].filter((e) => e.isDirectory).map((e) => `${root}/${e.name}`)
+      .filter((d) => !live.includes(d));
   const limit = setTimeout(() => watcher.close(), 20_000);
   try {
     if (others().length === 1) return;

@@ -16,6 +16,7 @@ import type { ResolvedPolicy } from "./policy.ts";
 import { sandboxStep, SandboxUnavailableError } from "./errors.ts";
 import { createRuleset, landlockAbi, planRuleset, restrictThread } from "./landlock.ts";
 import { enterNamespaces } from "./namespaces.ts";
+import type { AccountFiles } from "./accounts.ts";
 import { installFilter, seccompSupported } from "./seccomp.ts";
 import { enterSpawnerIdentity, sandboxIdentity, sandboxIds } from "./identity.ts";
 import { DASH, limitWrapper, PRLIMIT } from "./limits.ts";
@@ -34,6 +35,8 @@ export interface ApplyOptions {
   uid?: number;
   /** Gid children run as when the server is root (default: `UEXEC_SANDBOX_GID`). */
   gid?: number;
+  /** The account files children see over `/etc/passwd` and `/etc/group` (a root server). */
+  accounts?: AccountFiles;
 }
 
 /**
@@ -77,6 +80,7 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): v
         readOnlyPaths: readOnlyMounts,
         hideProcesses: root,
         privateTerminals: root,
+        accounts: opts.accounts,
         hiddenSockets: {
           paths: hidden.map((s) => s.path),
           reachable: (path) => socketReachable(policy, path),

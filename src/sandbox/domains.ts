@@ -3,8 +3,8 @@
  * to and shared by. A domain owns a directory (the profile's `{tmp}`), and each session gets a
  * private directory of its own beneath it for HOME and TMPDIR, created for it and removed after
  * it ended. When the server is root each session also gets a uid of its own (see `uids.ts`):
- * its private directory is 0700 and owned by that uid, and the workspace is granted once to
- * the group all session uids share.
+ * its private directory is 0700 and owned by that uid, the domain's account files name it
+ * (`accounts.ts`), and the workspace is granted once to the group all session uids share.
  *
  * A domain is keyed by profile, approved widening, agent and workdir: agents never share one.
  * Sessions of one domain share a Landlock domain; their own uids keep them from signalling,
@@ -16,6 +16,7 @@
  */
 
 import { InvalidRequestError } from "../sessions/errors.ts";
+import { accountEnv, DomainAccounts } from "./accounts.ts";
 import { type Restriction, Spawner } from "../workers/pool.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { existingPaths } from "./fsinfo.ts";
@@ -71,8 +72,11 @@ export interface SandboxChoice {
   policy: ResolvedPolicy;
   /** The spawner worker domain key. */
   domain: string;
-  /** How that worker restricts itself; undefined when nothing is enforced. */
-  restriction?: Restriction;
+  /**
+   * How that worker restricts itself; undefined when nothing is enforced. Its first call for a
+   * domain writes the domain's account files, which needs file descriptors.
+   */
+  restriction?: () => Promise<Restriction>;
   /** How to start `command` with `env` under this sandbox's limits (after the gate, when `gate`). */
   launch(command: ShellCommand, env: Record<string, string>, gate: boolean): Launch;
   /** The session's private directory and uid. */
@@ -111,12 +115,19 @@ interface Domain {
   policy: ResolvedPolicy;
   /** The next session's uid and directory, made ahead so that session need not wait. */
   spare?: Promise<Reserved>;
+  /**
+   * The passwd and group files its sessions see (a root server), written when its first worker
+   * or session needs them, and again after a failure.
+   */
+  accounts?: Promise<DomainAccounts | null>;
 }
 
 /** A uid and private directory set aside for one session. */
 interface Reserved {
   uid?: number;
   dir: PrivateDir;
+  /** Removes the uid's entry from the domain's passwd file. */
+  unlist?: () => Promise<void>;
 }
 
 const NO_SESSION_DIR: SessionDir = { env: {}, release() {} };
@@ -128,9 +139,12 @@ const NO_SESSION_DIR: SessionDir = { env: {}, release() {} };
  */
 const MAX_SPARES = 64;
 
-/** Remove a reserved directory, then return its uid (which is reaped before its next use). */
-function giveBack({ uid, dir }: Reserved, uids: Uids | null): void {
-  const removed = removePrivateDir(dir.dir);
+/**
+ * Remove a reserved directory and account entry, then return its uid (which is reaped before its
+ * next use).
+ */
+function giveBack({ uid, dir, unlist }: Reserved, uids: Uids | null): void {
+  const removed = Promise.all([removePrivateDir(dir.dir), unlist?.()]).then(() => {});
   if (uid !== undefined) uids!.pool.give(uid, removed);
   else removed.catch((err) => console.error(`uexec: cannot remove ${dir.dir}: ${err}`));
 }
@@ -213,11 +227,12 @@ export class SandboxDomains {
       profile: name,
       policy: domain.policy,
       domain: JSON.stringify([id, protectedNow, hiddenNow]),
-      restriction: {
+      restriction: async () => ({
         policy: { ...domain.policy, readOnlySubpaths: protectedNow },
         uid: uids?.ids.spawner,
         gid: uids?.ids.gid,
-      },
+        accounts: (await this.#accounts(domain, uids))?.files,
+      }),
       launch: (command, env, gate) => launch(command, env, { limits: domain.policy.limits, gate }),
       session: () => this.#session(domain, uids),
     };
@@ -251,8 +266,9 @@ export class SandboxDomains {
       this.#keepSpare(domain, uids);
     }
     let released = false;
+    const user = reserved.uid === undefined ? {} : accountEnv(reserved.uid);
     return {
-      env: { ...privateEnv(reserved.dir), ...GIT_TRUSTS_EVERY_OWNER },
+      env: { ...privateEnv(reserved.dir), ...user, ...GIT_TRUSTS_EVERY_OWNER },
       uid: reserved.uid,
       release: () => {
         if (released || this.#closed) return;
@@ -280,14 +296,22 @@ export class SandboxDomains {
     }
   }
 
-  /** A uid (root server) and a private directory beneath the domain's, owned by it. */
+  /**
+   * A uid (root server) listed in the domain's account files, and a private directory beneath
+   * the domain's, owned by it.
+   */
   async #reserve(domain: Domain, uids: Uids | null): Promise<Reserved> {
     const uid = await uids?.pool.take();
+    let dir: PrivateDir | undefined;
     try {
       const owner = uid === undefined ? null : { uid, gid: uids!.ids.gid };
-      return { uid, dir: await createPrivateDir(owner, domain.root) };
+      dir = await createPrivateDir(owner, domain.root);
+      const accounts = await this.#accounts(domain, uids);
+      const unlist = uid === undefined ? undefined : await accounts?.add(uid, dir.home);
+      return { uid, dir, unlist };
     } catch (err) {
-      if (uid !== undefined) uids!.pool.give(uid);
+      if (dir) giveBack({ uid, dir }, uids);
+      else if (uid !== undefined) uids!.pool.give(uid);
       throw err;
     }
   }
@@ -320,6 +344,19 @@ export class SandboxDomains {
     const root = await createDomainDir(uids?.ids.gid ?? null);
     const policy = this.#resolve(profile, workdir, root);
     return { root, policy };
+  }
+
+  /** The domain's account files (a root server), written on first use. */
+  #accounts(domain: Domain, uids: Uids | null): Promise<DomainAccounts | null> {
+    if (!uids) return Promise.resolve(null);
+    if (!domain.accounts) {
+      const written = DomainAccounts.create(domain.root, uids.ids.gid);
+      domain.accounts = written;
+      written.catch(() => {
+        if (domain.accounts === written) domain.accounts = undefined;
+      });
+    }
+    return domain.accounts;
   }
 
   /**

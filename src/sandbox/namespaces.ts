@@ -1,8 +1,9 @@
 /**
  * Per-thread namespaces for the spawning worker: a private network namespace with only `lo`
  * (the `loopback` network mode) and a private mount namespace in which read-only subpaths are
- * read-only bind mounts and unix sockets the policy must not reach are covered by `/dev/null`
- * (so `connect` to them fails with ECONNREFUSED; see `unix_sockets.ts` for which and why).
+ * read-only bind mounts, unix sockets the policy must not reach are covered by `/dev/null`
+ * (so `connect` to them fails with ECONNREFUSED; see `unix_sockets.ts` for which and why), and
+ * `/etc/passwd` and `/etc/group` are the domain's account files (accounts.ts), read-only.
  *
  * `unshare(CLONE_NEWNET | CLONE_NEWNS)` is allowed in a multithreaded process and only moves
  * the calling thread, so the server's other threads keep the host's network and mounts. Both
@@ -26,6 +27,7 @@ import {
   STAT_SIZE,
 } from "../ffi/libc.ts";
 import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
+import { type AccountFiles, HOST_FILES } from "./accounts.ts";
 
 const CLONE_NEWNS = 0x00020000;
 const CLONE_NEWNET = 0x40000000;
@@ -68,6 +70,8 @@ export interface NamespacePlan {
   privateTerminals: boolean;
   /** Unix sockets to cover, when they still are sockets and `reachable` refuses their real path. */
   hiddenSockets: SocketHiding;
+  /** Files to mount over `/etc/passwd` and `/etc/group`, read-only. */
+  accounts?: AccountFiles;
 }
 
 /** The unix socket paths to cover, and which resolved paths must stay reachable. */
@@ -90,13 +94,22 @@ function bringLoopbackUp(): void {
   }
 }
 
-function bindReadOnly(path: string): void {
-  const p = cString(path);
-  checkedSyscall(`mount(bind ${path})`, SYS.mount, p, p, null, MS_BIND | MS_REC, null);
+/** Bind-mounts `source` (default: `target` itself) over `target`, read-only. */
+function bindReadOnly(target: string, source = target): void {
+  const p = cString(target);
+  checkedSyscall(
+    `mount(bind ${source} over ${target})`,
+    SYS.mount,
+    cString(source),
+    p,
+    null,
+    MS_BIND | MS_REC,
+    null,
+  );
   const attr = new Uint8Array(32);
   new DataView(attr.buffer).setBigUint64(0, MOUNT_ATTR_RDONLY, true);
   checkedSyscall(
-    `mount_setattr(${path}, RDONLY)`,
+    `mount_setattr(${target}, RDONLY)`,
     SYS.mount_setattr,
     AT_FDCWD,
     p,
@@ -160,7 +173,7 @@ function hideSocket(path: string, reachable: (realPath: string) => boolean): voi
 export function enterNamespaces(plan: NamespacePlan): void {
   const { paths: sockets, reachable } = plan.hiddenSockets;
   const mounts = plan.readOnlyPaths.length > 0 || plan.hideProcesses || plan.privateTerminals ||
-    sockets.length > 0;
+    sockets.length > 0 || plan.accounts !== undefined;
   const flags = (plan.privateNetwork ? CLONE_NEWNET : 0) | (mounts ? CLONE_NEWNS : 0);
   if (flags === 0) return;
   checkedSyscall("unshare", SYS.unshare, flags);
@@ -176,6 +189,10 @@ export function enterNamespaces(plan: NamespacePlan): void {
     null,
   );
   for (const path of plan.readOnlyPaths) bindReadOnly(path);
+  if (plan.accounts) {
+    bindReadOnly(HOST_FILES.passwd, plan.accounts.passwd);
+    bindReadOnly(HOST_FILES.group, plan.accounts.group);
+  }
   for (const path of sockets) hideSocket(path, reachable);
   if (plan.privateTerminals) {
     checkedSyscall(

@@ -16,6 +16,7 @@ import { startWorker } from "../io/descriptor_reserve.ts";
 import type { Spawned, SpawnSpec } from "../pty/spawn.ts";
 import { SandboxUnavailableError } from "../sandbox/errors.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
+import type { AccountFiles } from "../sandbox/accounts.ts";
 import type { WorkerReply, WorkerRequest } from "./protocol.ts";
 
 /**
@@ -42,6 +43,8 @@ export interface Restriction {
   uid?: number;
   /** The group its children run in (a root server only). */
   gid?: number;
+  /** The account files its children see (a root server only). */
+  accounts?: AccountFiles;
 }
 
 /** The spawner worker's module. */

@@ -10,6 +10,7 @@
 
 import type { SpawnSpec } from "../pty/spawn.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
+import type { AccountFiles } from "../sandbox/accounts.ts";
 
 /**
  * A request to a spawner worker. `id` pairs it with its reply. A spawn's `started` is shared
@@ -18,7 +19,14 @@ import type { ResolvedPolicy } from "../sandbox/policy.ts";
  */
 export type WorkerRequest =
   | { id: number; type: "spawn"; spec: SpawnSpec; started: Int32Array }
-  | { id: number; type: "restrict"; policy: ResolvedPolicy; uid?: number; gid?: number }
+  | {
+    id: number;
+    type: "restrict";
+    policy: ResolvedPolicy;
+    uid?: number;
+    gid?: number;
+    accounts?: AccountFiles;
+  }
   | { id: number; type: "reap"; uids: number[] };
 
 /** A worker's reply. */
