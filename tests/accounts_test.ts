@@ -43,25 +43,26 @@ Deno.test("accounts: sessions get slots in place, reused once free; the host's e
 
     const entry = (uid: number) =>
       `uexec-${uid}:x:${uid}:${GID}:uexec session:${root}/s${uid}/home:/bin/sh`;
-    const unlistA = await accounts.add(2000000001, `${root}/s2000000001/home`);
-    const unlistB = await accounts.add(2000000002, `${root}/s2000000002/home`);
+    const unlistA = accounts.add(2000000001, `${root}/s2000000001/home`);
+    const unlistB = accounts.add(2000000002, `${root}/s2000000002/home`);
     const two = await Deno.readTextFile(passwd);
     assert.ok(two.startsWith(host));
     assert.deepEqual(slots(two, host), [entry(2000000001), entry(2000000002)]);
 
-    await unlistA();
-    await unlistA(); // once is enough; a second call changes nothing
+    unlistA();
+    unlistA(); // once is enough; a second call changes nothing
     const freed = await Deno.readTextFile(passwd);
     assert.deepEqual(slots(freed, host), ["#", entry(2000000002)]);
     assert.equal(freed.length, two.length, "B's line did not move");
     assert.equal(freed.indexOf(entry(2000000002)), two.indexOf(entry(2000000002)));
 
-    const unlistC = await accounts.add(2000000003, `${root}/s2000000003/home`);
+    const unlistC = accounts.add(2000000003, `${root}/s2000000003/home`);
     const reused = await Deno.readTextFile(passwd);
     assert.deepEqual(slots(reused, host), [entry(2000000003), entry(2000000002)]);
     assert.equal(reused.length, two.length, "C took A's slot");
 
-    await Promise.all([unlistB(), unlistC()]);
+    unlistB();
+    unlistC();
     assert.deepEqual(slots(await Deno.readTextFile(passwd), host), ["#", "#"]);
   } finally {
     await Deno.remove(root, { recursive: true });

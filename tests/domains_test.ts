@@ -1,8 +1,8 @@
 /**
  * The sandbox domain registry's spares: each domain makes its next session's uid and private
  * directory ahead, but only the most recently used `maxSpares` domains keep one, so commands in
- * thousands of directories of their own cannot hold the uid range. Needs root (the sessions'
- * own uids).
+ * thousands of directories of their own cannot hold the uid range; and its account files, tried
+ * again after a failure. Needs root (the sessions' own uids).
  *
  * @module
  */
@@ -30,6 +30,37 @@ Deno.test({
       }
       // "b" and "a", most recently used; "a" had given its spare up to "c" and made a new one.
       assert.equal(domains.spares, 2);
+    } finally {
+      await domains.close();
+      await reactor.close();
+      Deno.removeSync(workspace, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
+  name: "domains: account files that could not be written are written on the next start",
+  ignore: Deno.uid() !== 0,
+  fn: async () => {
+    const workspace = Deno.makeTempDirSync({ prefix: "uexec-accounts-" });
+    Deno.chmodSync(workspace, 0o777);
+    const reactor = new Reactor();
+    const domains = testDomains(workspace, reactor);
+    try {
+      const choice = await domains.choose("workspace-write", workspace);
+      const root = choice.policy.writableRoots.find((p) => /\/uexec-domain-[^/]+$/.test(p))!;
+      // A directory where the passwd file goes: writing it fails.
+      Deno.mkdirSync(`${root}/passwd`);
+      await assert.rejects(choice.restriction!(), /directory/i);
+      await assert.rejects(choice.session(), /directory/i);
+      Deno.removeSync(`${root}/passwd`);
+      const { accounts } = await choice.restriction!();
+      assert.deepEqual(accounts, { passwd: `${root}/passwd`, group: `${root}/group` });
+      assert.match(Deno.readTextFileSync(accounts.group), /^uexec:x:\d+:$/m);
+      const session = await choice.session();
+      const listed = Deno.readTextFileSync(accounts.passwd);
+      assert.match(listed, new RegExp(`^uexec-${session.uid}:x:${session.uid}:`, "m"));
+      session.release();
     } finally {
       await domains.close();
       await reactor.close();

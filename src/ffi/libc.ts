@@ -19,6 +19,7 @@ const symbols = {
   read: { parameters: ["i32", "buffer", "usize"], result: "isize" },
   write: { parameters: ["i32", "buffer", "usize"], result: "isize" },
   pread: { name: "pread64", parameters: ["i32", "buffer", "usize", "i64"], result: "isize" },
+  pwrite: { name: "pwrite64", parameters: ["i32", "buffer", "usize", "i64"], result: "isize" },
   fstatat: { parameters: ["i32", "buffer", "buffer", "i32"], result: "i32" },
   close: { parameters: ["i32"], result: "i32" },
   open: { parameters: ["buffer", "i32"], result: "i32" },

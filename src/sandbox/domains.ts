@@ -127,7 +127,7 @@ interface Reserved {
   uid?: number;
   dir: PrivateDir;
   /** Removes the uid's entry from the domain's passwd file. */
-  unlist?: () => Promise<void>;
+  unlist?: () => void;
 }
 
 const NO_SESSION_DIR: SessionDir = { env: {}, release() {} };
@@ -144,7 +144,8 @@ const MAX_SPARES = 64;
  * next use).
  */
 function giveBack({ uid, dir, unlist }: Reserved, uids: Uids | null): void {
-  const removed = Promise.all([removePrivateDir(dir.dir), unlist?.()]).then(() => {});
+  const unlisted = new Promise<void>((done) => done(unlist?.()));
+  const removed = Promise.all([removePrivateDir(dir.dir), unlisted]).then(() => {});
   if (uid !== undefined) uids!.pool.give(uid, removed);
   else removed.catch((err) => console.error(`uexec: cannot remove ${dir.dir}: ${err}`));
 }
@@ -307,7 +308,7 @@ export class SandboxDomains {
       const owner = uid === undefined ? null : { uid, gid: uids!.ids.gid };
       dir = await createPrivateDir(owner, domain.root);
       const accounts = await this.#accounts(domain, uids);
-      const unlist = uid === undefined ? undefined : await accounts?.add(uid, dir.home);
+      const unlist = uid === undefined ? undefined : accounts?.add(uid, dir.home);
       return { uid, dir, unlist };
     } catch (err) {
       if (dir) giveBack({ uid, dir }, uids);
