@@ -149,7 +149,26 @@ const DNS_NETWORK = [
   /Could not resolve hostname/i,
   /Temporary failure in name resolution/i,
   /unable to resolve host address/i,
+  /getaddrinfo EAI_AGAIN/, // Node: the resolver could not be reached
 ];
+
+/**
+ * Node's (libuv's) shape, `connect EPERM 1.1.1.1:80` or `listen EACCES: permission denied
+ * 0.0.0.0:3000`: call, error, then the address.
+ */
+const LIBUV_NETWORK = /\b(connect|listen|bind) (EPERM|EACCES)\b(?:: [a-z ]+)? (\S+):(\d+)\b/;
+
+function libuvEvidence(line: string): NetworkEvidence | undefined {
+  const match = LIBUV_NETWORK.exec(line);
+  if (!match) return undefined;
+  const [, call, code, host, port] = match;
+  if (call === "connect") return { strength: "strong", host, port: Number(port) };
+  // A local port: below 1024, EACCES is the kernel's rule for every unprivileged user, not the
+  // sandbox's. Node reports a TCP server's failed bind as `listen`; `bind` is a datagram
+  // socket's, whose port no TCP widening opens.
+  if (code === "EACCES" && Number(port) < 1024) return undefined;
+  return call === "listen" ? { strength: "strong", port: Number(port) } : { strength: "strong" };
+}
 
 const DESTINATIONS = [
   /(?:connect to|Connecting to)(?: host)? (\S+) port (\d+)/i,
@@ -159,6 +178,8 @@ const DESTINATIONS = [
 ];
 
 function networkEvidence(line: string): NetworkEvidence | undefined {
+  const libuv = libuvEvidence(line);
+  if (libuv) return libuv;
   const strength: NetworkStrength | undefined = STRONG_NETWORK.some((re) => re.test(line))
     ? "strong"
     : WEAK_NETWORK.some((re) => re.test(line))
