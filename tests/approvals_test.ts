@@ -206,7 +206,9 @@ Deno.test("store: pending -> approved, with events", async () => {
     profile: "workspace-write",
     env: { CI: "1" },
     escalation: { tcp_ports: [443] },
-    runs: "sandboxed under workspace-write, plus TCP connections to port 443 on any host",
+    runs:
+      "sandboxed under workspace-write, plus TCP to port 443 on any host (connect and listen) " +
+      "and UDP to any host (name lookups)",
     reason: RETRY_REASON,
     justification: "needs the registry",
     denial: null,

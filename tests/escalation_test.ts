@@ -101,7 +101,8 @@ Deno.test("narrow escalation: a profile, writable directories, TCP ports", async
       }, ++n);
       assert.equal(
         approval.runs,
-        `sandboxed under workspace-write, plus TCP connections to port ${open.port} on any host`,
+        `sandboxed under workspace-write, plus TCP to port ${open.port} on any host (connect and ` +
+          "listen) and UDP to any host (name lookups)",
       );
       await server.operator.post(`/v1/approvals/${approval.id}`, { decision: "approved" });
       const r = await pending;

@@ -87,9 +87,11 @@ export function describe(profile: string, w: Widening): string {
   if (w.profile !== undefined) parts[0] += ` instead of ${profile}`;
   if (w.write?.length) parts.push(`plus write access to ${w.write.join(", ")}`);
   if (w.tcp_ports?.length) {
+    // The network becomes "all" with a TCP port list: Landlock limits TCP only, so UDP (which
+    // name lookups need) goes to any host. The approver must read that too.
     parts.push(
-      `plus TCP connections to port${w.tcp_ports.length > 1 ? "s" : ""} ` +
-        `${w.tcp_ports.join(", ")} on any host`,
+      `plus TCP to port${w.tcp_ports.length > 1 ? "s" : ""} ${w.tcp_ports.join(", ")} ` +
+        "on any host (connect and listen) and UDP to any host (name lookups)",
     );
   }
   return parts.join(", ");
