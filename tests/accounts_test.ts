@@ -81,3 +81,15 @@ Deno.test("accounts: a group the host already has is not added again", async () 
     await Deno.remove(root, { recursive: true });
   }
 });
+
+Deno.test("accounts: none for a directory whose path an entry cannot hold", async () => {
+  const parent = await Deno.makeTempDir({ prefix: "uexec-accounts-" });
+  const root = `${parent}/a:b`;
+  try {
+    await Deno.mkdir(root);
+    assert.equal(await DomainAccounts.create(root, GID), null);
+    assert.deepEqual([...Deno.readDirSync(root)], []);
+  } finally {
+    await Deno.remove(parent, { recursive: true });
+  }
+});

@@ -73,9 +73,11 @@ export class DomainAccounts {
 
   /**
    * Writes the account files of a domain into its directory `root` for sessions of group
-   * `gid`; null when the host has no `/etc/passwd` or `/etc/group` to cover.
+   * `gid`; null when the host has no `/etc/passwd` or `/etc/group` to cover, or when `root`
+   * (where the sessions' homes are) cannot be written in an entry.
    */
   static async create(root: string, gid: number): Promise<DomainAccounts | null> {
+    if (/[:\n]/.test(root)) return null;
     let passwd: string, group: string;
     try {
       [passwd, group] = await Promise.all([
