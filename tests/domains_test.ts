@@ -9,17 +9,32 @@
 
 import assert from "node:assert/strict";
 import { Reactor } from "../src/io/reactor.ts";
+import type { DomainOptions, SandboxDomains } from "../src/sandbox/domains.ts";
 import { testDomains } from "./helpers/domains.ts";
+
+/** Runs `fn` with a registry over a fresh world-writable workspace, closed and removed after. */
+async function withDomains(
+  extra: Partial<DomainOptions>,
+  fn: (domains: SandboxDomains, workspace: string) => Promise<void>,
+): Promise<void> {
+  const workspace = Deno.makeTempDirSync({ prefix: "uexec-domains-" });
+  Deno.chmodSync(workspace, 0o777);
+  const reactor = new Reactor();
+  const domains = testDomains(workspace, reactor, extra);
+  try {
+    await fn(domains, workspace);
+  } finally {
+    await domains.close();
+    await reactor.close();
+    Deno.removeSync(workspace, { recursive: true });
+  }
+}
 
 Deno.test({
   name: "domains: only the most recently used keep a spare uid and directory",
   ignore: Deno.uid() !== 0,
-  fn: async () => {
-    const workspace = Deno.makeTempDirSync({ prefix: "uexec-spares-" });
-    Deno.chmodSync(workspace, 0o777);
-    const reactor = new Reactor();
-    const domains = testDomains(workspace, reactor, { maxSpares: 2 });
-    try {
+  fn: () =>
+    withDomains({ maxSpares: 2 }, async (domains, workspace) => {
       for (const name of ["a", "b", "c", "a"]) {
         Deno.mkdirSync(`${workspace}/${name}`, { recursive: true });
         const choice = await domains.choose("workspace-write", `${workspace}/${name}`);
@@ -30,23 +45,14 @@ Deno.test({
       }
       // "b" and "a", most recently used; "a" had given its spare up to "c" and made a new one.
       assert.equal(domains.spares, 2);
-    } finally {
-      await domains.close();
-      await reactor.close();
-      Deno.removeSync(workspace, { recursive: true });
-    }
-  },
+    }),
 });
 
 Deno.test({
   name: "domains: account files that could not be written are written on the next start",
   ignore: Deno.uid() !== 0,
-  fn: async () => {
-    const workspace = Deno.makeTempDirSync({ prefix: "uexec-accounts-" });
-    Deno.chmodSync(workspace, 0o777);
-    const reactor = new Reactor();
-    const domains = testDomains(workspace, reactor);
-    try {
+  fn: () =>
+    withDomains({}, async (domains, workspace) => {
       const choice = await domains.choose("workspace-write", workspace);
       const root = choice.policy.writableRoots.find((p) => /\/uexec-domain-[^/]+$/.test(p))!;
       // A directory where the passwd file goes: writing it fails.
@@ -61,10 +67,5 @@ Deno.test({
       const listed = Deno.readTextFileSync(accounts.passwd);
       assert.match(listed, new RegExp(`^uexec-${session.uid}:x:${session.uid}:`, "m"));
       session.release();
-    } finally {
-      await domains.close();
-      await reactor.close();
-      Deno.removeSync(workspace, { recursive: true });
-    }
-  },
+    }),
 });
