@@ -325,6 +325,41 @@ Deno.test("each session's uid has a name and its HOME in the account database it
   assert.deepEqual(await Deno.readFile("/etc/passwd"), hostPasswd, "the host's file is untouched");
 });
 
+Deno.test("a login shell keeps the PATH its session started with, though /etc/profile resets it", async () => {
+  const bin = await Deno.makeTempDir({ prefix: "uexec-bin-" });
+  const agentBin = await Deno.makeTempDir({ prefix: "uexec-agent-bin-" });
+  for (const [dir, tool] of [[bin, "server-tool"], [agentBin, "agent-tool"]]) {
+    await Deno.chmod(dir, 0o755);
+    await Deno.writeTextFile(`${dir}/${tool}`, `#!/bin/sh\necho ${tool} ran\n`, { mode: 0o755 });
+  }
+  const path = `${bin}:/usr/local/bin:/usr/bin:/bin`;
+  const server = await startServer({ PATH: path });
+  try {
+    for (const shell of ["/bin/bash", "/bin/sh"]) {
+      const r = await exec(server, 'server-tool; echo "$PATH"; echo "${UEXEC_LOGIN_PATH-unset}"', {
+        shell,
+        login: true,
+      });
+      // The PATH it started with comes first; what /etc/profile set follows, once each.
+      const [ran, after, leftover] = r.output.split("\r\n");
+      assert.equal(ran, "server-tool ran", `${shell}: ${r.output}`);
+      assert.ok(after.startsWith(`${path}:`), after);
+      const dirs = after.split(":");
+      assert.equal(new Set(dirs).size, dirs.length, after);
+      assert.equal(leftover, "unset");
+    }
+    const agent = await exec(server, "agent-tool", {
+      login: true,
+      env: { PATH: `${agentBin}:/usr/bin:/bin` },
+    });
+    assert.equal(agent.output, "agent-tool ran\r\n");
+  } finally {
+    await server.stop();
+    await Deno.remove(bin, { recursive: true });
+    await Deno.remove(agentBin, { recursive: true });
+  }
+});
+
 /** Whether process `pid` exits (or has exited) within `seconds`, watched through a pidfd. */
 async function exitsWithin(pid: number, seconds: number): Promise<boolean> {
   const script = "import os, select, sys\n" +

@@ -30,6 +30,7 @@ import { SandboxUnavailableError } from "./errors.ts";
 import { realPathOrSelf } from "./fsinfo.ts";
 import { E, errno, libc, OsError, rawSyscall } from "../ffi/libc.ts";
 import { checkedSyscall, prctl, SYS, threadEuid } from "./syscalls.ts";
+import { LOGIN_PATH } from "../sessions/env.ts";
 
 /** The credentials one sandboxed session runs as. */
 export interface SandboxIdentity {
@@ -309,9 +310,34 @@ export async function createDomainDir(gid: number | null): Promise<string> {
 }
 
 /**
+ * A private HOME's `.profile`. A login shell (the default) runs `/etc/profile` first, which may
+ * set PATH anew (Debian's does, for every user but root): a tool the session's PATH found
+ * (say in `/opt/node/bin`) would then be missing. This takes back the PATH the session started
+ * with, then appends what the profiles added. POSIX sh, no command run: bash, dash and ksh read
+ * it at every login shell's start.
+ */
+const PROFILE = `# Written by uexec: a login shell's /etc/profile may reset PATH. Put back the PATH
+# this session started with, then add what the profiles added.
+if [ -n "\${${LOGIN_PATH}-}" ]; then
+  uexec_added=$PATH
+  PATH=$${LOGIN_PATH}
+  uexec_ifs=$IFS
+  IFS=:
+  set -f
+  for uexec_dir in $uexec_added; do
+    case ":$PATH:" in *":$uexec_dir:"*) ;; *) PATH=$PATH:$uexec_dir ;; esac
+  done
+  set +f
+  IFS=$uexec_ifs
+  export PATH
+  unset uexec_added uexec_dir uexec_ifs ${LOGIN_PATH}
+fi
+`;
+
+/**
  * Creates a private directory for one session beneath `base`, mode 0700, with a `home`
- * subdirectory, both owned by `owner` when given. The file operations run off the calling
- * thread.
+ * subdirectory holding the `.profile` above, all owned by `owner` when given. The file
+ * operations run off the calling thread.
  */
 export async function createPrivateDir(
   owner: SandboxIdentity | null,
@@ -320,9 +346,13 @@ export async function createPrivateDir(
   const dir = await Deno.makeTempDir({ prefix: "uexec-session-", dir: base });
   const home = `${dir}/home`;
   await Deno.mkdir(home, { mode: 0o700 });
-  for (const path of [dir, home]) {
-    await Deno.chmod(path, 0o700);
-    if (owner) await Deno.chown(path, owner.uid, owner.gid);
+  const profile = `${home}/.profile`;
+  await Deno.writeTextFile(profile, PROFILE, { mode: 0o644 });
+  for (const path of [dir, home]) await Deno.chmod(path, 0o700);
+  if (owner) {
+    for (const path of [dir, home, profile]) {
+      await Deno.chown(path, owner.uid, owner.gid);
+    }
   }
   return { dir, home };
 }

@@ -39,11 +39,18 @@ export function baseEnv(server: Record<string, string>): Record<string, string> 
   return { ...env, ...FORCED_ENV };
 }
 
+/**
+ * Beside PATH in every child: the PATH it was started with, which a sandboxed session's
+ * `~/.profile` puts back after a login shell's `/etc/profile` reset it (see identity.ts).
+ */
+export const LOGIN_PATH = "UEXEC_LOGIN_PATH";
+
 /** The environment of one child. */
 export function childEnv(
   base: Record<string, string>,
   workdir: string,
   extra: Record<string, string> = {},
 ): Record<string, string> {
-  return { ...base, PWD: workdir, ...extra };
+  const env: Record<string, string> = { ...base, PWD: workdir, ...extra };
+  return env.PATH === undefined ? env : { ...env, [LOGIN_PATH]: env.PATH };
 }
