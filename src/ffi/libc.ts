@@ -187,6 +187,7 @@ export const E = {
   EAGAIN: 11,
   ENOMEM: 12,
   EACCES: 13,
+  EEXIST: 17,
   ENOTDIR: 20,
   EINVAL: 22,
   ENFILE: 23,
@@ -202,6 +203,8 @@ export const E = {
 export const O = {
   WRONLY: 1,
   RDWR: 2,
+  CREAT: 0o100,
+  EXCL: 0o200,
   NOCTTY: 0o400,
   NONBLOCK: 0o4000,
   DIRECTORY: 0o200000,

@@ -28,6 +28,7 @@
 import {
   closeAll,
   cString,
+  E,
   errno,
   libc,
   listDir,
@@ -53,7 +54,6 @@ import { SandboxUnavailableError } from "./errors.ts";
 import type { ResourceLimits } from "./policy.ts";
 
 const EPOLLPRI = 0x2;
-const EEXIST = 17;
 /**
  * Session cgroups kept made ahead per set of limits: enough for a burst of starts to find
  * theirs ready, each holding its few open `cgroup.procs` files.
@@ -715,7 +715,7 @@ function mkdirs(path: string): void {
   let at = "";
   for (const part of path.split("/").slice(1)) {
     at += `/${part}`;
-    if (libc().mkdir(cString(at), 0o755) < 0 && errno() !== EEXIST) {
+    if (libc().mkdir(cString(at), 0o755) < 0 && errno() !== E.EEXIST) {
       throw new OsError(`mkdir(${at})`, errno());
     }
   }

@@ -306,7 +306,7 @@ export class SandboxDomains {
     let dir: PrivateDir | undefined;
     try {
       const owner = uid === undefined ? null : { uid, gid: uids!.ids.gid };
-      dir = await createPrivateDir(owner, domain.root);
+      dir = createPrivateDir(owner, domain.root);
       const accounts = await this.#accounts(domain, uids);
       const unlist = uid === undefined ? undefined : accounts?.add(uid, dir.home);
       return { uid, dir, unlist };

@@ -16,7 +16,6 @@ import { SandboxUnavailableError } from "./errors.ts";
 import { closeFd, SYS } from "./syscalls.ts";
 
 const LOCK_DIR = "/run/uexec";
-const O_CREAT = 0o100;
 const F_OFD_SETLK = 37;
 const F_OFD_GETLK = 36;
 const F_WRLCK = 1;
@@ -46,7 +45,7 @@ export interface UidLease {
 export function leaseUidRange(first: number, last: number, dir = LOCK_DIR): UidLease {
   Deno.mkdirSync(dir, { recursive: true, mode: 0o700 });
   const path = `${dir}/uids.lock`;
-  const fd = rawSyscall(SYS.openat, AT_FDCWD, cString(path), O.RDWR | O_CREAT | O.CLOEXEC, 0o600);
+  const fd = rawSyscall(SYS.openat, AT_FDCWD, cString(path), O.RDWR | O.CREAT | O.CLOEXEC, 0o600);
   if (fd < 0) {
     throw new SandboxUnavailableError(
       `cannot open ${path} to lease the sandbox uids: errno ${errno()}`,
