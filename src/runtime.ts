@@ -88,6 +88,11 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
   if (containment.reaped > 0) {
     log.warn("dead_instance_reaped", { cgroups: containment.reaped });
   }
+  // Their processes are dead now (with cgroups); their files may be large: removed meanwhile.
+  const leftovers = SandboxDomains.removeDead().then(
+    (directories) => directories > 0 && log.warn("dead_instance_dirs_removed", { directories }),
+    (err) => log.warn("dead_instance_dirs_failed", { error: String(err) }),
+  );
   if (containment.report.reason) {
     log.warn("containment_process_group", { reason: containment.report.reason });
   }
@@ -172,6 +177,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
       await reactor.close();
       truncator.close();
       await domains.close();
+      await leftovers;
       metrics.close();
       await history?.recorder?.close();
       await log.close();

@@ -209,16 +209,22 @@ Deno.test("a shutdown past its time limit still kills what every session runs", 
   }
 });
 
-Deno.test("after kill -9 of the server, the next one kills what its sessions left", async () => {
-  const first = await startServer();
+Deno.test("after kill -9 of the server, the next one kills what its sessions left and removes their files", async () => {
+  const first = await startServer({ UEXEC_PROFILE: "workspace-write" });
   let daemon = 0;
+  let instanceDir = "";
   try {
     daemon = (await withDaemon(first)).daemon;
+    // The session's HOME is in its domain's directory, in the instance's.
+    const home = Deno.readTextFileSync(`/proc/${daemon}/environ`).split("\0")
+      .find((e) => e.startsWith("HOME="))!;
+    instanceDir = /^HOME=(.*\/uexec-i\d+-\d+)\/domain-[^/]+\//.exec(home)![1];
     Deno.kill(first.pid, "SIGKILL");
   } finally {
     await first.stop();
   }
   assert.equal(alive(daemon), true, "the daemon should still run after the crash");
+  assert.ok(exists(instanceDir), `${instanceDir} should be left after the crash`);
   const second = await startServer();
   try {
     // The dead instance's cgroups are gone by the time the new server listens.
@@ -229,6 +235,9 @@ Deno.test("after kill -9 of the server, the next one kills what its sessions lef
     const { stderr } = await second.stop();
     // Its one session's cgroup held something (the cgroups it had made ahead were empty).
     assert.match(stderr, /"msg":"dead_instance_reaped".*"cgroups":1\b/);
+    // Its directories (sessions' HOMEs) go too, removed while the next server runs.
+    assert.match(stderr, /"msg":"dead_instance_dirs_removed".*"directories":\d+/);
+    assert.equal(exists(instanceDir), false, `${instanceDir} was left`);
   }
 });
 

@@ -1,15 +1,18 @@
 /**
  * The sandbox domain registry's spares: each domain makes its next session's uid and private
  * directory ahead, but only the most recently used `maxSpares` domains keep one, so commands in
- * thousands of directories of their own cannot hold the uid range; and its account files, tried
- * again after a failure. Needs root (the sessions' own uids).
+ * thousands of directories of their own cannot hold the uid range; its account files, tried
+ * again after a failure; and the directories dead server instances left. Needs root (the
+ * sessions' own uids).
  *
  * @module
  */
 
 import assert from "node:assert/strict";
 import { Reactor } from "../src/io/reactor.ts";
-import type { DomainOptions, SandboxDomains } from "../src/sandbox/domains.ts";
+import { type DomainOptions, SandboxDomains } from "../src/sandbox/domains.ts";
+import { instanceName } from "../src/sandbox/instance.ts";
+import { exists } from "./helpers/fs.ts";
 import { testDomains } from "./helpers/domains.ts";
 
 /** Runs `fn` with a registry over a fresh world-writable workspace, closed and removed after. */
@@ -54,7 +57,9 @@ Deno.test({
   fn: () =>
     withDomains({}, async (domains, workspace) => {
       const choice = await domains.choose("workspace-write", workspace);
-      const root = choice.policy.writableRoots.find((p) => /\/uexec-domain-[^/]+$/.test(p))!;
+      const root = choice.policy.writableRoots.find((p) =>
+        /\/uexec-i\d+-\d+\/domain-[^/]+$/.test(p)
+      )!;
       // A directory where the passwd file goes: writing it fails.
       Deno.mkdirSync(`${root}/passwd`);
       await assert.rejects(choice.restriction!(), /directory/i);
@@ -68,4 +73,30 @@ Deno.test({
       assert.match(listed, new RegExp(`^uexec-${session.uid}:x:${session.uid}:`, "m"));
       session.release();
     }),
+});
+
+Deno.test({
+  name: "domains: directories of dead instances go; a live one's and another user's stay",
+  ignore: Deno.uid() !== 0,
+  fn: async () => {
+    const tmp = Deno.makeTempDirSync({ prefix: "uexec-tmpdir-" });
+    const saved = Deno.env.get("TMPDIR");
+    Deno.env.set("TMPDIR", tmp);
+    try {
+      const live = `${tmp}/uexec-${instanceName()}`;
+      const dead = `${tmp}/uexec-i4194305-1`; // above any pid_max: no such process
+      const foreign = `${tmp}/uexec-i4194306-1`;
+      const other = `${tmp}/uexec-domain-0123`;
+      for (const dir of [live, dead, foreign, other]) {
+        Deno.mkdirSync(`${dir}/domain-x/s/home`, { recursive: true });
+      }
+      Deno.chownSync(foreign, 12345, 12345);
+      assert.equal(await SandboxDomains.removeDead(), 1);
+      assert.deepEqual([live, dead, foreign, other].map(exists), [true, false, true, true]);
+    } finally {
+      if (saved === undefined) Deno.env.delete("TMPDIR");
+      else Deno.env.set("TMPDIR", saved);
+      Deno.removeSync(tmp, { recursive: true });
+    }
+  },
 });

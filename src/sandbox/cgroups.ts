@@ -38,6 +38,7 @@ import {
   OsError,
   readSmallFile,
 } from "../ffi/libc.ts";
+import { INSTANCE_NAME, instanceName, instanceRuns } from "./instance.ts";
 import type { DescriptorReserve } from "../io/descriptor_reserve.ts";
 import type { Reactor } from "../io/reactor.ts";
 import {
@@ -252,7 +253,7 @@ export class CgroupHost {
     if (readSmallFile(`${root}/cgroup.controllers`) === undefined) {
       throw new SandboxUnavailableError(`${root} is not a cgroup v2 hierarchy`);
     }
-    const instance = instanceName(Deno.pid);
+    const instance = instanceName();
     const dir = `${root}/${PARENT}/${instance}`;
     mkdirs(dir);
     const v2 = enableControllers([root, `${root}/${PARENT}`, dir], ["pids", "memory"]);
@@ -517,14 +518,13 @@ export class CgroupHost {
     const parent = `${root}/${PARENT}`;
     let instances: string[];
     try {
-      instances = listDir(parent).filter((n) => /^i\d+-\d+$/.test(n));
+      instances = listDir(parent).filter((n) => INSTANCE_NAME.test(n));
     } catch {
       return 0;
     }
     let count = 0;
     for (const instance of instances) {
-      const [pid, start] = instance.slice(1).split("-").map(Number);
-      if (startTime(pid) === start) continue;
+      if (instanceRuns(instance)) continue;
       const dir = `${parent}/${instance}`;
       const sessions = listDir(dir).filter((n) => /^s\d+$/.test(n));
       const v1 = (["pids", "memory"] as const).map(v1Own).filter((d) => d !== undefined)
@@ -561,20 +561,6 @@ export function cgroupRoot(configured: string | undefined): string | undefined {
     if (readSmallFile(`${candidate}/cgroup.controllers`) !== undefined) return candidate;
   }
   return undefined;
-}
-
-/** The instance directory name of process `pid`: its pid and start time. */
-function instanceName(pid: number): string {
-  return `i${pid}-${startTime(pid)}`;
-}
-
-/** Process `pid`'s start time in clock ticks since boot, or undefined when it is gone. */
-function startTime(pid: number): number | undefined {
-  const stat = readSmallFile(`/proc/${pid}/stat`);
-  if (stat === undefined) return undefined;
-  // Fields after the command name (which may hold spaces) start at field 3; starttime is 22.
-  const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return Number(rest[19]);
 }
 
 /**

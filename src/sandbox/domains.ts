@@ -24,10 +24,12 @@ import { assertNotInsideProtected, GitGuard, protectedNames } from "./git_guard.
 import {
   assertReachable,
   createDomainDir,
+  createInstanceDir,
   createPrivateDir,
   prepareWorkdir,
   type PrivateDir,
   privateEnv,
+  removeDeadInstanceDirs,
   removePrivateDir,
   type SandboxIds,
   sandboxIds,
@@ -169,6 +171,8 @@ export class SandboxDomains {
   #withSpare = new Set<Domain>();
   #prepared = false;
   #closed = false;
+  /** Where the domains' directories are made (instance.ts), made with the first. */
+  #instanceDir?: Promise<string>;
   /** Names kept read-only at any depth: the profiles' one-component read-only subpaths. */
   #protectedNames: Set<string>;
   #guard?: GitGuard;
@@ -249,6 +253,16 @@ export class SandboxDomains {
     this.#domains.clear();
     this.#withSpare.clear();
     for (const d of domains) if (d.status === "fulfilled") await removePrivateDir(d.value.root);
+    const instanceDir = await this.#instanceDir?.catch(() => undefined);
+    if (instanceDir) await removePrivateDir(instanceDir);
+  }
+
+  /**
+   * Remove the domain directories of server instances that no longer run (a server killed with
+   * SIGKILL leaves its sessions' HOMEs and all); resolves to how many instances' were removed.
+   */
+  static removeDead(): Promise<number> {
+    return removeDeadInstanceDirs();
   }
 
   /**
@@ -342,7 +356,15 @@ export class SandboxDomains {
 
   async #create(profile: Profile, workdir: string, uids: Uids | null): Promise<Domain> {
     if (uids) this.#makeReachable(workdir, uids.ids, profile);
-    const root = await createDomainDir(uids?.ids.gid ?? null);
+    const gid = uids?.ids.gid ?? null;
+    if (!this.#instanceDir) {
+      const made = createInstanceDir(gid);
+      this.#instanceDir = made;
+      made.catch(() => {
+        if (this.#instanceDir === made) this.#instanceDir = undefined;
+      });
+    }
+    const root = await createDomainDir(gid, await this.#instanceDir);
     const policy = this.#resolve(profile, workdir, root);
     return { root, policy };
   }

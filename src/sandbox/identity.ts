@@ -31,6 +31,7 @@ import { realPathOrSelf } from "./fsinfo.ts";
 import { AT_FDCWD, check, cString, E, errno, libc, O, OsError, rawSyscall } from "../ffi/libc.ts";
 import { checkedSyscall, prctl, SYS, threadEuid } from "./syscalls.ts";
 import { LOGIN_PATH } from "../sessions/env.ts";
+import { INSTANCE_NAME, instanceName, instanceRuns } from "./instance.ts";
 
 /** The credentials one sandboxed session runs as. */
 export interface SandboxIdentity {
@@ -295,17 +296,61 @@ export interface PrivateDir {
   home: string;
 }
 
+/** Owned by root and the sandbox group, 0710, when `gid` is given, else the server's, 0700. */
+async function restrictDir(dir: string, gid: number | null): Promise<void> {
+  if (gid === null) return await Deno.chmod(dir, 0o700);
+  await Deno.chown(dir, 0, gid);
+  await Deno.chmod(dir, 0o710);
+}
+
+/** The temporary directory, as Deno's own temporary files find it. */
+function tempRoot(): string {
+  return Deno.env.get("TMPDIR") || "/tmp";
+}
+
+const INSTANCE_DIR_PREFIX = "uexec-";
+
+/**
+ * Creates the directory this server instance keeps its domain directories in,
+ * `uexec-<instance>` in the temporary directory (see instance.ts), so that a later server can
+ * remove what a dead one left. Sessions may pass through it (`gid` given) but neither list nor
+ * change it.
+ */
+export async function createInstanceDir(gid: number | null): Promise<string> {
+  const dir = `${tempRoot()}/${INSTANCE_DIR_PREFIX}${instanceName()}`;
+  await Deno.mkdir(dir);
+  await restrictDir(dir, gid);
+  return dir;
+}
+
+/**
+ * Removes the directories of server instances that no longer run (a server killed with
+ * SIGKILL leaves its sessions' HOMEs, caches and all); resolves to how many. Only directories
+ * of this server's uid count (not a look-alike another user made). Off the calling thread.
+ */
+export async function removeDeadInstanceDirs(): Promise<number> {
+  let removed = 0;
+  for await (const entry of Deno.readDir(tempRoot())) {
+    const instance = entry.name.slice(INSTANCE_DIR_PREFIX.length);
+    if (!entry.isDirectory || !entry.name.startsWith(INSTANCE_DIR_PREFIX)) continue;
+    if (!INSTANCE_NAME.test(instance) || instanceRuns(instance)) continue;
+    const path = `${tempRoot()}/${entry.name}`;
+    if ((await Deno.lstat(path)).uid !== Deno.uid()) continue;
+    await Deno.remove(path, { recursive: true });
+    removed++;
+  }
+  return removed;
+}
+
 /**
  * Creates the directory a domain's sessions get their private directories in (the profile's
- * `{tmp}`): owned by root and the sandbox group with mode 0710 when `gid` is given (sessions
- * may pass through it but neither list nor change it), else owned by the server, mode 0700.
+ * `{tmp}`) in `parent` (the instance's directory; by default the temporary directory itself):
+ * owned by root and the sandbox group with mode 0710 when `gid` is given (sessions may pass
+ * through it but neither list nor change it), else owned by the server, mode 0700.
  */
-export async function createDomainDir(gid: number | null): Promise<string> {
-  const dir = await Deno.makeTempDir({ prefix: "uexec-domain-" });
-  if (gid !== null) {
-    await Deno.chown(dir, 0, gid);
-    await Deno.chmod(dir, 0o710);
-  }
+export async function createDomainDir(gid: number | null, parent = tempRoot()): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "domain-", dir: parent });
+  await restrictDir(dir, gid);
   return dir;
 }
 
