@@ -15,9 +15,7 @@ import { OsError } from "../ffi/libc.ts";
 import { startWorker } from "../io/descriptor_reserve.ts";
 import type { Spawned, SpawnSpec } from "../pty/spawn.ts";
 import { SandboxUnavailableError } from "../sandbox/errors.ts";
-import type { ResolvedPolicy } from "../sandbox/policy.ts";
-import type { AccountFiles } from "../sandbox/accounts.ts";
-import type { WorkerReply, WorkerRequest } from "./protocol.ts";
+import type { Restriction, WorkerReply, WorkerRequest } from "./protocol.ts";
 
 /**
  * A failed worker request: `kind` says whether the spawn itself failed, the worker reported an
@@ -36,16 +34,7 @@ export class SpawnFailure extends Error {
   }
 }
 
-/** How a domain's worker restricts itself. */
-export interface Restriction {
-  policy: ResolvedPolicy;
-  /** The uid the worker's thread rests as between spawns (a root server only). */
-  uid?: number;
-  /** The group its children run in (a root server only). */
-  gid?: number;
-  /** The account files its children see (a root server only). */
-  accounts?: AccountFiles;
-}
+export type { Restriction } from "./protocol.ts";
 
 /** The spawner worker's module. */
 const SPAWNER_MODULE = new URL("./spawner.ts", import.meta.url);

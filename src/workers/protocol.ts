@@ -12,6 +12,17 @@ import type { SpawnSpec } from "../pty/spawn.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
 import type { AccountFiles } from "../sandbox/accounts.ts";
 
+/** How a domain's worker restricts itself. */
+export interface Restriction {
+  policy: ResolvedPolicy;
+  /** The uid the worker's thread rests as between spawns (a root server only). */
+  uid?: number;
+  /** The group its children run in (a root server only). */
+  gid?: number;
+  /** The account files its children see (a root server only). */
+  accounts?: AccountFiles;
+}
+
 /**
  * A request to a spawner worker. `id` pairs it with its reply. A spawn's `started` is shared
  * memory where the worker stores the child's pid and terminal master (-1: none) as soon as they
@@ -19,14 +30,7 @@ import type { AccountFiles } from "../sandbox/accounts.ts";
  */
 export type WorkerRequest =
   | { id: number; type: "spawn"; spec: SpawnSpec; started: Int32Array }
-  | {
-    id: number;
-    type: "restrict";
-    policy: ResolvedPolicy;
-    uid?: number;
-    gid?: number;
-    accounts?: AccountFiles;
-  }
+  | ({ id: number; type: "restrict" } & Restriction)
   | { id: number; type: "reap"; uids: number[] };
 
 /** A worker's reply. */

@@ -70,7 +70,7 @@ function handle(req: WorkerRequest): WorkerReply {
       if (restricted) throw new Error("this worker is already restricted");
       restricted = true;
       try {
-        applySandbox(req.policy, { uid: req.uid, gid: req.gid, accounts: req.accounts });
+        applySandbox(req.policy, req);
         return { id: req.id, type: "restricted" };
       } catch (err) {
         broken = err instanceof SandboxUnavailableError ? err.message : `sandbox: ${err}`;
