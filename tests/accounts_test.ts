@@ -30,7 +30,7 @@ Deno.test("accounts: sessions get slots in place, reused once free; the host's e
   const root = await Deno.makeTempDir({ prefix: "uexec-accounts-" });
   try {
     const host = await Deno.readTextFile("/etc/passwd");
-    const accounts = await DomainAccounts.create(root, GID);
+    const accounts = DomainAccounts.create(root, GID);
     assert.ok(accounts);
     const { passwd, group } = accounts.files;
     assert.equal((await Deno.stat(passwd)).mode! & 0o777, 0o644);
@@ -72,7 +72,7 @@ Deno.test("accounts: sessions get slots in place, reused once free; the host's e
 Deno.test("accounts: a group the host already has is not added again", async () => {
   const root = await Deno.makeTempDir({ prefix: "uexec-accounts-" });
   try {
-    const accounts = await DomainAccounts.create(root, 0);
+    const accounts = DomainAccounts.create(root, 0);
     assert.equal(
       await Deno.readTextFile(accounts!.files.group),
       await Deno.readTextFile("/etc/group"),
@@ -87,7 +87,7 @@ Deno.test("accounts: none for a directory whose path an entry cannot hold", asyn
   const root = `${parent}/a:b`;
   try {
     await Deno.mkdir(root);
-    assert.equal(await DomainAccounts.create(root, GID), null);
+    assert.equal(DomainAccounts.create(root, GID), null);
     assert.deepEqual([...Deno.readDirSync(root)], []);
   } finally {
     await Deno.remove(parent, { recursive: true });

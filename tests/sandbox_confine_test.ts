@@ -124,7 +124,7 @@ interface Fixture {
   base: string;
   ws: string;
   domainDir: string;
-  priv: Awaited<ReturnType<typeof createPrivateDir>>;
+  priv: ReturnType<typeof createPrivateDir>;
 }
 
 /** The sandbox ids of this (root) test process, and the session uid its commands run as. */
@@ -193,8 +193,8 @@ Deno.test("every enforcing profile confines sockets, namespaces and kernel inter
   const ws = `${base}/ws`;
   Deno.mkdirSync(ws, { mode: 0o777 });
   Deno.chmodSync(ws, 0o777);
-  const domainDir = await createDomainDir(IDS.gid);
-  const priv = await createPrivateDir({ uid: UID, gid: IDS.gid }, domainDir);
+  const domainDir = createDomainDir(IDS.gid);
+  const priv = createPrivateDir({ uid: UID, gid: IDS.gid }, domainDir);
   const f: Fixture = { base, ws, domainDir, priv };
   try {
     for (const network of ["none", "loopback", "all"] as const) {

@@ -34,7 +34,7 @@ interface Fixture {
   outside: string;
   secret: string;
   domainDir: string;
-  priv: Awaited<ReturnType<typeof createPrivateDir>>;
+  priv: ReturnType<typeof createPrivateDir>;
 }
 
 /** The sandbox ids of this (root) test process, and the session uid its commands run as. */
@@ -43,7 +43,7 @@ const UID = IDS.last;
 const GID = IDS.gid;
 
 /** A root-owned tree: base (0700 at first) / ws (0755, with a 0777 `.git`), outside (0777), secret. */
-async function makeFixture(): Promise<Fixture> {
+function makeFixture(): Fixture {
   const base = Deno.makeTempDirSync({ prefix: "uexec-enforce-" });
   const ws = `${base}/ws`;
   Deno.mkdirSync(`${ws}/.git`, { recursive: true });
@@ -58,8 +58,8 @@ async function makeFixture(): Promise<Fixture> {
   const secret = `${base}/secret`;
   Deno.mkdirSync(secret, { mode: 0o755 });
   Deno.writeTextFileSync(`${secret}/key`, "s3cr3t\n", { mode: 0o644 });
-  const domainDir = await createDomainDir(GID);
-  const priv = await createPrivateDir({ uid: UID, gid: GID }, domainDir);
+  const domainDir = createDomainDir(GID);
+  const priv = createPrivateDir({ uid: UID, gid: GID }, domainDir);
   return { base, ws, outside, secret, domainDir, priv };
 }
 
@@ -173,7 +173,7 @@ show("own-loopback", own_loopback)
 Deno.test("sandbox enforcement on the real kernel", async (t) => {
   assert.equal(Deno.uid(), 0, "these tests need root (uid drop, namespaces)");
   assert.ok(landlockAbi() >= 6, "these tests need Landlock ABI 6+");
-  const f = await makeFixture();
+  const f = makeFixture();
   try {
     await t.step("probe reports an enforceable sandbox with a uid per session", () => {
       assert.deepEqual(probeSandbox(), {

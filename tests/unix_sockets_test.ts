@@ -162,22 +162,22 @@ Deno.test("the domain key changes when a socket to hide appears or is bound agai
   const domains = testDomains(workspace, reactor, {
     sockets: new SocketListing(0, () => boundUnixSockets().filter(ours)),
   });
-  const key = async () => (await domains.choose("workspace-write", workspace)).domain;
+  const key = () => domains.choose("workspace-write", workspace).domain;
   try {
-    const before = await key();
-    assert.equal(await key(), before, "stable while nothing changes");
+    const before = key();
+    assert.equal(key(), before, "stable while nothing changes");
     let service = Deno.listen({ transport: "unix", path });
-    const withSocket = await key();
+    const withSocket = key();
     assert.notEqual(withSocket, before);
     assert.ok(withSocket.includes(path));
     service.close();
     service = Deno.listen({ transport: "unix", path });
-    const rebound = await key();
+    const rebound = key();
     assert.notEqual(rebound, withSocket, "a service that binds again gets a fresh worker");
     service.close();
     const inside = Deno.listen({ transport: "unix", path: `${workspace}/own.sock` });
     try {
-      assert.equal(await key(), before, "sockets in the writable roots change nothing");
+      assert.equal(key(), before, "sockets in the writable roots change nothing");
     } finally {
       inside.close();
     }

@@ -73,17 +73,16 @@ export class DomainAccounts {
 
   /**
    * Writes the account files of a domain into its directory `root` for sessions of group
-   * `gid`; null when the host has no `/etc/passwd` or `/etc/group` to cover, or when `root`
-   * (where the sessions' homes are) cannot be written in an entry.
+   * `gid`, on this thread (a few kilobytes, once per domain); null when the host has no
+   * `/etc/passwd` or `/etc/group` to cover, or when `root` (where the sessions' homes are)
+   * cannot be written in an entry.
    */
-  static async create(root: string, gid: number): Promise<DomainAccounts | null> {
+  static create(root: string, gid: number): DomainAccounts | null {
     if (/[:\n]/.test(root)) return null;
     let passwd: string, group: string;
     try {
-      [passwd, group] = await Promise.all([
-        Deno.readTextFile(HOST_FILES.passwd),
-        Deno.readTextFile(HOST_FILES.group),
-      ]);
+      passwd = Deno.readTextFileSync(HOST_FILES.passwd);
+      group = Deno.readTextFileSync(HOST_FILES.group);
     } catch (err) {
       if (err instanceof Deno.errors.NotFound) return null;
       throw err;
@@ -92,10 +91,8 @@ export class DomainAccounts {
     group = withNewline(group);
     if (!hasGroup(group, gid)) group += `${GROUP_NAME}:x:${gid}:\n`;
     const files = { passwd: `${root}/passwd`, group: `${root}/group` };
-    await Promise.all([
-      Deno.writeTextFile(files.passwd, passwd, { mode: 0o644 }),
-      Deno.writeTextFile(files.group, group, { mode: 0o644 }),
-    ]);
+    Deno.writeTextFileSync(files.passwd, passwd, { mode: 0o644 });
+    Deno.writeTextFileSync(files.group, group, { mode: 0o644 });
     const base = new TextEncoder().encode(passwd).length;
     return new DomainAccounts(files, gid, base, root.length + SLOT_SLACK);
   }

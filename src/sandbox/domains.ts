@@ -76,9 +76,9 @@ export interface SandboxChoice {
   domain: string;
   /**
    * How that worker restricts itself; undefined when nothing is enforced. Its first call for a
-   * domain writes the domain's account files, which needs file descriptors.
+   * domain writes the domain's account files, which needs file descriptors (and throws without).
    */
-  restriction?: () => Promise<Restriction>;
+  restriction?: () => Restriction;
   /** How to start `command` with `env` under this sandbox's limits (after the gate, when `gate`). */
   launch(command: ShellCommand, env: Record<string, string>, gate: boolean): Launch;
   /** The session's private directory and uid. */
@@ -118,10 +118,10 @@ interface Domain {
   /** The next session's uid and directory, made ahead so that session need not wait. */
   spare?: Promise<Reserved>;
   /**
-   * The passwd and group files its sessions see (a root server), written when its first worker
-   * or session needs them, and again after a failure.
+   * The passwd and group files its sessions see (null: none), written when its first worker or
+   * session needs them (until then, and after a failure, undefined).
    */
-  accounts?: Promise<DomainAccounts | null>;
+  accounts?: DomainAccounts | null;
 }
 
 /** A uid and private directory set aside for one session. */
@@ -166,13 +166,13 @@ export class SandboxDomains {
   #opts: DomainOptions;
   #sockets: SocketListing;
   #uids?: Uids | null;
-  #domains = new Map<string, Promise<Domain>>();
+  #domains = new Map<string, Domain>();
   /** Domains holding a spare, least recently used first. */
   #withSpare = new Set<Domain>();
   #prepared = false;
   #closed = false;
   /** Where the domains' directories are made (instance.ts), made with the first. */
-  #instanceDir?: Promise<string>;
+  #instanceDir?: string;
   /** Names kept read-only at any depth: the profiles' one-component read-only subpaths. */
   #protectedNames: Set<string>;
   #guard?: GitGuard;
@@ -206,7 +206,7 @@ export class SandboxDomains {
    * approved `widening` (reported under the name of the profile it widens, or of the wider
    * profile it names).
    */
-  async choose(name: string, workdir: string, opts: ChooseOptions = {}): Promise<SandboxChoice> {
+  choose(name: string, workdir: string, opts: ChooseOptions = {}): SandboxChoice {
     const widening = canonical(opts.widening ?? {});
     const base = this.profile(name);
     const profile = widen(base, widening, (n) => this.profile(n), FULL_ACCESS);
@@ -215,13 +215,11 @@ export class SandboxDomains {
     const uids = this.#sessionUids();
     assertNotInsideProtected(workdir, this.#protectedNames, uids && sandboxOwners(uids.ids));
     const id = JSON.stringify([name, widening, opts.agent ?? null, workdir]);
-    let pending = this.#domains.get(id);
-    if (!pending) {
-      pending = this.#create(profile, workdir, uids);
-      this.#domains.set(id, pending);
-      pending.catch(() => this.#domains.delete(id));
+    let domain = this.#domains.get(id);
+    if (!domain) {
+      domain = this.#create(profile, workdir, uids);
+      this.#domains.set(id, domain);
     }
-    const domain = await pending;
     this.#guard?.settle();
     const protectedNow = this.#guard?.protectedAmong(domain.policy.readOnlySubpaths) ??
       existingPaths(domain.policy.readOnlySubpaths);
@@ -232,11 +230,11 @@ export class SandboxDomains {
       profile: name,
       policy: domain.policy,
       domain: JSON.stringify([id, protectedNow, hiddenNow]),
-      restriction: async () => ({
+      restriction: () => ({
         policy: { ...domain.policy, readOnlySubpaths: protectedNow },
         uid: uids?.ids.spawner,
         gid: uids?.ids.gid,
-        accounts: (await this.#accounts(domain, uids))?.files,
+        accounts: this.#accounts(domain, uids)?.files,
       }),
       launch: (command, env, gate) => launch(command, env, { limits: domain.policy.limits, gate }),
       session: () => this.#session(domain, uids),
@@ -249,12 +247,10 @@ export class SandboxDomains {
     this.#uids?.reaper.terminate();
     this.#guard?.close();
     this.#uids?.lease.release();
-    const domains = await Promise.allSettled(this.#domains.values());
     this.#domains.clear();
     this.#withSpare.clear();
-    for (const d of domains) if (d.status === "fulfilled") await removePrivateDir(d.value.root);
-    const instanceDir = await this.#instanceDir?.catch(() => undefined);
-    if (instanceDir) await removePrivateDir(instanceDir);
+    // Every domain's directory is in it.
+    if (this.#instanceDir) await removePrivateDir(this.#instanceDir);
   }
 
   /**
@@ -321,8 +317,9 @@ export class SandboxDomains {
     try {
       const owner = uid === undefined ? null : { uid, gid: uids!.ids.gid };
       dir = createPrivateDir(owner, domain.root);
-      const accounts = await this.#accounts(domain, uids);
-      const unlist = uid === undefined ? undefined : accounts?.add(uid, dir.home);
+      const unlist = uid === undefined
+        ? undefined
+        : this.#accounts(domain, uids)?.add(uid, dir.home);
       return { uid, dir, unlist };
     } catch (err) {
       if (dir) giveBack({ uid, dir }, uids);
@@ -354,30 +351,20 @@ export class SandboxDomains {
     return this.#uids;
   }
 
-  async #create(profile: Profile, workdir: string, uids: Uids | null): Promise<Domain> {
+  #create(profile: Profile, workdir: string, uids: Uids | null): Domain {
     if (uids) this.#makeReachable(workdir, uids.ids, profile);
     const gid = uids?.ids.gid ?? null;
-    if (!this.#instanceDir) {
-      const made = createInstanceDir(gid);
-      this.#instanceDir = made;
-      made.catch(() => {
-        if (this.#instanceDir === made) this.#instanceDir = undefined;
-      });
-    }
-    const root = await createDomainDir(gid, await this.#instanceDir);
+    this.#instanceDir ??= createInstanceDir(gid);
+    const root = createDomainDir(gid, this.#instanceDir);
     const policy = this.#resolve(profile, workdir, root);
     return { root, policy };
   }
 
-  /** The domain's account files (a root server), written on first use. */
-  #accounts(domain: Domain, uids: Uids | null): Promise<DomainAccounts | null> {
-    if (!uids) return Promise.resolve(null);
-    if (!domain.accounts) {
-      const written = DomainAccounts.create(domain.root, uids.ids.gid);
-      domain.accounts = written;
-      written.catch(() => {
-        if (domain.accounts === written) domain.accounts = undefined;
-      });
+  /** The domain's account files (a root server), written on first use; throws if they cannot be. */
+  #accounts(domain: Domain, uids: Uids | null): DomainAccounts | null {
+    if (!uids) return null;
+    if (domain.accounts === undefined) {
+      domain.accounts = DomainAccounts.create(domain.root, uids.ids.gid);
     }
     return domain.accounts;
   }

@@ -296,11 +296,18 @@ export interface PrivateDir {
   home: string;
 }
 
-/** Owned by root and the sandbox group, 0710, when `gid` is given, else the server's, 0700. */
-async function restrictDir(dir: string, gid: number | null): Promise<void> {
-  if (gid === null) return await Deno.chmod(dir, 0o700);
-  await Deno.chown(dir, 0, gid);
-  await Deno.chmod(dir, 0o710);
+/**
+ * Gives directory `dir` (made with {@link groupDirMode}) to root and the sandbox group `gid`:
+ * sessions may pass through it but neither list nor change it. Nothing without a `gid` (a
+ * server that is not root keeps its own directories).
+ */
+function shareWithGroup(dir: string, gid: number | null): void {
+  if (gid !== null) check(`chown(${dir})`, libc().chown(cString(dir), 0, gid));
+}
+
+/** 0710 for a directory shared with the sandbox group `gid`, else 0700. */
+function groupDirMode(gid: number | null): number {
+  return gid === null ? 0o700 : 0o710;
 }
 
 /** The temporary directory, as Deno's own temporary files find it. */
@@ -316,10 +323,10 @@ const INSTANCE_DIR_PREFIX = "uexec-";
  * remove what a dead one left. Sessions may pass through it (`gid` given) but neither list nor
  * change it.
  */
-export async function createInstanceDir(gid: number | null): Promise<string> {
+export function createInstanceDir(gid: number | null): string {
   const dir = `${tempRoot()}/${INSTANCE_DIR_PREFIX}${instanceName()}`;
-  await Deno.mkdir(dir);
-  await restrictDir(dir, gid);
+  makeDir(dir, groupDirMode(gid));
+  shareWithGroup(dir, gid);
   return dir;
 }
 
@@ -329,12 +336,13 @@ export async function createInstanceDir(gid: number | null): Promise<string> {
  * of this server's uid count (not a look-alike another user made). Off the calling thread.
  */
 export async function removeDeadInstanceDirs(): Promise<number> {
+  const root = tempRoot();
   let removed = 0;
-  for await (const entry of Deno.readDir(tempRoot())) {
+  for await (const entry of Deno.readDir(root)) {
     const instance = entry.name.slice(INSTANCE_DIR_PREFIX.length);
     if (!entry.isDirectory || !entry.name.startsWith(INSTANCE_DIR_PREFIX)) continue;
     if (!INSTANCE_NAME.test(instance) || instanceRuns(instance)) continue;
-    const path = `${tempRoot()}/${entry.name}`;
+    const path = `${root}/${entry.name}`;
     if ((await Deno.lstat(path)).uid !== Deno.uid()) continue;
     await Deno.remove(path, { recursive: true });
     removed++;
@@ -348,9 +356,9 @@ export async function removeDeadInstanceDirs(): Promise<number> {
  * owned by root and the sandbox group with mode 0710 when `gid` is given (sessions may pass
  * through it but neither list nor change it), else owned by the server, mode 0700.
  */
-export async function createDomainDir(gid: number | null, parent = tempRoot()): Promise<string> {
-  const dir = await Deno.makeTempDir({ prefix: "domain-", dir: parent });
-  await restrictDir(dir, gid);
+export function createDomainDir(gid: number | null, parent = tempRoot()): string {
+  const dir = makeUniqueDir(parent, "domain-", groupDirMode(gid));
+  shareWithGroup(dir, gid);
   return dir;
 }
 

@@ -87,7 +87,7 @@ export class Supervisor {
       if (!decision.approved) throw new RejectedError(decision.message);
       granted = decision.granted;
     }
-    const sandbox = await this.#choose(frozen, profile, granted);
+    const sandbox = this.#choose(frozen, profile, granted);
     const first = await this.#opts.manager.exec({ ...frozen.request, sandbox });
     if (!sandbox.policy.enforce || first.exit_code === undefined) return first;
     const next = planExecution({
@@ -110,12 +110,12 @@ export class Supervisor {
     }
     const retried = await this.#opts.manager.exec({
       ...frozen.request,
-      sandbox: await this.#choose(frozen, profile, decision.granted),
+      sandbox: this.#choose(frozen, profile, decision.granted),
     });
     return { ...retried, sandbox: { ...retried.sandbox, retried: true } };
   }
 
-  #choose(input: SupervisedExec, profile: string, granted: Widening): Promise<SandboxChoice> {
+  #choose(input: SupervisedExec, profile: string, granted: Widening): SandboxChoice {
     return this.#opts.domains.choose(profile, input.request.workdir, {
       agent: input.request.owner,
       widening: granted,

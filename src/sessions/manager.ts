@@ -501,11 +501,12 @@ export class SessionManager {
         throw outOfFiles(`fewer than ${2 * DESCRIPTOR_RESERVE} are free since a start ran out`);
       }
     }
-    const restriction = sandbox.restriction?.() ?? Promise.resolve(undefined);
-    const lease = await restriction.then((r) => this.#opts.pool.acquire(sandbox.domain, r))
-      .catch((err) => {
-        throw outOfDescriptors(err) ? this.#ranOut(err as Error) : diedOr(err);
-      });
+    let lease;
+    try {
+      lease = await this.#opts.pool.acquire(sandbox.domain, sandbox.restriction?.());
+    } catch (err) {
+      throw outOfDescriptors(err) ? this.#ranOut(err as Error) : diedOr(err);
+    }
     let dir: SessionDir | undefined;
     let pipes: ReturnType<typeof openPipes> | undefined;
     let cgroup: SessionCgroup | undefined;
