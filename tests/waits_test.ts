@@ -34,89 +34,70 @@ function freePort(): number {
   return port;
 }
 
+/**
+ * Starts `body` with `until_input`, which must return before its yield at a read of the
+ * terminal, having printed `output`, what is typed shown or not as `echo` says.
+ */
+async function untilInput(
+  server: TestServer,
+  body: Record<string, unknown>,
+  output: string | RegExp,
+  echo: boolean,
+) {
+  const r = await exec(server, { ...body, until_input: true, yield_time_ms: LONG_YIELD });
+  if (typeof output === "string") assert.equal(r.output, output);
+  else assert.match(r.output, output);
+  assert.equal(r.waiting_for_input, true);
+  assert.equal(r.input_echo, echo);
+  assert.ok(r.wall_time_seconds < LONG_YIELD / 1000, "returned before its yield");
+  return r;
+}
+
+/** Types `chars` into session `id`, then waits for `wait`: an `until` pattern, or `until_input`. */
+function answer(
+  server: TestServer,
+  id: number,
+  chars: string,
+  wait: { until: string } | { until_input: true },
+) {
+  return write(server, { session_id: id, chars, ...wait, yield_time_ms: LONG_YIELD });
+}
+
 Deno.test("waits: until_input returns once the program reads the terminal", async (t) => {
   const server = await startServer();
   try {
     await t.step("the shell's read, then the answer is read", async () => {
-      const r = await exec(server, {
-        cmd: "printf 'Continue? [y/N] '; read answer; echo \"got $answer\"; sleep 60",
-        until_input: true,
-        yield_time_ms: LONG_YIELD,
-      });
-      assert.equal(r.output, "Continue? [y/N] ");
-      assert.equal(r.waiting_for_input, true);
-      assert.equal(r.input_echo, true);
-      assert.ok(r.wall_time_seconds < LONG_YIELD / 1000, "returned before its yield");
-      const after = await write(server, {
-        session_id: r.session_id,
-        chars: "y\n",
-        until: "got y\\r\\n",
-        yield_time_ms: LONG_YIELD,
-      });
+      const cmd = "printf 'Continue? [y/N] '; read answer; echo \"got $answer\"; sleep 60";
+      const r = await untilInput(server, { cmd }, "Continue? [y/N] ", true);
+      const after = await answer(server, r.session_id, "y\n", { until: "got y\\r\\n" });
       assert.equal(after.output, "y\r\ngot y\r\n");
       await server.del(`/v1/sessions/${r.session_id}`);
     });
     await t.step("Python's input()", async () => {
-      const r = await exec(server, {
-        cmd: 'python3 -c \'x = input("name? "); print("hi", x); input()\'',
-        until_input: true,
-        yield_time_ms: LONG_YIELD,
-      });
-      assert.equal(r.output, "name? ");
-      assert.equal(r.waiting_for_input, true);
-      assert.equal(r.input_echo, true);
-      const after = await write(server, {
-        session_id: r.session_id,
-        chars: "bob\n",
-        until_input: true,
-        yield_time_ms: LONG_YIELD,
-      });
+      const cmd = 'python3 -c \'x = input("name? "); print("hi", x); input()\'';
+      const r = await untilInput(server, { cmd }, "name? ", true);
+      const after = await answer(server, r.session_id, "bob\n", { until_input: true });
       assert.equal(after.output, "bob\r\nhi bob\r\n");
       assert.equal(after.waiting_for_input, true);
       await server.del(`/v1/sessions/${r.session_id}`);
     });
     await t.step("Python's REPL, which waits in select() through readline", async () => {
-      const r = await exec(server, {
-        cmd: "python3 -q",
-        until_input: true,
-        yield_time_ms: LONG_YIELD,
-      });
-      assert.equal(r.output, ">>> ");
-      assert.equal(r.waiting_for_input, true);
       // readline's raw mode: the terminal's ECHO is off, and readline echoes what is typed.
-      assert.equal(r.input_echo, true);
-      const after = await write(server, {
-        session_id: r.session_id,
-        chars: "6*7\n",
-        until_input: true,
-        yield_time_ms: LONG_YIELD,
-      });
+      const r = await untilInput(server, { cmd: "python3 -q" }, ">>> ", true);
+      const after = await answer(server, r.session_id, "6*7\n", { until_input: true });
       assert.equal(after.output, "6*7\r\n42\r\n>>> ");
       assert.equal(after.waiting_for_input, true);
       await server.del(`/v1/sessions/${r.session_id}`);
     });
     await t.step("Node's REPL, which waits in epoll_wait()", async () => {
-      const r = await exec(server, {
-        cmd: "node",
-        env: { NODE_REPL_HISTORY: "" },
-        until_input: true,
-        yield_time_ms: LONG_YIELD,
-      });
-      assert.match(r.output, /> $/);
-      assert.equal(r.waiting_for_input, true);
-      assert.equal(r.input_echo, true);
+      const body = { cmd: "node", env: { NODE_REPL_HISTORY: "" } };
+      const r = await untilInput(server, body, /> $/, true);
       await server.del(`/v1/sessions/${r.session_id}`);
     });
     await t.step("cat, which prints nothing before it reads", async () => {
-      const r = await exec(server, { cmd: "cat", until_input: true, yield_time_ms: LONG_YIELD });
-      assert.equal(r.output, "");
-      assert.equal(r.waiting_for_input, true);
-      assert.ok(r.wall_time_seconds < LONG_YIELD / 1000, "returned before its yield");
-      const after = await write(server, {
-        session_id: r.session_id,
-        chars: "hello\n",
+      const r = await untilInput(server, { cmd: "cat" }, "", true);
+      const after = await answer(server, r.session_id, "hello\n", {
         until: "hello\\r\\nhello\\r\\n",
-        yield_time_ms: LONG_YIELD,
       });
       assert.equal(after.output, "hello\r\nhello\r\n");
       await server.del(`/v1/sessions/${r.session_id}`);
@@ -134,20 +115,9 @@ Deno.test("waits: until_input returns once the program reads the terminal", asyn
       ]
     ) {
       await t.step(name, async () => {
-        const r = await exec(server, {
-          cmd: `${ask}; sleep 60`,
-          until_input: true,
-          yield_time_ms: LONG_YIELD,
-        });
-        assert.equal(r.output, "Password: ");
-        assert.equal(r.waiting_for_input, true);
-        assert.equal(r.input_echo, false);
-        assert.ok(r.wall_time_seconds < LONG_YIELD / 1000, "returned before its yield");
-        const after = await write(server, {
-          session_id: r.session_id,
-          chars: "hunter2\n",
+        const r = await untilInput(server, { cmd: `${ask}; sleep 60` }, "Password: ", false);
+        const after = await answer(server, r.session_id, "hunter2\n", {
           until: "length \\d+\\r\\n",
-          yield_time_ms: LONG_YIELD,
         });
         assert.equal(after.output, "\r\nlength 7\r\n");
         assert.equal(after.waiting_for_input, false);
