@@ -23,7 +23,21 @@
  * @module
  */
 
-import { type AclEntry, decodeAcl, encodeAcl, PERM, TAG } from "./acl.ts";
+import { type AclEntry, PERM, TAG } from "./acl.ts";
+import {
+  chmodOf,
+  chownOf,
+  eachChild,
+  inode,
+  kind,
+  openEntry,
+  readAclOf,
+  type Stat,
+  statAt,
+  statOf,
+  writeAclOf,
+  type XATTR,
+} from "./entries.ts";
 import { SandboxUnavailableError } from "./errors.ts";
 import { EntryWatch, type NewEntry } from "./fanotify.ts";
 import type { SandboxOwners } from "./identity.ts";
@@ -34,17 +48,12 @@ import {
   AT,
   AT_FDCWD,
   cString,
-  E,
   errno,
   libc,
-  listDir,
   O,
   OsError,
-  rawSyscall,
   readSmallFile,
   S_IF,
-  S_IFMT,
-  STAT_SIZE,
 } from "../ffi/libc.ts";
 import { EPOLLIN, type Reactor, type Registration } from "../io/reactor.ts";
 
@@ -71,66 +80,10 @@ const RENAME_NOREPLACE = 1;
 /** A `.git` file as git reads it: one line, trailing line breaks ignored. */
 const GITDIR_LINE = /^gitdir: (.+?)[\r\n]*$/;
 const O_TMPFILE = 0o20200000;
-const XATTR = { access: "system.posix_acl_access", default: "system.posix_acl_default" };
-
 /** Who gets what the sandbox made inside a protected directory: its owner. */
 interface Keeper {
   uid: number;
   gid: number;
-}
-
-interface Stat {
-  dev: bigint;
-  ino: bigint;
-  nlink: bigint;
-  mode: number;
-  uid: number;
-  gid: number;
-}
-
-function statAt(dirFd: number, path: string, flags: number): Stat | null {
-  const buf = new Uint8Array(STAT_SIZE);
-  if (rawSyscall(SYS.newfstatat, dirFd, cString(path), buf, flags) < 0) {
-    const code = errno();
-    if (code === E.ENOENT || code === E.ENOTDIR) return null;
-    throw new OsError(`stat(${path})`, code);
-  }
-  const v = new DataView(buf.buffer);
-  return {
-    dev: v.getBigUint64(0, true),
-    ino: v.getBigUint64(8, true),
-    nlink: v.getBigUint64(16, true),
-    mode: v.getUint32(24, true),
-    uid: v.getUint32(28, true),
-    gid: v.getUint32(32, true),
-  };
-}
-
-const kind = (st: Stat) => st.mode & S_IFMT;
-
-/** Opens `name` in `dirFd` with O_PATH, not following a symlink; null when it is gone. */
-function openEntry(dirFd: number, name: string): number | null {
-  const fd = rawSyscall(SYS.openat, dirFd, cString(name), O.PATH | O.NOFOLLOW | O.CLOEXEC, 0);
-  if (fd >= 0) return fd;
-  const code = errno();
-  if (code === E.ENOENT || code === E.ENOTDIR) return null;
-  throw new OsError(`open(${name})`, code);
-}
-
-/** The inode behind an O_PATH descriptor, as a path the xattr and chmod calls follow. */
-const inode = (fd: number) => `/proc/self/fd/${fd}`;
-
-function readAcl(fd: number, which: keyof typeof XATTR): AclEntry[] | null {
-  const buf = new Uint8Array(8192);
-  const n = rawSyscall(SYS.getxattr, cString(inode(fd)), cString(XATTR[which]), buf, buf.length);
-  if (n >= 0) return decodeAcl(buf.subarray(0, n));
-  const code = errno();
-  if (code === E.ENODATA || code === E.EOPNOTSUPP) return null;
-  throw new OsError(`getxattr(${XATTR[which]})`, code);
-}
-
-function children(fd: number): string[] {
-  return listDir(inode(fd)).filter((name) => name !== "." && name !== "..");
 }
 
 /** Whether an access ACL lets the sandbox write (through its own entries and the mask). */
@@ -362,7 +315,7 @@ export class GitGuard {
     const fd = openEntry(dirFd, name);
     if (fd === null) return;
     try {
-      const st = statAt(fd, "", AT.EMPTY_PATH | AT.SYMLINK_NOFOLLOW)!;
+      const st = statOf(fd);
       if (this.#owners.isUid(st.uid) || this.#renewed.has(`${st.dev}:${st.ino}`)) return;
       const keeper = { uid: st.uid, gid: this.#owners.isGid(st.gid) ? 0 : st.gid };
       const found: Findings = { taken: 0, writable: false };
@@ -423,9 +376,9 @@ export class GitGuard {
     );
     try {
       this.#strip(fresh, "access", { taken: 0, writable: false });
-      this.#chown(fresh, st.uid, keeper.gid);
+      chownOf(fresh, st.uid, keeper.gid);
       const mode = st.mode & 0o644;
-      checkedSyscall("chmod", SYS.fchmodat, AT_FDCWD, cString(inode(fresh)), mode);
+      chmodOf(fresh, mode);
       const bytes = new TextEncoder().encode(content);
       if (Number(libc().write(fresh, bytes, BigInt(bytes.length))) !== bytes.length) {
         throw new OsError(`write(${path})`, errno());
@@ -478,13 +431,13 @@ export class GitGuard {
     if (st.mode & 0o002) found.writable = true;
     if (this.#owners.isGid(st.gid)) {
       if (st.mode & 0o020) found.writable = true;
-      this.#chown(fd, KEEP_IDS, top.gid);
+      chownOf(fd, KEEP_IDS, top.gid);
     }
     this.#strip(fd, "access", found);
     if (kind(st) === S_IF.REG && st.nlink > 1n) this.#links.add(`${st.dev}:${st.ino}`);
     if (kind(st) !== S_IF.DIR) return;
     this.#strip(fd, "default", found);
-    this.#eachChild(
+    eachChild(
       fd,
       (child, cfd, cst) =>
         this.#owners.isUid(cst.uid)
@@ -511,17 +464,17 @@ export class GitGuard {
     if (own) {
       found.taken++;
       found.writable = true;
-      this.#chown(fd, top.uid, top.gid);
+      chownOf(fd, top.uid, top.gid);
       if (kind(st) !== S_IF.LNK) {
         const noExec = kind(st) === S_IF.REG ? 0o111 : 0;
         const mode = st.mode & ~(0o7022 | noExec) & 0o7777;
-        checkedSyscall("chmod", SYS.fchmodat, AT_FDCWD, cString(inode(fd)), mode);
+        chmodOf(fd, mode);
       }
     }
     if (kind(st) === S_IF.DIR) {
       this.#strip(fd, "access", found);
       this.#strip(fd, "default", found);
-      this.#eachChild(
+      eachChild(
         fd,
         (child, cfd, cst) =>
           planted === "remove" || this.#owners.isUid(cst.uid)
@@ -537,36 +490,11 @@ export class GitGuard {
     }
   }
 
-  #eachChild(fd: number, visit: (name: string, fd: number, st: Stat) => void): void {
-    for (const child of children(fd)) {
-      const cfd = openEntry(fd, child);
-      if (cfd === null) continue;
-      try {
-        visit(child, cfd, statAt(cfd, "", AT.EMPTY_PATH | AT.SYMLINK_NOFOLLOW)!);
-      } finally {
-        closeFd(cfd);
-      }
-    }
-  }
-
-  #chown(fd: number, uid: number, gid: number): void {
-    checkedSyscall("chown", SYS.fchownat, fd, cString(""), uid, gid, AT.EMPTY_PATH);
-  }
-
   #strip(fd: number, which: keyof typeof XATTR, found: Findings): void {
-    const acl = readAcl(fd, which);
+    const acl = readAclOf(fd, which);
     const kept = acl && withoutSandbox(acl, this.#owners);
     if (!kept) return;
     if (which === "access") found.writable ||= grantsWrite(acl, this.#owners);
-    const value = encodeAcl(kept);
-    checkedSyscall(
-      `setxattr(${XATTR[which]})`,
-      SYS.setxattr,
-      cString(inode(fd)),
-      cString(XATTR[which]),
-      value,
-      value.length,
-      0,
-    );
+    writeAclOf(fd, which, kept);
   }
 }
