@@ -152,6 +152,27 @@ const CASES: Case[] = [
     (e) => fsWrite("/work/proj/.git/HEAD", e),
   ),
   same(
+    "git lock in a nested repository (.git is read-only at any depth)",
+    ws,
+    128,
+    "fatal: Unable to create '/work/proj/sub/repo/.git/index.lock': Permission denied",
+    (e) => fsWrite("/work/proj/sub/repo/.git/index.lock", e),
+  ),
+  same(
+    "nested .git granted as a writable root: its own permission errors are not denials",
+    { ...ws, writableRoots: [...ws.writableRoots, "/work/proj/sub/repo/.git"] },
+    128,
+    "fatal: Unable to create '/work/proj/sub/repo/.git/index.lock': Permission denied",
+    () => no,
+  ),
+  same(
+    "a file named like a protected directory is not one",
+    ws,
+    1,
+    "touch: cannot touch '/work/proj/notes.git': Permission denied",
+    () => no,
+  ),
+  same(
     "cp EROFS",
     ws,
     1,

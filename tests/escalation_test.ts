@@ -9,6 +9,8 @@
  */
 
 import assert from "node:assert/strict";
+import { readAcl, TAG } from "../src/sandbox/acl.ts";
+import { widening } from "../src/service/supervisor.ts";
 import { connectSse, type SseClient } from "./helpers/sse.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
 
@@ -17,6 +19,25 @@ const SESSION_UID = "20000\\d{5}\\r\\n";
 
 // deno-lint-ignore no-explicit-any
 type Body = any;
+
+/** The ACL entries naming a session uid or the sandbox group on `path` and beneath it. */
+function sandboxAclEntries(path: string): string[] {
+  const found: string[] = [];
+  const info = Deno.lstatSync(path);
+  for (const kind of info.isDirectory ? ["access", "default"] as const : ["access"] as const) {
+    for (const e of readAcl(path, kind) ?? []) {
+      if ((e.tag === TAG.USER || e.tag === TAG.GROUP) && e.id >= 2000000000) {
+        found.push(`${path} ${kind} ${e.tag === TAG.USER ? "user" : "group"}:${e.id}`);
+      }
+    }
+  }
+  if (info.isDirectory) {
+    for (const entry of Deno.readDirSync(path)) {
+      found.push(...sandboxAclEntries(`${path}/${entry.name}`));
+    }
+  }
+  return found;
+}
 
 /** A TCP listener on 127.0.0.1 that greets and closes every connection. */
 function greeter(): { port: number; close(): void } {
@@ -49,9 +70,15 @@ async function asked(
   n: number,
 ): Promise<{ pending: Promise<{ status: number; body: Body }>; approval: Body }> {
   const pending = server.post("/v1/exec_command", { login: false, ...body });
-  const all = await events.until((evs) =>
-    evs.filter((e) => e.event === "approval_requested").length >= n
-  );
+  // An answer before the question is a failure, not a wait that never ends.
+  const early = pending.then((r) => {
+    throw new Error(`answered without asking: ${JSON.stringify(r.body)}`);
+  });
+  early.catch(() => {});
+  const all = await Promise.race([
+    events.until((evs) => evs.filter((e) => e.event === "approval_requested").length >= n),
+    early,
+  ]);
   const approval = all.filter((e) => e.event === "approval_requested")[n - 1].data.approval;
   return { pending, approval };
 }
@@ -60,7 +87,9 @@ Deno.test("narrow escalation: a profile, writable directories, TCP ports", async
   const { server, events } = await setUp();
   const out = await Deno.makeTempDir({ prefix: "uexec-widen-" });
   const other = await Deno.makeTempDir({ prefix: "uexec-widen-other-" });
-  for (const dir of [out, other]) await Deno.chmod(dir, 0o777);
+  // Root's, as an operator's directories are: only the grant lets a session's uid write one.
+  for (const dir of [out, other]) await Deno.chmod(dir, 0o755);
+  await Deno.writeTextFile(`${out}/secret`, "root only\n", { mode: 0o600 });
   const open = greeter();
   const closed = greeter();
   let n = 0;
@@ -75,7 +104,7 @@ Deno.test("narrow escalation: a profile, writable directories, TCP ports", async
     });
 
     await t.step("write: only the named directory becomes writable", async () => {
-      const cmd = `id -u > ${out}/w && cat ${out}/w; touch ${other}/w`;
+      const cmd = `id -u > ${out}/w && cat ${out}/w; touch ${other}/w; cat ${out}/secret`;
       const { pending, approval } = await asked(server, events, {
         cmd,
         escalate: { write: [out] },
@@ -89,9 +118,16 @@ Deno.test("narrow escalation: a profile, writable directories, TCP ports", async
       const r = await pending;
       assert.match(
         r.body.output,
-        new RegExp(`^${SESSION_UID}touch: cannot touch '${other}/w': Permission denied\\r\\n$`),
+        new RegExp(
+          `^${SESSION_UID}touch: cannot touch '${other}/w': Permission denied\\r\\n` +
+            `cat: ${out}/secret: Permission denied\\r\\n$`,
+        ),
+        "the grant never lets the session read what it could not",
       );
       assert.equal(r.body.sandbox.profile, "workspace-write");
+      // Taken back by the time the exit is reported: what it made is the directory owner's.
+      assert.equal((await Deno.stat(`${out}/w`)).uid, 0);
+      assert.deepEqual(sandboxAclEntries(out), []);
     });
 
     await t.step("tcp_ports: only the named port opens", async () => {
@@ -172,6 +208,124 @@ Deno.test("narrow escalation: a profile, writable directories, TCP ports", async
     await server.stop().catch(() => {});
     await Deno.remove(out, { recursive: true });
     await Deno.remove(other, { recursive: true });
+  }
+});
+
+/** Runs git as the operator (root) in `cwd`; returns its stdout. */
+function git(cwd: string, ...args: string[]): string {
+  const out = new Deno.Command("git", {
+    args: ["-c", "user.name=Operator", "-c", "user.email=op@example.com", ...args],
+    cwd,
+  }).outputSync();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  return new TextDecoder().decode(out.stdout);
+}
+
+/** Entries beneath `path` a session uid owns, or that are files with an execute bit. */
+function sessionMadeOrRunnable(path: string): string[] {
+  const found: string[] = [];
+  for (const entry of Deno.readDirSync(path)) {
+    const child = `${path}/${entry.name}`;
+    const info = Deno.lstatSync(child);
+    if (info.uid !== 0) found.push(`${child} uid ${info.uid}`);
+    if (info.isFile && (info.mode! & 0o111) !== 0 && !entry.name.endsWith(".sample")) {
+      found.push(`${child} mode ${(info.mode! & 0o7777).toString(8)}`);
+    }
+    if (info.isDirectory) found.push(...sessionMadeOrRunnable(child));
+  }
+  return found;
+}
+
+Deno.test("a commit: the denied .git is asked for whole, granted for the run, taken back", async (t) => {
+  const { server, events } = await setUp({ UEXEC_APPROVAL_POLICY: "on-failure" });
+  const ws = await Deno.realPath(server.workspace);
+  const repo = `${ws}/sub/repo`;
+  await Deno.mkdir(repo, { recursive: true });
+  await Deno.writeTextFile(`${repo}/a`, "one\n");
+  git(repo, "init", "-q");
+  git(repo, "add", "a");
+  git(repo, "commit", "-qm", "one");
+  const commit = (dir: string, msg: string) =>
+    `cd ${dir} && echo ${msg} >> a && ` +
+    `git -c user.name=Agent -c user.email=agent@example.com commit -qam ${msg} && ` +
+    `printf '#!/bin/sh\\necho planted\\n' > .git/hooks/post-commit && ` +
+    "chmod +x .git/hooks/post-commit && git log --format=%s";
+  let n = 0;
+  try {
+    await t.step("a nested repository: the retry asks for its .git and commits", async () => {
+      const { pending, approval } = await asked(server, events, { cmd: commit(repo, "two") }, ++n);
+      assert.deepEqual(approval.escalation, { write: [`${repo}/.git`] });
+      assert.equal(approval.denial.kind, "fs-write");
+      assert.equal(approval.denial.path, `${repo}/.git/index.lock`);
+      assert.equal(
+        approval.runs,
+        `sandboxed under workspace-write, plus write access to ${repo}/.git`,
+      );
+      await server.operator.post(`/v1/approvals/${approval.id}`, { decision: "approved" });
+      const r = await pending;
+      assert.equal(r.body.output, "two\r\none\r\n");
+      assert.equal(r.body.sandbox.retried, true);
+      assert.equal(git(repo, "log", "--format=%s %an"), "two Agent\none Operator\n");
+    });
+
+    await t.step("taken back: no grant left, what the run made is root's and runs nothing", () => {
+      assert.deepEqual(sandboxAclEntries(`${repo}/.git`), []);
+      assert.deepEqual(sessionMadeOrRunnable(`${repo}/.git`), []);
+      assert.ok(Deno.statSync(`${repo}/.git/hooks/post-commit`).isFile);
+    });
+
+    await t.step("without an approval the .git stays read-only (control)", async () => {
+      const { pending, approval } = await asked(server, events, {
+        cmd: `touch ${repo}/.git/x`,
+      }, ++n);
+      await server.operator.post(`/v1/approvals/${approval.id}`, { decision: "denied" });
+      const r = await pending;
+      assert.match(r.body.output, /Permission denied/);
+      assert.equal(r.body.sandbox.denied, true);
+      assert.throws(() => Deno.statSync(`${repo}/.git/x`), Deno.errors.NotFound);
+    });
+
+    await t.step("the workspace's own .git, which the profile lists read-only", async () => {
+      await Deno.writeTextFile(`${ws}/a`, "one\n");
+      git(ws, "init", "-q");
+      git(ws, "add", "a");
+      git(ws, "commit", "-qm", "one");
+      // Readable by others, as a repository usually is (the test workspace's default ACL gives
+      // them nothing, and the guard takes the sandbox group's entry off a .git).
+      assert.equal(
+        (await new Deno.Command("chmod", { args: ["-R", "go+rX", `${ws}/.git`] }).output()).code,
+        0,
+      );
+      const { pending, approval } = await asked(server, events, { cmd: commit(ws, "top") }, ++n);
+      assert.deepEqual(approval.escalation, { write: [`${ws}/.git`] });
+      assert.equal(approval.denial.path, `${ws}/.git/index.lock`);
+      await server.operator.post(`/v1/approvals/${approval.id}`, { decision: "approved" });
+      const r = await pending;
+      assert.equal(r.body.output, "top\r\none\r\n");
+      assert.deepEqual(sandboxAclEntries(`${ws}/.git`), []);
+      assert.deepEqual(sessionMadeOrRunnable(`${ws}/.git`), []);
+    });
+  } finally {
+    await events.close();
+    await server.stop();
+  }
+});
+
+Deno.test("the retry a denied write proposes: its directory, or the whole .git it is in", async () => {
+  const dir = await Deno.realPath(await Deno.makeTempDir({ prefix: "uexec-propose-" }));
+  await Deno.mkdir(`${dir}/repo/.git/refs/heads`, { recursive: true });
+  const names = new Set([".git", ".uexec"]);
+  const denied = (path: string) => ({ kind: "fs-write" as const, path, evidence: "denied" });
+  try {
+    const lock = `${dir}/repo/.git/refs/heads/main.lock`;
+    assert.deepEqual(widening(denied(lock), dir, names), { write: [`${dir}/repo/.git`] });
+    assert.deepEqual(widening(denied("repo/.git/index.lock"), dir, names), {
+      write: [`${dir}/repo/.git`],
+    });
+    assert.deepEqual(widening(denied(lock), dir), { write: [`${dir}/repo/.git/refs/heads`] });
+    assert.deepEqual(widening(denied(`${dir}/repo/out/x`), dir, names), { write: [`${dir}/repo`] });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
   }
 });
 

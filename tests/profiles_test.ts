@@ -174,6 +174,22 @@ Deno.test("duplicates are dropped, nested entries kept", () => {
   ]);
 });
 
+Deno.test("a writable root named exactly (an approved .git) is not read-only itself", () => {
+  const profile = loadProfiles(PROFILE_DIR).get("workspace-write")!;
+  const widened = {
+    ...profile,
+    writableRoots: [...profile.writableRoots, "/srv/work/project/.git"],
+  };
+  const resolved = resolveProfile(widened, CTX);
+  assert.deepEqual(resolved.readOnlySubpaths, [
+    "/srv/work/project/.uexec",
+    "/tmp/uexec-s1/.git",
+    "/tmp/uexec-s1/.uexec",
+    "/srv/work/project/.git/.git",
+    "/srv/work/project/.git/.uexec",
+  ]);
+});
+
 Deno.test("resolution rejects a relative context path", () => {
   const profile = parseProfile("p/x.json", JSON.stringify(VALID));
   assert.throws(() => resolveProfile(profile, { ...CTX, workdir: "project" }), /workdir/);

@@ -3,8 +3,9 @@
  * sandbox rather than for its own reasons.
  *
  * Unlike a keyword scan, a message counts only when it can be tied to the policy: an
- * EACCES/EPERM/EROFS message naming a path the policy does not allow for that access (and that
- * the supervisor, outside the sandbox, could access), a network error for a destination the
+ * EACCES/EPERM/EROFS message naming a path the policy does not allow for that access, or one in
+ * a protected directory (`.git`) at any depth, which git_guard.ts keeps read-only wherever it is
+ * (and that the supervisor, outside the sandbox, could access), a network error for a destination the
  * policy forbids, a refused signal (enforced policies scope signals), or exit 159 (SIGSYS).
  * Policies read "the most specific entry wins", as {@link policyAllows} spells out.
  *
@@ -286,6 +287,30 @@ function pathsIn(line: string, errnoAt: number, cwd: string | undefined): string
     });
 }
 
+/**
+ * Whether `path` lies in (or is) a directory with a protected name (`.git`: a one-component
+ * read-only subpath) beneath a writable root, where no writable root at or beneath that
+ * directory grants it: such directories stay read-only at any depth (git_guard.ts), not only
+ * where the policy lists them.
+ */
+function inProtectedDir(policy: ResolvedPolicy, path: string): boolean {
+  const names = new Set<string>();
+  for (const sub of policy.readOnlySubpaths) {
+    const slash = sub.lastIndexOf("/");
+    if (policy.writableRoots.includes(sub.slice(0, slash) || "/")) names.add(sub.slice(slash + 1));
+  }
+  if (names.size === 0) return false;
+  return policy.writableRoots.some((root) => {
+    if (!isWithin(path, root)) return false;
+    const parts = path.slice(root.length).split("/").filter(Boolean);
+    return parts.some((part, i) => {
+      if (!names.has(part)) return false;
+      const dir = normalizeAbsolutePath(`${root}/${parts.slice(0, i + 1).join("/")}`);
+      return !policy.writableRoots.some((w) => isWithin(path, w) && isWithin(w, dir));
+    });
+  });
+}
+
 function fsDenialKind(
   policy: ResolvedPolicy,
   path: string,
@@ -295,7 +320,8 @@ function fsDenialKind(
   if (access !== "write" && !policyAllows(policy, path, "read") && canAccess(path, "read")) {
     return "fs-read";
   }
-  if (access !== "read" && !policyAllows(policy, path, "write") && canAccess(path, "write")) {
+  const writable = policyAllows(policy, path, "write") && !inProtectedDir(policy, path);
+  if (access !== "read" && !writable && canAccess(path, "write")) {
     return "fs-write";
   }
   return undefined;

@@ -4,7 +4,9 @@
  * private directory of its own beneath it for HOME and TMPDIR, created for it and removed after
  * it ended. When the server is root each session also gets a uid of its own (see `uids.ts`):
  * its private directory is 0700 and owned by that uid, the domain's account files name it
- * (`accounts.ts`), and the workspace is granted once to the group all session uids share.
+ * (`accounts.ts`), and the workspace is granted once to the group all session uids share; an
+ * approved writable directory beyond what that group may write is granted to the session's own
+ * uid while it runs (`write_grant.ts`).
  *
  * A domain is keyed by profile, approved widening, agent and workdir: agents never share one.
  * Sessions of one domain share a Landlock domain; their own uids keep them from signalling,
@@ -42,6 +44,7 @@ import { leaseUidRange, type UidLease } from "./uid_lease.ts";
 import { UidPool } from "./uids.ts";
 import { canonical, widen, type Widening } from "./widening.ts";
 import { SocketListing, socketsToHide } from "./unix_sockets.ts";
+import { type GrantedRoot, WriteGrant } from "./write_grant.ts";
 
 /**
  * Sandboxed git trusts repositories whatever their owner: every session runs as its own uid,
@@ -65,6 +68,8 @@ export interface SessionDir {
   env: Record<string, string>;
   /** The uid the session's child must run as (a root server only). */
   uid?: number;
+  /** Whether it holds write access granted to its uid, which `release` takes back. */
+  granted?: boolean;
   release(): void;
 }
 
@@ -122,6 +127,8 @@ interface Domain {
    * session needs them (until then, and after a failure, undefined).
    */
   accounts?: DomainAccounts | null;
+  /** Approved writable directories each session's uid is granted while it runs (write_grant.ts). */
+  grants: GrantedRoot[];
 }
 
 /** A uid and private directory set aside for one session. */
@@ -185,6 +192,11 @@ export class SandboxDomains {
     );
   }
 
+  /** The names kept read-only at any depth (`.git`, `.uexec`): see git_guard.ts. */
+  get protectedNames(): ReadonlySet<string> {
+    return this.#protectedNames;
+  }
+
   /** Names of the loaded profiles. */
   get names(): string[] {
     return [...this.#opts.profiles.keys()];
@@ -217,7 +229,7 @@ export class SandboxDomains {
     const id = JSON.stringify([name, widening, opts.agent ?? null, workdir]);
     let domain = this.#domains.get(id);
     if (!domain) {
-      domain = this.#create(profile, workdir, uids);
+      domain = this.#create(profile, workdir, uids, widening);
       this.#domains.set(id, domain);
     }
     this.#guard?.settle();
@@ -276,17 +288,39 @@ export class SandboxDomains {
       domain.spare.catch(() => {}); // a failed spare is replaced by its taker
       this.#keepSpare(domain, uids);
     }
+    let grant: WriteGrant | undefined;
+    try {
+      grant = this.#grant(domain, reserved.uid, uids);
+    } catch (err) {
+      giveBack(reserved, uids);
+      throw err;
+    }
     let released = false;
     const user = reserved.uid === undefined ? {} : accountEnv(reserved.uid);
     return {
       env: { ...privateEnv(reserved.dir), ...user, ...GIT_TRUSTS_EVERY_OWNER },
       uid: reserved.uid,
+      granted: grant !== undefined,
       release: () => {
-        if (released || this.#closed) return;
+        if (released) return;
         released = true;
-        giveBack(reserved, uids);
+        // A uid whose grant could not be taken back in full is never handed out again.
+        const clean = grant?.revoke() ?? true;
+        if (!this.#closed) giveBack(clean ? reserved : { ...reserved, uid: undefined }, uids);
       },
     };
+  }
+
+  /** The domain's approved directories granted to a session's `uid` (a root server). */
+  #grant(domain: Domain, uid: number | undefined, uids: Uids | null): WriteGrant | undefined {
+    if (uid === undefined || !uids || domain.grants.length === 0) return undefined;
+    for (const root of domain.grants) assertReachable(root.path, uids.ids);
+    return WriteGrant.grant(domain.grants, {
+      uid,
+      gid: uids.ids.gid,
+      owners: sandboxOwners(uids.ids),
+      protectedNames: this.#protectedNames,
+    });
   }
 
   /** How many domains hold a spare now. */
@@ -351,13 +385,26 @@ export class SandboxDomains {
     return this.#uids;
   }
 
-  #create(profile: Profile, workdir: string, uids: Uids | null): Domain {
+  #create(profile: Profile, workdir: string, uids: Uids | null, widening: Widening): Domain {
     if (uids) this.#makeReachable(workdir, uids.ids, profile);
     const gid = uids?.ids.gid ?? null;
     this.#instanceDir ??= createInstanceDir(gid);
     const root = createDomainDir(gid, this.#instanceDir);
     const policy = this.#resolve(profile, workdir, root);
-    return { root, policy };
+    return { root, policy, grants: uids ? this.#grantsFor(widening) : [] };
+  }
+
+  /**
+   * The approved writable directories the sandbox group cannot write by itself: those outside
+   * the workspace (which it is granted as a whole) and protected ones (`.git`) inside it.
+   */
+  #grantsFor(widening: Widening): GrantedRoot[] {
+    return (widening.write ?? []).flatMap((path) => {
+      const inProtected = path.split("/").some((part) => this.#protectedNames.has(part));
+      return !isWithin(path, this.#opts.workspace) || inProtected
+        ? [{ path, protected: inProtected }]
+        : [];
+    });
   }
 
   /** The domain's account files (a root server), written on first use; throws if they cannot be. */

@@ -270,9 +270,10 @@ export function resolveProfile(profile: Profile, ctx: ResolveContext): ResolvedP
   checkContext(ctx);
   const expand = (template: string) => expandTemplate(template, ctx);
   const writable = profile.writableRoots.map(expand);
+  // A writable root named exactly (an approved `.git`) is the most specific grant for itself.
   const readOnly = writable.flatMap((root) =>
     profile.readOnlySubpaths.map((sub) => normalizeAbsolutePath(`${root}/${sub}`))
-  );
+  ).filter((path) => !writable.includes(path));
   const denyRead = profile.denyRead
     .filter((entry) => typeof entry === "string" || !ctx.childIsRoot)
     .map((entry) => expand(typeof entry === "string" ? entry : entry.path));

@@ -98,7 +98,10 @@ export class Supervisor {
     });
     if (next.action !== "ask") return first;
     const denial = first.sandbox.denial;
-    const proposal = combine(granted, widening(denial, frozen.request.workdir));
+    const proposal = combine(
+      granted,
+      widening(denial, frozen.request.workdir, this.#opts.domains.protectedNames),
+    );
     const decision = await this.#ask(frozen, profile, {
       escalation: proposal,
       reason: RETRY_REASON,
@@ -146,14 +149,21 @@ export class Supervisor {
 
 /**
  * The narrowest widening a denial names: write access to the directory a denied write aimed at
- * (its nearest existing directory), or the TCP port a denied connection aimed at; no sandbox
- * when it names neither.
+ * (its nearest existing directory; inside a directory with one of `protectedNames`, that whole
+ * directory: git writes all over its `.git`), or the TCP port a denied connection aimed at; no
+ * sandbox when it names neither.
  */
-export function widening(denial: Denial | undefined, workdir: string): Widening {
+export function widening(
+  denial: Denial | undefined,
+  workdir: string,
+  protectedNames: ReadonlySet<string> = new Set(),
+): Widening {
   if (denial?.kind === "network" && denial.port !== undefined) return { tcp_ports: [denial.port] };
   if (denial?.kind === "fs-write" && denial.path !== undefined) {
     const path = denial.path.startsWith("/") ? denial.path : `${workdir}/${denial.path}`;
-    const dir = existingDirectory(path);
+    const parts = path.split("/");
+    const named = parts.findIndex((part) => protectedNames.has(part));
+    const dir = existingDirectory(named > 0 ? parts.slice(0, named + 1).join("/") : path);
     if (dir !== undefined && dir !== "/") return { write: [dir] };
   }
   return { unsandboxed: true };

@@ -267,6 +267,10 @@ export class SessionManager {
   #screens: ScreenHost;
   /** Each session's cgroup (cgroup containment only). */
   #cgroups = new Map<Session, SessionCgroup>();
+  /** Ended sessions whose cgroup is being emptied; their directories go after. */
+  #settling = new Map<Session, Promise<void>>();
+  /** Sessions holding write grants (see sandbox/write_grant.ts). */
+  #granted = new WeakSet<Session>();
   /** Descriptors kept for the runtime, given up when a start runs out (see DescriptorReserve). */
   #descriptors: DescriptorReserve;
 
@@ -580,13 +584,20 @@ export class SessionManager {
           // loop is done: a zero-delay timer would put the kill and the cgroup's reuse a
           // millisecond later, in the middle of the next command's start) whatever it left dies.
           s.usage = sessionCgroup.usage();
+          // Its private directory and write grants go once nothing of it runs any more.
+          const { promise, resolve } = Promise.withResolvers<void>();
+          this.#settling.set(s, promise);
           setImmediate(() =>
             sessionCgroup.kill()
               .catch((err) => console.error(`uexec: cannot kill session ${s.id}'s cgroup: ${err}`))
-              .finally(() => this.#cgroups.delete(s))
+              .finally(() => {
+                this.#cgroups.delete(s);
+                this.#settling.delete(s);
+                sessionDir.release();
+                resolve();
+              })
           );
-        }
-        sessionDir.release();
+        } else sessionDir.release();
         lease.release();
         this.#opts.bus.publish({
           type: "end",
@@ -600,6 +611,7 @@ export class SessionManager {
       },
     );
     if (sessionCgroup) this.#cgroups.set(session, sessionCgroup);
+    if (sessionDir.granted) this.#granted.add(session);
     this.#opts.observer?.started(session, req.execId);
     const master = spawned.master!;
     const fds = pipes
@@ -685,6 +697,8 @@ export class SessionManager {
     };
     if (screen) result.screen = screen;
     if (got.exited) {
+      // Write access granted for the session is gone when its exit is reported.
+      if (this.#granted.has(session)) await this.#settling.get(session);
       result.exit_code = session.exit!.code;
       if (session.usage) result.usage = session.usage;
       if (session.endReason === "timeout") result.timed_out = true;
@@ -733,6 +747,7 @@ export class SessionManager {
     if (cgroups) {
       if (everything) await cgroups.killAll();
       await Promise.all(sessions.map((s) => Promise.all([cgroupOf(s)?.kill(), s.closed])));
+      await Promise.all(sessions.map((s) => this.#settling.get(s)));
       return;
     }
     const killed = killSessions(sessions.map((s) => s.child.pid), [SIGKILL]);

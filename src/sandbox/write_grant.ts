@@ -1,0 +1,255 @@
+/**
+ * Write access an approver granted, made real for one session's uid. An approved `escalate.write`
+ * directory becomes a writable root of the session's Landlock policy, but on a root server the
+ * session runs as a uid of its own, which the file system's permissions do not let write a
+ * directory the operator owns (outside the workspace, which the sandbox group is granted as a
+ * whole), nor a `.git` directory (kept read-only by git_guard.ts). So, before the session's
+ * command starts, each such directory gets POSIX ACL entries for that uid alone; after the
+ * session's processes are gone they are taken away.
+ *
+ * The grant never lets the uid read what it could not read before: an entry gets write only
+ * where the uid can already read it (a directory: read and search it), and one it cannot read
+ * is left alone, with everything beneath it. Left alone too: anything but regular files and
+ * directories, files with several links (their other names may lie elsewhere) or set-id bits,
+ * entries whose ACL mask holds another entry back (the uid's entry would need it widened),
+ * what another session's uid owns, and, beneath the granted directory, directories with a
+ * protected name (a nested `.git`). More than `MAX_ENTRIES` entries is refused. Landlock still
+ * decides where the session may write; this only makes the permissions agree for that one uid.
+ *
+ * Taking it back: each entry that got an entry loses it again (another session's grant on the
+ * same entry stays), and what the session made is given to the granted directory's owner (inside a protected directory without
+ * write for group and others and without execute bits on files, as git_guard.ts takes back what
+ * the sandbox made, so no hook it planted runs when the operator runs git).
+ *
+ * Entries are reached through descriptors, never by following a symlink (entries.ts). This
+ * module must never widen what any other uid may do, and never touch an entry outside the
+ * granted directories.
+ *
+ * @module
+ */
+
+import { type AclEntry, aclFromMode, PERM, permits, TAG, withGrant } from "./acl.ts";
+import {
+  chmodOf,
+  chownOf,
+  eachChild,
+  kind,
+  openCanonical,
+  readAclOf,
+  type Stat,
+  statOf,
+  writeAclOf,
+} from "./entries.ts";
+import { SandboxUnavailableError } from "./errors.ts";
+import type { SandboxOwners } from "./identity.ts";
+import { closeFd } from "./syscalls.ts";
+import { OsError, S_IF } from "../ffi/libc.ts";
+
+/**
+ * The most entries one grant may look at: the walk runs on the server's thread (about five
+ * system calls an entry), and a directory this large is better granted in part.
+ */
+export const MAX_ENTRIES = 50_000;
+
+/** A directory to grant, and whether it lies in (or is) a protected directory. */
+export interface GrantedRoot {
+  /** Canonical and absolute. */
+  path: string;
+  /** Inside a protected directory (`.git`): what the session made loses execute bits. */
+  protected: boolean;
+}
+
+/** Who the grant is for, and what it must leave alone. */
+export interface GrantOptions {
+  uid: number;
+  /** The session's (only) group. */
+  gid: number;
+  /** Every sandbox uid: another session's entries are left alone. */
+  owners: SandboxOwners;
+  /** Names kept read-only at any depth (git_guard.ts): not entered beneath a granted root. */
+  protectedNames: ReadonlySet<string>;
+  /** At most this many entries are looked at (default {@link MAX_ENTRIES}). */
+  maxEntries?: number;
+}
+
+/** The permissions an ACL's group-class entries (named users, owning and named groups) hold. */
+function groupClass(entries: AclEntry[]): number {
+  return entries
+    .filter((e) => e.tag === TAG.USER || e.tag === TAG.GROUP_OBJ || e.tag === TAG.GROUP)
+    .reduce((m, e) => m | e.perm, 0);
+}
+
+/**
+ * Whether the ACL's mask holds an entry below what it says: then the mask the uid's entry needs
+ * would widen that entry too, so such an entry is left alone.
+ */
+function maskHoldsBack(entries: AclEntry[] | null): boolean {
+  const mask = entries?.find((e) => e.tag === TAG.MASK);
+  return mask !== undefined && (groupClass(entries!) & ~mask.perm) !== 0;
+}
+
+/**
+ * `entries` without the named user `uid`: with no named entry left, the minimal ACL it was;
+ * otherwise the mask covers exactly the entries left (another session's grant on the same entry
+ * stays, and nobody's mask was holding anything back, see `maskHoldsBack`).
+ */
+function withoutUser(entries: AclEntry[], uid: number): AclEntry[] {
+  const rest = entries.filter((e) => e.tag !== TAG.MASK && !(e.tag === TAG.USER && e.id === uid));
+  if (!rest.some((e) => e.tag === TAG.USER || e.tag === TAG.GROUP)) return rest;
+  return [...rest, { tag: TAG.MASK, perm: groupClass(rest), id: UNDEFINED_ID }];
+}
+
+const key = (st: Stat) => `${st.dev}:${st.ino}`;
+const UNDEFINED_ID = 0xffffffff;
+
+/** Write access to some directories for one uid, until {@link WriteGrant.revoke}. */
+export class WriteGrant {
+  readonly #roots: GrantedRoot[];
+  readonly #opts: GrantOptions;
+  /** The entries given an ACL entry, by device and inode. */
+  readonly #granted = new Set<string>();
+  #revoked = false;
+  /** Entries the grant looked at. */
+  #seen = 0;
+
+  private constructor(roots: GrantedRoot[], opts: GrantOptions) {
+    this.#roots = roots;
+    this.#opts = opts;
+  }
+
+  /**
+   * Grants `opts.uid` write access to `roots` as the module doc says; throws a
+   * {@link SandboxUnavailableError} saying why when it cannot (and then grants nothing).
+   */
+  static grant(roots: GrantedRoot[], opts: GrantOptions): WriteGrant {
+    const grant = new WriteGrant(roots, opts);
+    try {
+      for (const root of roots) {
+        let top = true;
+        grant.#walkRoot(root, (fd, st) => {
+          const entered = grant.#give(fd, st);
+          if (top && !entered) {
+            throw new Error(
+              `its uid cannot read ${root.path} (owner ${st.uid}:${st.gid}, mode ` +
+                `${(st.mode & 0o7777).toString(8)}), and a write grant never widens what it reads`,
+            );
+          }
+          top = false;
+          return entered;
+        });
+      }
+    } catch (err) {
+      grant.revoke();
+      const why = err instanceof OsError ? err.message : (err as Error).message;
+      throw new SandboxUnavailableError(
+        `cannot grant write access to ${roots.map((r) => r.path).join(", ")}: ${why}`,
+      );
+    }
+    return grant;
+  }
+
+  /** How many entries were given an ACL entry. */
+  get entries(): number {
+    return this.#granted.size;
+  }
+
+  /**
+   * Takes the uid's entries away again and takes back what the session made; call once its
+   * processes are gone. False when some of it failed (logged): the uid must not be used again.
+   */
+  revoke(): boolean {
+    if (this.#revoked) return true;
+    this.#revoked = true;
+    const errors: string[] = [];
+    for (const root of this.#roots) {
+      const keeper = this.#keeper(root.path);
+      if (!keeper) continue;
+      try {
+        this.#walkRoot(root, (fd, st) => this.#takeBack(fd, st, keeper, root.protected));
+      } catch (err) {
+        errors.push(`${root.path}: ${(err as Error).message}`);
+      }
+    }
+    if (errors.length > 0) {
+      console.error(`uexec: taking back write access failed: ${errors.join("; ")}`);
+    }
+    return errors.length === 0;
+  }
+
+  /**
+   * Calls `visit` with each entry of `root` the grant covers, top-down (a directory before what
+   * it holds; `visit` returns whether to enter it).
+   */
+  #walkRoot(root: GrantedRoot, visit: (fd: number, st: Stat) => boolean): void {
+    const fd = openCanonical(root.path);
+    if (fd === null) throw new Error(`${root.path} is gone or is reached through a symlink`);
+    try {
+      this.#walk(fd, statOf(fd), visit, true);
+    } finally {
+      closeFd(fd);
+    }
+  }
+
+  #walk(fd: number, st: Stat, visit: (fd: number, st: Stat) => boolean, top: boolean): void {
+    if (!visit(fd, st) || kind(st) !== S_IF.DIR) return;
+    eachChild(fd, (name, cfd, cst) => {
+      if (kind(cst) === S_IF.DIR && this.#opts.protectedNames.has(name) && !top) {
+        if (cst.uid !== this.#opts.uid) return;
+      }
+      this.#walk(cfd, cst, visit, false);
+    });
+  }
+
+  /** Another session's entry: never changed, never entered. */
+  #foreign(st: Stat): boolean {
+    return st.uid !== this.#opts.uid && this.#opts.owners.isUid(st.uid);
+  }
+
+  /** Gives the uid write access to one entry it can read; returns whether to enter it. */
+  #give(fd: number, st: Stat): boolean {
+    const max = this.#opts.maxEntries ?? MAX_ENTRIES;
+    if (++this.#seen > max) throw new Error(`more than ${max} entries; grant a smaller directory`);
+    const type = kind(st);
+    if (this.#foreign(st) || (type !== S_IF.DIR && type !== S_IF.REG)) return false;
+    if (type === S_IF.REG && (st.nlink > 1n || (st.mode & 0o6000) !== 0)) return false;
+    const { uid, gid } = this.#opts;
+    const owner = { uid: st.uid, gid: st.gid, mode: st.mode & 0o7777 };
+    const acl = readAclOf(fd, "access");
+    const read = type === S_IF.DIR ? PERM.R | PERM.X : PERM.R;
+    if (!permits(owner, acl, uid, gid, read)) return false;
+    const want = type === S_IF.DIR ? 7 : PERM.R | PERM.W | ((owner.mode >> 6) & PERM.X);
+    if (permits(owner, acl, uid, gid, want) || maskHoldsBack(acl)) return true;
+    this.#granted.add(key(st));
+    writeAclOf(fd, "access", withGrant(acl ?? aclFromMode(owner.mode), TAG.USER, uid, want));
+    return true;
+  }
+
+  /**
+   * Restores one entry's ACL, or gives it to `keeper` if the session made it; returns whether
+   * to enter it.
+   */
+  #takeBack(fd: number, st: Stat, keeper: Stat, inProtected: boolean): boolean {
+    if (this.#foreign(st)) return false;
+    const acl = this.#granted.has(key(st)) && readAclOf(fd, "access");
+    if (acl) writeAclOf(fd, "access", withoutUser(acl, this.#opts.uid));
+    if (st.uid === this.#opts.uid) {
+      chownOf(fd, keeper.uid, this.#opts.owners.isGid(keeper.gid) ? 0 : keeper.gid);
+      if (inProtected && kind(st) !== S_IF.LNK) {
+        const noExec = kind(st) === S_IF.REG ? 0o111 : 0;
+        chmodOf(fd, st.mode & ~(0o7022 | noExec) & 0o7777);
+      }
+    }
+    return kind(st) === S_IF.DIR;
+  }
+
+  /** The owner of the granted directory, who gets what the session made in it. */
+  #keeper(path: string): Stat | null {
+    const fd = openCanonical(path);
+    if (fd === null) return null;
+    try {
+      return statOf(fd);
+    } finally {
+      closeFd(fd);
+    }
+  }
+}

@@ -1,0 +1,183 @@
+/**
+ * Write grants for one session uid (src/sandbox/write_grant.ts), on real files as root: what
+ * gets an ACL entry and what is left alone, and that taking the grant back restores every ACL
+ * exactly and gives what the session made to the directory's owner.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { PERM, permits, readAcl, TAG, writeAcl } from "../src/sandbox/acl.ts";
+import { WriteGrant } from "../src/sandbox/write_grant.ts";
+
+const UID = 2000000123;
+const GID = 2000000000;
+const owners = {
+  isUid: (uid: number) => uid >= 2000000000 && uid <= 2000065535,
+  isGid: (gid: number) => gid === GID,
+};
+const options = { uid: UID, gid: GID, owners, protectedNames: new Set([".git", ".uexec"]) };
+
+/** What the uid may do with `path` now. */
+function may(path: string, want: number): boolean {
+  const info = Deno.lstatSync(path);
+  const owner = { uid: info.uid!, gid: info.gid!, mode: info.mode! & 0o7777 };
+  return permits(owner, readAcl(path, "access"), UID, GID, want);
+}
+
+/** Every entry's mode and ACLs beneath `dir`, to compare before and after. */
+function snapshot(dir: string): Record<string, string> {
+  const out: Record<string, string> = {};
+  const visit = (path: string) => {
+    const info = Deno.lstatSync(path);
+    out[path] = `${info.uid}:${info.gid} ${(info.mode! & 0o7777).toString(8)} ` +
+      JSON.stringify(info.isSymlink ? null : readAcl(path, "access")) +
+      (info.isDirectory ? ` ${JSON.stringify(readAcl(path, "default"))}` : "");
+    if (info.isDirectory) { for (const e of Deno.readDirSync(path)) visit(`${path}/${e.name}`); }
+  };
+  visit(dir);
+  return out;
+}
+
+async function tree(): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "uexec-grant-" });
+  await Deno.chmod(dir, 0o755);
+  await Deno.mkdir(`${dir}/sub`, { mode: 0o755 });
+  await Deno.writeTextFile(`${dir}/sub/readable`, "r\n", { mode: 0o644 });
+  await Deno.writeTextFile(`${dir}/script`, "#!/bin/sh\n", { mode: 0o755 });
+  await Deno.writeTextFile(`${dir}/secret`, "s\n", { mode: 0o600 });
+  await Deno.mkdir(`${dir}/closed`, { mode: 0o700 });
+  await Deno.writeTextFile(`${dir}/closed/inside`, "i\n", { mode: 0o644 });
+  await Deno.writeTextFile(`${dir}/linked`, "l\n", { mode: 0o644 });
+  await Deno.link(`${dir}/linked`, `${dir}/sub/link`);
+  await Deno.writeTextFile(`${dir}/setuid`, "x\n", { mode: 0o4755 });
+  await Deno.chmod(`${dir}/setuid`, 0o4755);
+  await Deno.mkdir(`${dir}/sub/.git`, { mode: 0o755 });
+  await Deno.writeTextFile(`${dir}/sub/.git/HEAD`, "ref\n", { mode: 0o644 });
+  await Deno.mkdir(`${dir}/other`, { mode: 0o755 });
+  await Deno.chown(`${dir}/other`, 2000000999, GID);
+  await Deno.symlink("/etc", `${dir}/etc-link`);
+  return dir;
+}
+
+Deno.test("a write grant: write where the uid reads, nothing else, and taken back exactly", async () => {
+  const dir = await tree();
+  try {
+    const before = snapshot(dir);
+    assert.ok(!may(dir, PERM.W) && !may(`${dir}/sub/readable`, PERM.W), "control");
+    const grant = WriteGrant.grant([{ path: dir, protected: false }], options);
+    assert.ok(may(dir, 7) && may(`${dir}/sub`, 7));
+    assert.ok(may(`${dir}/sub/readable`, PERM.R | PERM.W));
+    assert.ok(may(`${dir}/script`, PERM.R | PERM.W | PERM.X), "execute where the owner has it");
+    assert.ok(!may(`${dir}/sub/readable`, PERM.X));
+    // Never more than it could read before, never through another name, never set-id.
+    assert.ok(!may(`${dir}/secret`, PERM.R) && !may(`${dir}/secret`, PERM.W));
+    assert.ok(!may(`${dir}/closed`, PERM.W) && !may(`${dir}/closed/inside`, PERM.W));
+    assert.ok(!may(`${dir}/linked`, PERM.W), "a file with several links");
+    assert.ok(!may(`${dir}/setuid`, PERM.W));
+    assert.ok(!may(`${dir}/sub/.git`, PERM.W) && !may(`${dir}/sub/.git/HEAD`, PERM.W));
+    assert.equal(readAcl(`${dir}/other`, "access"), null, "another session's directory");
+    assert.equal(readAcl("/etc", "access"), null, "a symlink is not followed");
+    assert.equal(grant.entries, 4);
+    // What the session makes meanwhile is its own (the test plays the session as root).
+    await Deno.writeTextFile(`${dir}/sub/made`, "m\n", { mode: 0o775 });
+    await Deno.mkdir(`${dir}/newdir`);
+    await Deno.chmod(`${dir}/newdir`, 0o775);
+    await Deno.chown(`${dir}/sub/made`, UID, GID);
+    await Deno.chown(`${dir}/newdir`, UID, GID);
+    grant.revoke();
+    const after = snapshot(dir);
+    assert.equal(after[`${dir}/sub/made`], `0:0 775 null`, "given to the directory's owner");
+    assert.equal(after[`${dir}/newdir`], `0:0 775 null null`);
+    delete after[`${dir}/sub/made`];
+    delete after[`${dir}/newdir`];
+    assert.deepEqual(after, before, "every ACL and mode as it was");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a write grant inside a protected directory: what the session made runs nothing", async () => {
+  const dir = await tree();
+  const git = `${dir}/sub/.git`;
+  try {
+    const grant = WriteGrant.grant([{ path: git, protected: true }], options);
+    assert.ok(may(git, 7) && may(`${git}/HEAD`, PERM.W));
+    await Deno.mkdir(`${git}/hooks`, { mode: 0o777 });
+    await Deno.writeTextFile(`${git}/hooks/post-commit`, "#!/bin/sh\n", { mode: 0o777 });
+    await Deno.chmod(`${git}/hooks/post-commit`, 0o777);
+    await Deno.chmod(`${git}/hooks`, 0o777);
+    for (const path of [`${git}/hooks`, `${git}/hooks/post-commit`]) {
+      await Deno.chown(path, UID, GID);
+    }
+    grant.revoke();
+    const after = snapshot(git);
+    assert.equal(after[`${git}/hooks`], "0:0 755 null null");
+    assert.equal(after[`${git}/hooks/post-commit`], "0:0 644 null");
+    assert.equal(after[git], "0:0 755 null null");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("a write grant fails closed: unreadable root, a symlink on the way, too many entries", async () => {
+  const dir = await tree();
+  try {
+    assert.throws(
+      () => WriteGrant.grant([{ path: `${dir}/closed`, protected: false }], options),
+      /cannot grant write access to .*closed: its uid cannot read .*a write grant never widens/,
+    );
+    assert.throws(
+      () => WriteGrant.grant([{ path: `${dir}/etc-link`, protected: false }], options),
+      /is gone or is reached through a symlink/,
+    );
+    const before = snapshot(dir);
+    const many = `${dir}/many`;
+    await Deno.mkdir(many, { mode: 0o755 });
+    for (let i = 0; i < 100; i++) Deno.writeTextFileSync(`${many}/${i}`, "");
+    assert.throws(
+      () => WriteGrant.grant([{ path: dir, protected: false }], { ...options, maxEntries: 100 }),
+      /more than 100 entries; grant a smaller directory/,
+    );
+    await Deno.remove(many, { recursive: true });
+    assert.deepEqual(snapshot(dir), before, "a refused grant leaves nothing behind");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("two sessions granted one directory: each takes back only its own entry", async () => {
+  const dir = await tree();
+  const file = `${dir}/sub/readable`;
+  const held = `${dir}/sub/held`;
+  const other = { ...options, uid: UID + 1 };
+  const mayOther = (path: string, want: number) => {
+    const info = Deno.lstatSync(path);
+    const owner = { uid: info.uid!, gid: info.gid!, mode: info.mode! & 0o7777 };
+    return permits(owner, readAcl(path, "access"), UID + 1, GID, want);
+  };
+  try {
+    // An ACL whose mask holds a named group to read only, though its entry says more: the
+    // uid's entry would need the mask widened, which would widen the group's too.
+    await Deno.writeTextFile(held, "h\n", { mode: 0o644 });
+    writeAcl(held, "access", [
+      { tag: TAG.USER_OBJ, perm: 6, id: 0xffffffff },
+      { tag: TAG.GROUP_OBJ, perm: 4, id: 0xffffffff },
+      { tag: TAG.GROUP, perm: 6, id: 4242 },
+      { tag: TAG.MASK, perm: 4, id: 0xffffffff },
+      { tag: TAG.OTHER, perm: 4, id: 0xffffffff },
+    ]);
+    const before = snapshot(dir);
+    const first = WriteGrant.grant([{ path: dir, protected: false }], options);
+    const second = WriteGrant.grant([{ path: dir, protected: false }], other);
+    assert.ok(may(file, PERM.W) && mayOther(file, PERM.W));
+    assert.ok(!may(held, PERM.W) && snapshot(dir)[held] === before[held], "left alone");
+    assert.equal(first.revoke(), true);
+    assert.ok(!may(file, PERM.W) && !may(dir, PERM.W), "the first uid's entries are gone");
+    assert.ok(mayOther(file, PERM.W) && mayOther(dir, PERM.W), "the second keeps its grant");
+    assert.equal(second.revoke(), true);
+    assert.deepEqual(snapshot(dir), before);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
