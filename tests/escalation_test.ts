@@ -259,7 +259,9 @@ Deno.test("a commit: the denied .git is asked for whole, granted for the run, ta
       assert.equal(approval.denial.path, `${repo}/.git/index.lock`);
       assert.equal(
         approval.runs,
-        `sandboxed under workspace-write, plus write access to ${repo}/.git`,
+        `sandboxed under workspace-write, plus write access to ${repo}/.git (a git directory: ` +
+          "its config and hooks can make git run commands for whoever uses that repository " +
+          "next, outside any sandbox)",
       );
       await server.operator.post(`/v1/approvals/${approval.id}`, { decision: "approved" });
       const r = await pending;

@@ -85,7 +85,17 @@ export function describe(profile: string, w: Widening): string {
   if (w.unsandboxed) return "without any sandbox, with the server's own privileges";
   const parts = [`sandboxed under ${w.profile ?? profile}`];
   if (w.profile !== undefined) parts[0] += ` instead of ${profile}`;
-  if (w.write?.length) parts.push(`plus write access to ${w.write.join(", ")}`);
+  if (w.write?.length) {
+    // A repository's configuration and hooks decide what git runs, for the operator too.
+    const git = w.write.some((path) => path.split("/").includes(".git"));
+    parts.push(
+      `plus write access to ${w.write.join(", ")}` +
+        (git
+          ? " (a git directory: its config and hooks can make git run commands for whoever " +
+            "uses that repository next, outside any sandbox)"
+          : ""),
+    );
+  }
   if (w.tcp_ports?.length) {
     // The network becomes "all" with a TCP port list: Landlock limits TCP only, so UDP (which
     // name lookups need) goes to any host. The approver must read that too.
