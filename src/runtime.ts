@@ -30,6 +30,7 @@ import { HistoryWriter } from "./history/writer.ts";
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics/metrics.ts";
 import { type ContainmentReport, openContainment } from "./sandbox/cgroups.ts";
+import { operatorGitIdentity } from "./sandbox/git_config.ts";
 
 /** A running service. */
 export interface Runtime {
@@ -127,6 +128,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     workspace: config.workspace,
     hidden: [state.path],
     reactor,
+    gitIdentity: await operatorGitIdentity(),
   });
   const approvals = new ApprovalStore({ onEvent: (event) => bus.publish(event) });
   const supervisor = new Supervisor({

@@ -45,6 +45,7 @@ import { UidPool } from "./uids.ts";
 import { canonical, widen, type Widening } from "./widening.ts";
 import { SocketListing, socketsToHide } from "./unix_sockets.ts";
 import { type GrantedRoot, WriteGrant } from "./write_grant.ts";
+import { gitConfigText, type GitIdentity } from "./git_config.ts";
 
 /**
  * Sandboxed git trusts repositories whatever their owner: every session runs as its own uid,
@@ -52,7 +53,8 @@ import { type GrantedRoot, WriteGrant } from "./write_grant.ts";
  * to git. Git's check protects a user from another user's repository configuration; inside the
  * sandbox that configuration can do no more than the command itself (and `.git` directories the
  * sandbox did not make are read-only to it, see git_guard.ts). Unsandboxed runs keep git's
- * check.
+ * check. Each private HOME's `.gitconfig` says the same (git_config.ts), for git's local
+ * transports, which drop the environment's configuration; this covers a command that moves HOME.
  */
 const GIT_TRUSTS_EVERY_OWNER = {
   GIT_CONFIG_COUNT: "1",
@@ -114,6 +116,8 @@ export interface DomainOptions {
   maxSpares?: number;
   /** Wakes the guard that keeps `.git` directories read-only (git_guard.ts). */
   reactor: Reactor;
+  /** Who sessions' commits are by (their `.gitconfig`, see git_config.ts); none by default. */
+  gitIdentity?: GitIdentity;
 }
 
 interface Domain {
@@ -183,9 +187,12 @@ export class SandboxDomains {
   /** Names kept read-only at any depth: the profiles' one-component read-only subpaths. */
   #protectedNames: Set<string>;
   #guard?: GitGuard;
+  /** Each private HOME's `.gitconfig`. */
+  #gitconfig: Uint8Array<ArrayBuffer>;
 
   constructor(opts: DomainOptions) {
     this.#opts = opts;
+    this.#gitconfig = new TextEncoder().encode(gitConfigText(opts.gitIdentity ?? {}));
     this.#sockets = opts.sockets ?? new SocketListing();
     this.#protectedNames = protectedNames(
       [...opts.profiles.values()].flatMap((p) => p.enforce ? p.readOnlySubpaths : []),
@@ -350,7 +357,7 @@ export class SandboxDomains {
     let dir: PrivateDir | undefined;
     try {
       const owner = uid === undefined ? null : { uid, gid: uids!.ids.gid };
-      dir = createPrivateDir(owner, domain.root);
+      dir = createPrivateDir(owner, domain.root, this.#gitconfig);
       const unlist = uid === undefined
         ? undefined
         : this.#accounts(domain, uids)?.add(uid, dir.home);

@@ -32,6 +32,7 @@ import { AT_FDCWD, check, cString, E, errno, libc, O, OsError, rawSyscall } from
 import { checkedSyscall, prctl, SYS, threadEuid } from "./syscalls.ts";
 import { LOGIN_PATH } from "../sessions/env.ts";
 import { INSTANCE_NAME, instanceName, instanceRuns } from "./instance.ts";
+import { gitConfigText } from "./git_config.ts";
 
 /** The credentials one sandboxed session runs as. */
 export interface SandboxIdentity {
@@ -422,21 +423,31 @@ function writeNewFile(path: string, bytes: Uint8Array<ArrayBuffer>, mode: number
   }
 }
 
+/** A `.gitconfig` with git's ownership check off and no identity (see git_config.ts). */
+const GITCONFIG_BYTES = new TextEncoder().encode(gitConfigText({}));
+
 /**
  * Creates a private directory for one session beneath `base`, mode 0700, with a `home`
- * subdirectory holding the `.profile` above, all owned by `owner` when given. About a dozen
- * synchronous system calls on this thread (tens of microseconds), where Deno's asynchronous
- * file calls for the same work cost several times that in dispatch.
+ * subdirectory holding the `.profile` above and `gitconfig` as `.gitconfig`, all owned by
+ * `owner` when given. About a dozen synchronous system calls on this thread (tens of
+ * microseconds), where Deno's asynchronous file calls for the same work cost several times that
+ * in dispatch.
  */
-export function createPrivateDir(owner: SandboxIdentity | null, base: string): PrivateDir {
+export function createPrivateDir(
+  owner: SandboxIdentity | null,
+  base: string,
+  gitconfig: Uint8Array<ArrayBuffer> = GITCONFIG_BYTES,
+): PrivateDir {
   const dir = makeUniqueDir(base, "uexec-session-", 0o700);
   const home = `${dir}/home`;
   const profile = `${home}/.profile`;
+  const git = `${home}/.gitconfig`;
   try {
     makeDir(home, 0o700);
     writeNewFile(profile, PROFILE_BYTES, 0o644);
+    writeNewFile(git, gitconfig, 0o644);
     if (owner) {
-      for (const path of [dir, home, profile]) {
+      for (const path of [dir, home, profile, git]) {
         check(`chown(${path})`, libc().chown(cString(path), owner.uid, owner.gid));
       }
     }

@@ -95,6 +95,7 @@ export async function startServer(
       "--allow-read",
       "--allow-write",
       "--allow-sys",
+      "--allow-run=git",
       "--v8-flags=--enable-experimental-regexp-engine",
       `${root}${entry}`,
       "--port",
