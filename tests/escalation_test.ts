@@ -130,6 +130,21 @@ Deno.test("narrow escalation: a profile, writable directories, TCP ports", async
       assert.deepEqual(sandboxAclEntries(out), []);
     });
 
+    await t.step("write: a session killed while it runs gives the grant back first", async () => {
+      const { pending, approval } = await asked(server, events, {
+        cmd: `touch ${out}/running && sleep 600`,
+        escalate: { write: [out] },
+        yield_time_ms: 1000,
+      }, ++n);
+      await server.operator.post(`/v1/approvals/${approval.id}`, { decision: "approved" });
+      const running = await pending;
+      assert.equal(typeof running.body.session_id, "number");
+      assert.notDeepEqual(sandboxAclEntries(out), [], "granted while it runs");
+      await server.del(`/v1/sessions/${running.body.session_id}`);
+      assert.deepEqual(sandboxAclEntries(out), []);
+      assert.equal((await Deno.stat(`${out}/running`)).uid, 0);
+    });
+
     await t.step("tcp_ports: only the named port opens", async () => {
       const { pending, approval } = await asked(server, events, {
         cmd: `${connectTo(open.port)}; ${connectTo(closed.port)}`,
