@@ -386,11 +386,34 @@ const CASES: Case[] = [
     "npm error request to https://registry.npmjs.org/x failed, reason: getaddrinfo EAI_AGAIN registry.npmjs.org",
     network,
   ),
+  // Without any network an IPv4-only lookup fails as if the name did not exist (seen in the
+  // sandbox for registry.npmjs.org, which the host resolves): a denial there, not elsewhere.
   same(
-    "node: a real name error is not the sandbox",
+    "node ENOTFOUND without any network",
     ws,
     1,
+    "Error: getaddrinfo ENOTFOUND registry.npmjs.org",
+    network,
+  ),
+  same(
+    "pip without any network",
+    ws,
+    1,
+    "WARNING: Retrying (Retry(total=4)) after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f75>: Failed to establish a new connection: [Errno -2] Name or service not known')': /simple/six/",
+    network,
+  ),
+  same(
+    "node: a name error on a loopback-only network is not the sandbox",
+    loop,
+    1,
     "Error: getaddrinfo ENOTFOUND nosuch.example",
+    () => no,
+  ),
+  same(
+    "python: a name error with the network open is not the sandbox",
+    net,
+    1,
+    "socket.gaierror: [Errno -2] Name or service not known",
     () => no,
   ),
   same(

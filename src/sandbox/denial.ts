@@ -151,6 +151,11 @@ const DNS_NETWORK = [
   /Temporary failure in name resolution/i,
   /unable to resolve host address/i,
   /getaddrinfo EAI_AGAIN/, // Node: the resolver could not be reached
+  // Without any network an IPv4-only lookup of a name that exists fails like one of a name that
+  // does not (glibc's EAI_NONAME: Python's [Errno -2], pip; Node's ENOTFOUND with family 4), so
+  // these count where the policy has no network at all (see networkForbids).
+  /Name or service not known/i,
+  /getaddrinfo ENOTFOUND/,
 ];
 
 /**
