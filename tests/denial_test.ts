@@ -380,11 +380,18 @@ const CASES: Case[] = [
   ),
   same("node datagram bind EPERM", ws, 1, "Error: bind EPERM 0.0.0.0:5353", network),
   same(
-    "npm DNS",
+    "npm DNS: the URL gives the port",
     ws,
     1,
     "npm error request to https://registry.npmjs.org/x failed, reason: getaddrinfo EAI_AGAIN registry.npmjs.org",
-    network,
+    networkTo(443),
+  ),
+  same(
+    "a URL with its own port",
+    ws,
+    1,
+    "npm error request to https://registry.example.com:8443/x failed, reason: getaddrinfo EAI_AGAIN registry.example.com",
+    networkTo(8443),
   ),
   // Without any network an IPv4-only lookup fails as if the name did not exist (seen in the
   // sandbox for registry.npmjs.org, which the host resolves): a denial there, not elsewhere.
@@ -400,7 +407,7 @@ const CASES: Case[] = [
     ws,
     1,
     "WARNING: Retrying (Retry(total=4)) after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f75>: Failed to establish a new connection: [Errno -2] Name or service not known')': /simple/six/",
-    network,
+    networkTo(443),
   ),
   same(
     "node: a name error on a loopback-only network is not the sandbox",
@@ -429,7 +436,7 @@ const CASES: Case[] = [
     ws,
     128,
     "fatal: unable to access 'https://github.com/a/b/': Could not resolve host: github.com",
-    network,
+    networkTo(443),
   ),
   same(
     "read-only also forbids network",

@@ -198,8 +198,17 @@ function networkEvidence(line: string): NetworkEvidence | undefined {
     const match = re.exec(line);
     if (match) return { strength, host: match[1], port: Number(match[2]) };
   }
+  // A URL (npm names the one it fetched) or urllib3's connection class (pip) gives the port.
+  const url = URL_DESTINATION.exec(line);
+  if (url) return { strength, host: url[2], port: Number(url[3] ?? WEB_PORTS[url[1]]) };
+  const web = URLLIB3_CONNECTION.exec(line);
+  if (web) return { strength, port: WEB_PORTS[web[1] === "HTTPS" ? "https" : "http"] };
   return { strength };
 }
+
+const WEB_PORTS: Record<string, number> = { http: 80, https: 443 };
+const URL_DESTINATION = /\b(https?):\/\/([^/\s:'"@]+)(?::(\d+))?(?=[/\s'"]|$)/;
+const URLLIB3_CONNECTION = /\b(HTTPS?)Connection object\b/;
 
 /** Python's last traceback line for a refused socket() names no socket; its source line does. */
 const PYTHON_ERRNO_PERM = /^(?:PermissionError|OSError): \[Errno (?:1|13)\] /;
