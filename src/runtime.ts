@@ -148,7 +148,6 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     agents,
     workspace: config.workspace,
     allowedRoots: config.allowedRoots,
-    protectedPaths: [state.path],
     shell: config.shell,
     maxSessions: config.maxSessions,
     history: history?.recorder,

@@ -211,6 +211,16 @@ Deno.test("narrow escalation: a profile, writable directories, TCP ports", async
         await again.server.operator.post(`/v1/approvals/${approval.id}`, { decision: "denied" });
         const r = await pending;
         assert.equal(r.body.sandbox.denied, true);
+        // The test server's state directory is in /tmp: write access to /tmp cannot be granted.
+        const held = await asked(again.server, again.events, {
+          cmd: `touch /tmp/uexec-held-${crypto.randomUUID()}`,
+        }, 2);
+        assert.equal(held.approval.denial.kind, "fs-write");
+        assert.deepEqual(held.approval.escalation, { unsandboxed: true });
+        await again.server.operator.post(`/v1/approvals/${held.approval.id}`, {
+          decision: "denied",
+        });
+        await held.pending;
       } finally {
         await again.events.close();
         await again.server.stop();

@@ -57,6 +57,10 @@ async function tree(): Promise<string> {
   await Deno.mkdir(`${dir}/other`, { mode: 0o755 });
   await Deno.chown(`${dir}/other`, 2000000999, GID);
   await Deno.symlink("/etc", `${dir}/etc-link`);
+  await Deno.mkdir(`${dir}/shared`);
+  await Deno.chmod(`${dir}/shared`, 0o1777);
+  await Deno.writeTextFile(`${dir}/shared/theirs`, "t\n", { mode: 0o644 });
+  await Deno.chown(`${dir}/shared/theirs`, 1234, 1234);
   return dir;
 }
 
@@ -76,6 +80,7 @@ Deno.test("a write grant: write where the uid reads, nothing else, and taken bac
     assert.ok(!may(`${dir}/linked`, PERM.W), "a file with several links");
     assert.ok(!may(`${dir}/setuid`, PERM.W));
     assert.ok(!may(`${dir}/sub/.git`, PERM.W) && !may(`${dir}/sub/.git/HEAD`, PERM.W));
+    assert.ok(!may(`${dir}/shared/theirs`, PERM.W), "another user's file in a sticky directory");
     assert.equal(readAcl(`${dir}/other`, "access"), null, "another session's directory");
     assert.equal(readAcl("/etc", "access"), null, "a symlink is not followed");
     assert.equal(grant.entries, 4);
@@ -123,6 +128,9 @@ Deno.test("a write grant inside a protected directory: what the session made run
 Deno.test("a write grant fails closed: unreadable root, a symlink on the way, too many entries", async () => {
   const dir = await tree();
   try {
+    const shared = WriteGrant.grant([{ path: `${dir}/shared`, protected: false }], options);
+    assert.equal(shared.entries, 0, "a sticky world-writable root: the uid may already write");
+    shared.revoke();
     assert.throws(
       () => WriteGrant.grant([{ path: `${dir}/closed`, protected: false }], options),
       /cannot grant write access to .*closed: its uid cannot read .*a write grant never widens/,

@@ -204,6 +204,14 @@ export class SandboxDomains {
     return this.#protectedNames;
   }
 
+  /**
+   * Whether write access to `path` can be granted: not when it holds, or lies in, a path no
+   * sandboxed command may read (the server's state directory).
+   */
+  writable(path: string): boolean {
+    return !(this.#opts.hidden ?? []).some((h) => isWithin(h, path) || isWithin(path, h));
+  }
+
   /** Names of the loaded profiles. */
   get names(): string[] {
     return [...this.#opts.profiles.keys()];

@@ -12,7 +12,9 @@
  * is left alone, with everything beneath it. Left alone too: anything but regular files and
  * directories, files with several links (their other names may lie elsewhere) or set-id bits,
  * entries whose ACL mask holds another entry back (the uid's entry would need it widened),
- * what another session's uid owns, and, beneath the granted directory, directories with a
+ * what another session's uid owns, what is in a sticky world-writable directory such as `/tmp`
+ * (every user's: the uid may already make its own entries there, the others' stay theirs),
+ * and, beneath the granted directory, directories with a
  * protected name (a nested `.git`). More than `MAX_ENTRIES` entries is refused. Landlock still
  * decides where the session may write; this only makes the permissions agree for that one uid.
  *
@@ -127,15 +129,14 @@ export class WriteGrant {
       for (const root of roots) {
         let top = true;
         grant.#walkRoot(root, (fd, st) => {
-          const entered = grant.#give(fd, st);
-          if (top && !entered) {
+          if (top && !grant.#reads(st, readAclOf(fd, "access"))) {
             throw new Error(
               `its uid cannot read ${root.path} (owner ${st.uid}:${st.gid}, mode ` +
                 `${(st.mode & 0o7777).toString(8)}), and a write grant never widens what it reads`,
             );
           }
           top = false;
-          return entered;
+          return grant.#give(fd, st);
         });
       }
     } catch (err) {
@@ -206,17 +207,26 @@ export class WriteGrant {
   }
 
   /** Gives the uid write access to one entry it can read; returns whether to enter it. */
+  /** Whether the uid may read the entry with access ACL `acl` (a directory: read and search it). */
+  #reads(st: Stat, acl: AclEntry[] | null): boolean {
+    const owner = { uid: st.uid, gid: st.gid, mode: st.mode & 0o7777 };
+    const read = kind(st) === S_IF.DIR ? PERM.R | PERM.X : PERM.R;
+    return !this.#foreign(st) && permits(owner, acl, this.#opts.uid, this.#opts.gid, read);
+  }
+
   #give(fd: number, st: Stat): boolean {
     const max = this.#opts.maxEntries ?? MAX_ENTRIES;
     if (++this.#seen > max) throw new Error(`more than ${max} entries; grant a smaller directory`);
     const type = kind(st);
     if (this.#foreign(st) || (type !== S_IF.DIR && type !== S_IF.REG)) return false;
     if (type === S_IF.REG && (st.nlink > 1n || (st.mode & 0o6000) !== 0)) return false;
+    // A sticky world-writable directory (/tmp) is every user's: the uid may already make its
+    // own entries there, and the others' are theirs.
+    if (type === S_IF.DIR && (st.mode & 0o1002) === 0o1002) return false;
     const { uid, gid } = this.#opts;
     const owner = { uid: st.uid, gid: st.gid, mode: st.mode & 0o7777 };
     const acl = readAclOf(fd, "access");
-    const read = type === S_IF.DIR ? PERM.R | PERM.X : PERM.R;
-    if (!permits(owner, acl, uid, gid, read)) return false;
+    if (!this.#reads(st, acl)) return false;
     const want = type === S_IF.DIR ? 7 : PERM.R | PERM.W | ((owner.mode >> 6) & PERM.X);
     if (permits(owner, acl, uid, gid, want) || maskHoldsBack(acl)) return true;
     this.#granted.add(key(st));

@@ -86,8 +86,6 @@ export interface ServiceDeps {
   workspace: string;
   /** More roots workdirs may be in (`UEXEC_ALLOWED_ROOTS`), resolved. */
   allowedRoots: string[];
-  /** Directories no escalation may make writable (the state directory). */
-  protectedPaths: string[];
   /** The server's shell: the default, and the only one an escalated run may use. */
   shell: string;
   /** Live-session limit of an agent that has none of its own. */
@@ -468,12 +466,8 @@ export class Service {
   #writableRoot(base: string, path: string, index: number): string {
     const field = `escalate.write.${index}`;
     const real = existingDir(path.startsWith("/") ? path : `${base}/${path}`, field);
-    for (const hidden of this.#deps.protectedPaths) {
-      if (isWithin(real, hidden) || isWithin(hidden, real)) {
-        throw new ForbiddenError(
-          `${field}: ${real} holds the server's state; it cannot be granted`,
-        );
-      }
+    if (!this.#deps.domains.writable(real)) {
+      throw new ForbiddenError(`${field}: ${real} holds the server's state; it cannot be granted`);
     }
     return real;
   }

@@ -98,10 +98,11 @@ export class Supervisor {
     });
     if (next.action !== "ask") return first;
     const denial = first.sandbox.denial;
-    const proposal = combine(
-      granted,
-      widening(denial, frozen.request.workdir, this.#opts.domains.protectedNames),
-    );
+    const { domains } = this.#opts;
+    const narrowest = widening(denial, frozen.request.workdir, domains.protectedNames);
+    // A directory holding the server's state cannot be granted: only no sandbox would do.
+    const grantable = narrowest.write?.every((path) => domains.writable(path)) ?? true;
+    const proposal = combine(granted, grantable ? narrowest : { unsandboxed: true });
     const decision = await this.#ask(frozen, profile, {
       escalation: proposal,
       reason: RETRY_REASON,
