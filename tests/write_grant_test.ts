@@ -52,6 +52,7 @@ async function tree(): Promise<string> {
   await Deno.link(`${dir}/linked`, `${dir}/sub/link`);
   await Deno.writeTextFile(`${dir}/setuid`, "x\n", { mode: 0o4755 });
   await Deno.chmod(`${dir}/setuid`, 0o4755);
+  await Deno.mkdir(`${dir}/.git`, { mode: 0o755 });
   await Deno.mkdir(`${dir}/sub/.git`, { mode: 0o755 });
   await Deno.writeTextFile(`${dir}/sub/.git/HEAD`, "ref\n", { mode: 0o644 });
   await Deno.mkdir(`${dir}/other`, { mode: 0o755 });
@@ -80,6 +81,7 @@ Deno.test("a write grant: write where the uid reads, nothing else, and taken bac
     assert.ok(!may(`${dir}/linked`, PERM.W), "a file with several links");
     assert.ok(!may(`${dir}/setuid`, PERM.W));
     assert.ok(!may(`${dir}/sub/.git`, PERM.W) && !may(`${dir}/sub/.git/HEAD`, PERM.W));
+    assert.ok(!may(`${dir}/.git`, PERM.W), "a .git right beneath the granted directory too");
     assert.ok(!may(`${dir}/shared/theirs`, PERM.W), "another user's file in a sticky directory");
     assert.equal(readAcl(`${dir}/other`, "access"), null, "another session's directory");
     assert.equal(readAcl("/etc", "access"), null, "a symlink is not followed");
@@ -130,7 +132,11 @@ Deno.test("a write grant fails closed: unreadable root, a symlink on the way, to
   try {
     const shared = WriteGrant.grant([{ path: `${dir}/shared`, protected: false }], options);
     assert.equal(shared.entries, 0, "a sticky world-writable root: the uid may already write");
+    await Deno.writeTextFile(`${dir}/shared/mine`, "m\n");
+    await Deno.chown(`${dir}/shared/mine`, UID, GID);
     shared.revoke();
+    assert.equal(Deno.statSync(`${dir}/shared/mine`).uid, 0, "what it made there is taken back");
+    assert.equal(Deno.statSync(`${dir}/shared/theirs`).uid, 1234, "the others' stay theirs");
     assert.throws(
       () => WriteGrant.grant([{ path: `${dir}/closed`, protected: false }], options),
       /cannot grant write access to .*closed: its uid cannot read .*a write grant never widens/,

@@ -102,6 +102,12 @@ function withoutUser(entries: AclEntry[], uid: number): AclEntry[] {
 }
 
 const key = (st: Stat) => `${st.dev}:${st.ino}`;
+
+/** A sticky world-writable directory (`/tmp`): every user's. */
+const shared = (st: Stat) => kind(st) === S_IF.DIR && (st.mode & 0o1002) === 0o1002;
+
+/** Looks at one entry of a walk; returns whether to enter it. */
+type Visit = (fd: number, st: Stat, inShared: boolean) => boolean;
 const UNDEFINED_ID = 0xffffffff;
 
 /** Write access to some directories for one uid, until {@link WriteGrant.revoke}. */
@@ -166,7 +172,16 @@ export class WriteGrant {
       const keeper = this.#keeper(root.path);
       if (!keeper) continue;
       try {
-        this.#walkRoot(root, (fd, st) => this.#takeBack(fd, st, keeper, root.protected));
+        let top = true;
+        this.#walkRoot(root, (fd, st, inShared) => {
+          const enter = this.#takeBack(fd, st, keeper, root.protected);
+          const first = top;
+          top = false;
+          // The root (the uid may have made entries in it, shared or not), where the grant
+          // went, and whatever the uid made; in a shared directory only what the uid made.
+          return enter &&
+            (first || st.uid === this.#opts.uid || (!inShared && this.#enters(fd, st)));
+        });
       } catch (err) {
         errors.push(`${root.path}: ${(err as Error).message}`);
       }
@@ -179,25 +194,25 @@ export class WriteGrant {
 
   /**
    * Calls `visit` with each entry of `root` the grant covers, top-down (a directory before what
-   * it holds; `visit` returns whether to enter it).
+   * it holds; `visit` returns whether to enter it, and is told whether the entry is in a sticky
+   * world-writable directory). Directories with a protected name beneath the root are entered
+   * only if the uid made them.
    */
-  #walkRoot(root: GrantedRoot, visit: (fd: number, st: Stat) => boolean): void {
+  #walkRoot(root: GrantedRoot, visit: Visit): void {
     const fd = openCanonical(root.path);
     if (fd === null) throw new Error(`${root.path} is gone or is reached through a symlink`);
     try {
-      this.#walk(fd, statOf(fd), visit, true);
+      this.#walk(fd, statOf(fd), visit, false);
     } finally {
       closeFd(fd);
     }
   }
 
-  #walk(fd: number, st: Stat, visit: (fd: number, st: Stat) => boolean, top: boolean): void {
-    if (!visit(fd, st) || kind(st) !== S_IF.DIR) return;
+  #walk(fd: number, st: Stat, visit: Visit, inShared: boolean): void {
+    if (!visit(fd, st, inShared) || kind(st) !== S_IF.DIR) return;
     eachChild(fd, (name, cfd, cst) => {
-      if (kind(cst) === S_IF.DIR && this.#opts.protectedNames.has(name) && !top) {
-        if (cst.uid !== this.#opts.uid) return;
-      }
-      this.#walk(cfd, cst, visit, false);
+      const named = kind(cst) === S_IF.DIR && this.#opts.protectedNames.has(name);
+      if (!named || cst.uid === this.#opts.uid) this.#walk(cfd, cst, visit, shared(st));
     });
   }
 
@@ -222,7 +237,7 @@ export class WriteGrant {
     if (type === S_IF.REG && (st.nlink > 1n || (st.mode & 0o6000) !== 0)) return false;
     // A sticky world-writable directory (/tmp) is every user's: the uid may already make its
     // own entries there, and the others' are theirs.
-    if (type === S_IF.DIR && (st.mode & 0o1002) === 0o1002) return false;
+    if (shared(st)) return false;
     const { uid, gid } = this.#opts;
     const owner = { uid: st.uid, gid: st.gid, mode: st.mode & 0o7777 };
     const acl = readAclOf(fd, "access");
@@ -250,6 +265,11 @@ export class WriteGrant {
       }
     }
     return kind(st) === S_IF.DIR;
+  }
+
+  /** Whether the grant's walk enters the directory: not a shared one, and one the uid reads. */
+  #enters(fd: number, st: Stat): boolean {
+    return !shared(st) && this.#reads(st, readAclOf(fd, "access"));
   }
 
   /** The owner of the granted directory, who gets what the session made in it. */
