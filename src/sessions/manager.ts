@@ -593,8 +593,11 @@ export class SessionManager {
               .finally(() => {
                 this.#cgroups.delete(s);
                 this.#settling.delete(s);
-                sessionDir.release();
-                resolve();
+                try {
+                  sessionDir.release();
+                } finally {
+                  resolve();
+                }
               })
           );
         } else sessionDir.release();
