@@ -267,7 +267,7 @@ export class SessionManager {
   #screens: ScreenHost;
   /** Each session's cgroup (cgroup containment only). */
   #cgroups = new Map<Session, SessionCgroup>();
-  /** Ended sessions whose cgroup is being emptied; their directories go after. */
+  /** Ended sessions whose cgroup is being emptied (write grants go after). */
   #settling = new Map<Session, Promise<void>>();
   /** Sessions holding write grants (see sandbox/write_grant.ts). */
   #granted = new WeakSet<Session>();
@@ -579,12 +579,16 @@ export class SessionManager {
       },
       (s, status) => {
         clearTimeout(timeout);
+        // Write access granted to its uid goes once nothing of it runs any more (its exit is
+        // reported after that); otherwise its directory and uid go now (the uid's next holder
+        // waits for the reaper, which kills whatever still runs as it).
+        const afterKill = sessionCgroup !== undefined && sessionDir.granted;
+        if (!afterKill) sessionDir.release();
         if (sessionCgroup) {
           // What its tree used, then (after this exit is reported, once this turn of the event
           // loop is done: a zero-delay timer would put the kill and the cgroup's reuse a
           // millisecond later, in the middle of the next command's start) whatever it left dies.
           s.usage = sessionCgroup.usage();
-          // Its private directory and write grants go once nothing of it runs any more.
           const { promise, resolve } = Promise.withResolvers<void>();
           this.#settling.set(s, promise);
           setImmediate(() =>
@@ -594,13 +598,13 @@ export class SessionManager {
                 this.#cgroups.delete(s);
                 this.#settling.delete(s);
                 try {
-                  sessionDir.release();
+                  if (afterKill) sessionDir.release();
                 } finally {
                   resolve();
                 }
               })
           );
-        } else sessionDir.release();
+        }
         lease.release();
         this.#opts.bus.publish({
           type: "end",
