@@ -14,7 +14,8 @@ import { cString, E, errno, OsError, rawSyscall } from "../ffi/libc.ts";
 import { checkedSyscall, SYS } from "./syscalls.ts";
 
 const VERSION = 2;
-const UNDEFINED_ID = 0xffffffff;
+/** The id of an entry that names nobody (owner, owning group, mask, other). */
+export const UNDEFINED_ID = 0xffffffff;
 const ACCESS = "system.posix_acl_access";
 const DEFAULT = "system.posix_acl_default";
 
@@ -119,11 +120,14 @@ export function withGrant(entries: AclEntry[], tag: number, id: number, perm: nu
   const others = entries.filter((e) => e.tag !== TAG.MASK && !(e.tag === tag && e.id === id));
   const current = entries.find((e) => e.tag === tag && e.id === id)?.perm ?? 0;
   const granted = [...others, { tag, perm: current | perm, id }];
-  const groupClass = granted.filter((e) =>
-    e.tag === TAG.USER || e.tag === TAG.GROUP_OBJ || e.tag === TAG.GROUP
-  );
-  const mask = groupClass.reduce((m, e) => m | e.perm, 0);
-  return [...granted, { tag: TAG.MASK, perm: mask, id: UNDEFINED_ID }];
+  return [...granted, { tag: TAG.MASK, perm: groupClass(granted), id: UNDEFINED_ID }];
+}
+
+/** The permissions the group-class entries (named users, owning and named groups) hold. */
+export function groupClass(entries: AclEntry[]): number {
+  return entries
+    .filter((e) => e.tag === TAG.USER || e.tag === TAG.GROUP_OBJ || e.tag === TAG.GROUP)
+    .reduce((m, e) => m | e.perm, 0);
 }
 
 /** The file owner, group and mode bits of a stat result. */

@@ -22,7 +22,12 @@ import { accountEnv, DomainAccounts } from "./accounts.ts";
 import { type Restriction, Spawner } from "../workers/pool.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { existingPaths } from "./fsinfo.ts";
-import { assertNotInsideProtected, GitGuard, protectedNames } from "./git_guard.ts";
+import {
+  assertNotInsideProtected,
+  GitGuard,
+  protectedAncestor,
+  protectedNames,
+} from "./git_guard.ts";
 import {
   assertReachable,
   createDomainDir,
@@ -415,7 +420,7 @@ export class SandboxDomains {
    */
   #grantsFor(widening: Widening): GrantedRoot[] {
     return (widening.write ?? []).flatMap((path) => {
-      const inProtected = path.split("/").some((part) => this.#protectedNames.has(part));
+      const inProtected = protectedAncestor(path, this.#protectedNames, null) !== null;
       return !isWithin(path, this.#opts.workspace) || inProtected
         ? [{ path, protected: inProtected }]
         : [];

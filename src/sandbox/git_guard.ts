@@ -81,9 +81,25 @@ const RENAME_NOREPLACE = 1;
 const GITDIR_LINE = /^gitdir: (.+?)[\r\n]*$/;
 const O_TMPFILE = 0o20200000;
 /** Who gets what the sandbox made inside a protected directory: its owner. */
-interface Keeper {
+export interface Keeper {
   uid: number;
   gid: number;
+}
+
+/** The keeper of what the sandbox made beneath `st`: its owner, in its group unless that is the sandbox's. */
+export function keeperOf(st: Stat, owners: SandboxOwners): Keeper {
+  return { uid: st.uid, gid: owners.isGid(st.gid) ? 0 : st.gid };
+}
+
+/**
+ * Gives an entry the sandbox made (`st`) to `keeper`, without write for group and others and
+ * without execute bits on files, so nothing it planted runs or changes for anyone else.
+ */
+export function adopt(fd: number, st: Stat, keeper: Keeper): void {
+  chownOf(fd, keeper.uid, keeper.gid);
+  if (kind(st) === S_IF.LNK) return;
+  const noExec = kind(st) === S_IF.REG ? 0o111 : 0;
+  chmodOf(fd, st.mode & ~(0o7022 | noExec) & 0o7777);
 }
 
 /** Whether an access ACL lets the sandbox write (through its own entries and the mask). */
@@ -128,8 +144,11 @@ export function assertNotInsideProtected(
   if (dir !== null) throw new ProtectedWorkdirError(workdir, dir);
 }
 
-/** The first of `path` and its ancestors that has a protected name and is not the sandbox's. */
-function protectedAncestor(
+/**
+ * The first of `path` and its ancestors that has a protected name and is not the sandbox's
+ * (with `owners` null: any that exists).
+ */
+export function protectedAncestor(
   path: string,
   names: ReadonlySet<string>,
   owners: SandboxOwners | null,
@@ -317,7 +336,7 @@ export class GitGuard {
     try {
       const st = statOf(fd);
       if (this.#owners.isUid(st.uid) || this.#renewed.has(`${st.dev}:${st.ino}`)) return;
-      const keeper = { uid: st.uid, gid: this.#owners.isGid(st.gid) ? 0 : st.gid };
+      const keeper = keeperOf(st, this.#owners);
       const found: Findings = { taken: 0, writable: false };
       this.#secure(fd, st, keeper, planted, found);
       if (found.taken > 0) {
@@ -464,12 +483,7 @@ export class GitGuard {
     if (own) {
       found.taken++;
       found.writable = true;
-      chownOf(fd, top.uid, top.gid);
-      if (kind(st) !== S_IF.LNK) {
-        const noExec = kind(st) === S_IF.REG ? 0o111 : 0;
-        const mode = st.mode & ~(0o7022 | noExec) & 0o7777;
-        chmodOf(fd, mode);
-      }
+      adopt(fd, st, top);
     }
     if (kind(st) === S_IF.DIR) {
       this.#strip(fd, "access", found);

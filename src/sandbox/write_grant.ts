@@ -14,14 +14,14 @@
  * entries whose ACL mask holds another entry back (the uid's entry would need it widened),
  * what another session's uid owns, what is in a sticky world-writable directory such as `/tmp`
  * (every user's: the uid may already make its own entries there, the others' stay theirs),
- * and, beneath the granted directory, directories with a
- * protected name (a nested `.git`). More than `MAX_ENTRIES` entries is refused. Landlock still
- * decides where the session may write; this only makes the permissions agree for that one uid.
+ * and, beneath the granted directory, directories with a protected name (a nested `.git`).
+ * More than `MAX_ENTRIES` entries is refused. Landlock still decides where the session may
+ * write; this only makes the permissions agree for that one uid.
  *
  * Taking it back: each entry that got an entry loses it again (another session's grant on the
- * same entry stays), and what the session made is given to the granted directory's owner (inside a protected directory without
- * write for group and others and without execute bits on files, as git_guard.ts takes back what
- * the sandbox made, so no hook it planted runs when the operator runs git).
+ * same entry stays), and what the session made is given to the granted directory's owner;
+ * inside a protected directory as git_guard.ts adopts what the sandbox made (no write for group
+ * and others, no execute bits on files), so no hook it planted runs when the operator runs git.
  *
  * Entries are reached through descriptors, never by following a symlink (entries.ts). This
  * module must never widen what any other uid may do, and never touch an entry outside the
@@ -30,9 +30,17 @@
  * @module
  */
 
-import { type AclEntry, aclFromMode, PERM, permits, TAG, withGrant } from "./acl.ts";
 import {
-  chmodOf,
+  type AclEntry,
+  aclFromMode,
+  groupClass,
+  PERM,
+  permits,
+  TAG,
+  UNDEFINED_ID,
+  withGrant,
+} from "./acl.ts";
+import {
   chownOf,
   eachChild,
   kind,
@@ -43,9 +51,10 @@ import {
   writeAclOf,
 } from "./entries.ts";
 import { SandboxUnavailableError } from "./errors.ts";
+import { adopt, type Keeper, keeperOf } from "./git_guard.ts";
 import type { SandboxOwners } from "./identity.ts";
 import { closeFd } from "./syscalls.ts";
-import { OsError, S_IF } from "../ffi/libc.ts";
+import { S_IF } from "../ffi/libc.ts";
 
 /**
  * The most entries one grant may look at: the walk runs on the server's thread (about five
@@ -72,13 +81,6 @@ export interface GrantOptions {
   protectedNames: ReadonlySet<string>;
   /** At most this many entries are looked at (default {@link MAX_ENTRIES}). */
   maxEntries?: number;
-}
-
-/** The permissions an ACL's group-class entries (named users, owning and named groups) hold. */
-function groupClass(entries: AclEntry[]): number {
-  return entries
-    .filter((e) => e.tag === TAG.USER || e.tag === TAG.GROUP_OBJ || e.tag === TAG.GROUP)
-    .reduce((m, e) => m | e.perm, 0);
 }
 
 /**
@@ -108,7 +110,6 @@ const shared = (st: Stat) => kind(st) === S_IF.DIR && (st.mode & 0o1002) === 0o1
 
 /** Looks at one entry of a walk; returns whether to enter it. */
 type Visit = (fd: number, st: Stat, inShared: boolean) => boolean;
-const UNDEFINED_ID = 0xffffffff;
 
 /** Write access to some directories for one uid, until {@link WriteGrant.revoke}. */
 export class WriteGrant {
@@ -134,7 +135,7 @@ export class WriteGrant {
     try {
       for (const root of roots) {
         let top = true;
-        grant.#walkRoot(root, (fd, st) => {
+        const found = grant.#walkRoot(root, (fd, st) => {
           if (top && !grant.#reads(st, readAclOf(fd, "access"))) {
             throw new Error(
               `its uid cannot read ${root.path} (owner ${st.uid}:${st.gid}, mode ` +
@@ -144,12 +145,13 @@ export class WriteGrant {
           top = false;
           return grant.#give(fd, st);
         });
+        if (!found) throw new Error(`${root.path} is gone or is reached through a symlink`);
       }
     } catch (err) {
       grant.revoke();
-      const why = err instanceof OsError ? err.message : (err as Error).message;
       throw new SandboxUnavailableError(
-        `cannot grant write access to ${roots.map((r) => r.path).join(", ")}: ${why}`,
+        `cannot grant write access to ${roots.map((r) => r.path).join(", ")}: ` +
+          (err as Error).message,
       );
     }
     return grant;
@@ -169,14 +171,13 @@ export class WriteGrant {
     this.#revoked = true;
     const errors: string[] = [];
     for (const root of this.#roots) {
-      const keeper = this.#keeper(root.path);
-      if (!keeper) continue;
       try {
-        let top = true;
+        // The root's owner gets what the session made; the walk visits the root first.
+        let keeper: Keeper | undefined;
         this.#walkRoot(root, (fd, st, inShared) => {
+          const first = keeper === undefined;
+          keeper ??= keeperOf(st, this.#opts.owners);
           const enter = this.#takeBack(fd, st, keeper, root.protected);
-          const first = top;
-          top = false;
           // The root (the uid may have made entries in it, shared or not), where the grant
           // went, and whatever the uid made; in a shared directory only what the uid made.
           return enter &&
@@ -196,16 +197,17 @@ export class WriteGrant {
    * Calls `visit` with each entry of `root` the grant covers, top-down (a directory before what
    * it holds; `visit` returns whether to enter it, and is told whether the entry is in a sticky
    * world-writable directory). Directories with a protected name beneath the root are entered
-   * only if the uid made them.
+   * only if the uid made them. False when the root is gone or reached through a symlink.
    */
-  #walkRoot(root: GrantedRoot, visit: Visit): void {
+  #walkRoot(root: GrantedRoot, visit: Visit): boolean {
     const fd = openCanonical(root.path);
-    if (fd === null) throw new Error(`${root.path} is gone or is reached through a symlink`);
+    if (fd === null) return false;
     try {
       this.#walk(fd, statOf(fd), visit, false);
     } finally {
       closeFd(fd);
     }
+    return true;
   }
 
   #walk(fd: number, st: Stat, visit: Visit, inShared: boolean): void {
@@ -221,7 +223,6 @@ export class WriteGrant {
     return st.uid !== this.#opts.uid && this.#opts.owners.isUid(st.uid);
   }
 
-  /** Gives the uid write access to one entry it can read; returns whether to enter it. */
   /** Whether the uid may read the entry with access ACL `acl` (a directory: read and search it). */
   #reads(st: Stat, acl: AclEntry[] | null): boolean {
     const owner = { uid: st.uid, gid: st.gid, mode: st.mode & 0o7777 };
@@ -229,6 +230,7 @@ export class WriteGrant {
     return !this.#foreign(st) && permits(owner, acl, this.#opts.uid, this.#opts.gid, read);
   }
 
+  /** Gives the uid write access to one entry it can read; returns whether to enter it. */
   #give(fd: number, st: Stat): boolean {
     const max = this.#opts.maxEntries ?? MAX_ENTRIES;
     if (++this.#seen > max) throw new Error(`more than ${max} entries; grant a smaller directory`);
@@ -253,16 +255,13 @@ export class WriteGrant {
    * Restores one entry's ACL, or gives it to `keeper` if the session made it; returns whether
    * to enter it.
    */
-  #takeBack(fd: number, st: Stat, keeper: Stat, inProtected: boolean): boolean {
+  #takeBack(fd: number, st: Stat, keeper: Keeper, inProtected: boolean): boolean {
     if (this.#foreign(st)) return false;
     const acl = this.#granted.has(key(st)) && readAclOf(fd, "access");
     if (acl) writeAclOf(fd, "access", withoutUser(acl, this.#opts.uid));
     if (st.uid === this.#opts.uid) {
-      chownOf(fd, keeper.uid, this.#opts.owners.isGid(keeper.gid) ? 0 : keeper.gid);
-      if (inProtected && kind(st) !== S_IF.LNK) {
-        const noExec = kind(st) === S_IF.REG ? 0o111 : 0;
-        chmodOf(fd, st.mode & ~(0o7022 | noExec) & 0o7777);
-      }
+      if (inProtected) adopt(fd, st, keeper);
+      else chownOf(fd, keeper.uid, keeper.gid);
     }
     return kind(st) === S_IF.DIR;
   }
@@ -270,16 +269,5 @@ export class WriteGrant {
   /** Whether the grant's walk enters the directory: not a shared one, and one the uid reads. */
   #enters(fd: number, st: Stat): boolean {
     return !shared(st) && this.#reads(st, readAclOf(fd, "access"));
-  }
-
-  /** The owner of the granted directory, who gets what the session made in it. */
-  #keeper(path: string): Stat | null {
-    const fd = openCanonical(path);
-    if (fd === null) return null;
-    try {
-      return statOf(fd);
-    } finally {
-      closeFd(fd);
-    }
   }
 }

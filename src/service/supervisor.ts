@@ -16,6 +16,7 @@ import { type ApprovalPolicy, planExecution, RETRY_REASON } from "../approvals/p
 import type { ApprovalStore, Decision } from "../approvals/store.ts";
 import type { Denial } from "../sandbox/denial.ts";
 import { FULL_ACCESS, type SandboxChoice, type SandboxDomains } from "../sandbox/domains.ts";
+import { protectedAncestor } from "../sandbox/git_guard.ts";
 import { combine, isEmpty, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
 import type { CallResult, ExecRequest, SessionManager } from "../sessions/manager.ts";
@@ -162,9 +163,7 @@ export function widening(
   if (denial?.kind === "network" && denial.port !== undefined) return { tcp_ports: [denial.port] };
   if (denial?.kind === "fs-write" && denial.path !== undefined) {
     const path = denial.path.startsWith("/") ? denial.path : `${workdir}/${denial.path}`;
-    const parts = path.split("/");
-    const named = parts.findIndex((part) => protectedNames.has(part));
-    const dir = existingDirectory(named > 0 ? parts.slice(0, named + 1).join("/") : path);
+    const dir = existingDirectory(protectedAncestor(path, protectedNames, null) ?? path);
     if (dir !== undefined && dir !== "/") return { write: [dir] };
   }
   return { unsandboxed: true };
