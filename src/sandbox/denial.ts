@@ -5,8 +5,8 @@
  * Unlike a keyword scan, a message counts only when it can be tied to the policy: an
  * EACCES/EPERM/EROFS message naming a path the policy does not allow for that access, or one in
  * a protected directory (`.git`) at any depth, which git_guard.ts keeps read-only wherever it is
- * (and that the supervisor, outside the sandbox, could access), a network error for a destination the
- * policy forbids, a refused signal (enforced policies scope signals), or exit 159 (SIGSYS).
+ * (and that the supervisor, outside the sandbox, could access), a network error for a
+ * destination the policy forbids, a refused signal (enforced policies scope signals), or exit 159 (SIGSYS).
  * Policies read "the most specific entry wins", as {@link policyAllows} spells out.
  *
  * This module only reads text and, through the default {@link supervisorCanAccess}, file

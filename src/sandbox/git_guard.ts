@@ -86,7 +86,10 @@ export interface Keeper {
   gid: number;
 }
 
-/** The keeper of what the sandbox made beneath `st`: its owner, in its group unless that is the sandbox's. */
+/**
+ * The keeper of what the sandbox made beneath `st`: its owner, in its group unless that is the
+ * sandbox's.
+ */
 export function keeperOf(st: Stat, owners: SandboxOwners): Keeper {
   return { uid: st.uid, gid: owners.isGid(st.gid) ? 0 : st.gid };
 }
