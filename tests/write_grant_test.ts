@@ -86,6 +86,12 @@ Deno.test("a write grant: write where the uid reads, nothing else, and taken bac
     assert.equal(readAcl(`${dir}/other`, "access"), null, "another session's directory");
     assert.equal(readAcl("/etc", "access"), null, "a symlink is not followed");
     assert.equal(grant.entries, 4);
+    // Another session's uid (a concurrent session of the same group) gets none of it.
+    for (const path of [dir, `${dir}/sub`, `${dir}/sub/readable`, `${dir}/script`]) {
+      const info = Deno.lstatSync(path);
+      const owner = { uid: info.uid!, gid: info.gid!, mode: info.mode! & 0o7777 };
+      assert.ok(!permits(owner, readAcl(path, "access"), UID + 7, GID, PERM.W), path);
+    }
     // What the session makes meanwhile is its own (the test plays the session as root).
     await Deno.writeTextFile(`${dir}/sub/made`, "m\n", { mode: 0o775 });
     await Deno.mkdir(`${dir}/newdir`);
