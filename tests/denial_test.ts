@@ -61,9 +61,15 @@ const network = (evidence: string): DenialResult => ({
   denied: true,
   denial: { kind: "network", evidence },
 });
-const networkTo = (port: number) => (evidence: string): DenialResult => ({
+/** A network denial naming only the port (a listening port, or a connection class's). */
+const networkOn = (port: number) => (evidence: string): DenialResult => ({
   denied: true,
   denial: { kind: "network", port, evidence },
+});
+/** A network denial naming the host (and, where known, the port) the command aimed at. */
+const networkTo = (host: string, port?: number) => (evidence: string): DenialResult => ({
+  denied: true,
+  denial: { kind: "network", host, ...(port === undefined ? {} : { port }), evidence },
 });
 const signal = (evidence: string): DenialResult => ({
   denied: true,
@@ -317,29 +323,35 @@ const CASES: Case[] = [
     ws,
     1,
     "bash: /dev/tcp/127.0.0.1/8080: Permission denied",
-    networkTo(8080),
+    networkTo("127.0.0.1", 8080),
   ),
   same(
     "curl 7",
     ws,
     7,
     "curl: (7) Failed to connect to 127.0.0.1 port 8080 after 0 ms: Couldn't connect to server",
-    networkTo(8080),
+    networkTo("127.0.0.1", 8080),
   ),
-  same("curl 6", ws, 6, "curl: (6) Could not resolve host: deb.debian.org", network),
+  same(
+    "curl 6",
+    ws,
+    6,
+    "curl: (6) Could not resolve host: deb.debian.org",
+    networkTo("deb.debian.org"),
+  ),
   same(
     "wget EACCES",
     ws,
     4,
     "Connecting to 127.0.0.1:8080... failed: Permission denied.",
-    networkTo(8080),
+    networkTo("127.0.0.1", 8080),
   ),
   same(
     "wget EPERM",
     ws,
     4,
     "Connecting to deb.debian.org (deb.debian.org)|151.101.2.132|:443... failed: Operation not permitted.",
-    networkTo(443),
+    networkTo("151.101.2.132", 443),
   ),
   same(
     "python EACCES",
@@ -360,7 +372,7 @@ const CASES: Case[] = [
     ws,
     255,
     "ssh: connect to host 127.0.0.1 port 22: Permission denied",
-    networkTo(22),
+    networkTo("127.0.0.1", 22),
   ),
   same("ssh EPERM", ws, 255, "socket: Operation not permitted", network),
   same(
@@ -368,15 +380,15 @@ const CASES: Case[] = [
     ws,
     1,
     "Error: connect EPERM 1.1.1.1:80 - Local (undefined:undefined)",
-    networkTo(80),
+    networkTo("1.1.1.1", 80),
   ),
-  same("node fetch", ws, 1, "[cause]: Error: connect EPERM ::1:8080", networkTo(8080)),
+  same("node fetch", ws, 1, "[cause]: Error: connect EPERM ::1:8080", networkTo("::1", 8080)),
   same(
     "node listen EPERM",
     ws,
     1,
     "Error: listen EPERM: operation not permitted 0.0.0.0:8125",
-    networkTo(8125),
+    networkOn(8125),
   ),
   same("node datagram bind EPERM", ws, 1, "Error: bind EPERM 0.0.0.0:5353", network),
   same(
@@ -384,14 +396,35 @@ const CASES: Case[] = [
     ws,
     1,
     "npm error request to https://registry.npmjs.org/x failed, reason: getaddrinfo EAI_AGAIN registry.npmjs.org",
-    networkTo(443),
+    networkTo("registry.npmjs.org", 443),
   ),
   same(
     "a URL with its own port",
     ws,
     1,
     "npm error request to https://registry.example.com:8443/x failed, reason: getaddrinfo EAI_AGAIN registry.example.com",
-    networkTo(8443),
+    networkTo("registry.example.com", 8443),
+  ),
+  same(
+    "a URL with user info and an ssh scheme",
+    ws,
+    128,
+    "fatal: unable to access 'ssh://git:tok@git.example.com/a.git': Could not resolve host",
+    networkTo("git.example.com", 22),
+  ),
+  same(
+    "ssh names the host it could not look up",
+    ws,
+    255,
+    "ssh: Could not resolve hostname github.com: Temporary failure in name resolution",
+    networkTo("github.com"),
+  ),
+  same(
+    "wget names the host it could not look up",
+    ws,
+    4,
+    "wget: unable to resolve host address ‘example.com’",
+    networkTo("example.com"),
   ),
   // Without any network an IPv4-only lookup fails as if the name did not exist (seen in the
   // sandbox for registry.npmjs.org, which the host resolves): a denial there, not elsewhere.
@@ -400,14 +433,14 @@ const CASES: Case[] = [
     ws,
     1,
     "Error: getaddrinfo ENOTFOUND registry.npmjs.org",
-    network,
+    networkTo("registry.npmjs.org"),
   ),
   same(
     "pip without any network",
     ws,
     1,
     "WARNING: Retrying (Retry(total=4)) after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f75>: Failed to establish a new connection: [Errno -2] Name or service not known')': /simple/six/",
-    networkTo(443),
+    networkOn(443),
   ),
   same(
     "node: a name error on a loopback-only network is not the sandbox",
@@ -436,14 +469,14 @@ const CASES: Case[] = [
     ws,
     128,
     "fatal: unable to access 'https://github.com/a/b/': Could not resolve host: github.com",
-    networkTo(443),
+    networkTo("github.com", 443),
   ),
   same(
     "read-only also forbids network",
     ro,
     7,
     "curl: (7) Failed to connect to example.com port 80 after 3 ms: Couldn't connect to server",
-    networkTo(80),
+    networkTo("example.com", 80),
   ),
   // --- partial network
   same(
@@ -458,7 +491,7 @@ const CASES: Case[] = [
     loop,
     7,
     "curl: (7) Failed to connect to example.com port 80 after 0 ms: Couldn't connect to server",
-    networkTo(80),
+    networkTo("example.com", 80),
   ),
   same(
     "loopback: DNS failure is real",
@@ -479,7 +512,7 @@ const CASES: Case[] = [
     loopPorts,
     7,
     "curl: (7) Failed to connect to localhost port 8080 after 0 ms: Couldn't connect to server",
-    networkTo(8080),
+    networkTo("localhost", 8080),
   ),
   same(
     "loopback ports: listed port",
@@ -493,14 +526,14 @@ const CASES: Case[] = [
     loopPorts,
     1,
     "Error: connect EACCES 127.0.0.1:8080",
-    networkTo(8080),
+    networkTo("127.0.0.1", 8080),
   ),
   same(
     "loopback ports: node listen on an unlisted port",
     loopPorts,
     1,
     "Error: listen EACCES: permission denied 0.0.0.0:3000",
-    networkTo(3000),
+    networkOn(3000),
   ),
   same(
     "loopback ports: node connect to a listed port",
@@ -514,14 +547,14 @@ const CASES: Case[] = [
     loopPorts,
     4,
     "Connecting to [::1]:8080... failed: Permission denied.",
-    networkTo(8080),
+    networkTo("[::1]", 8080),
   ),
   same(
     "all ports: unlisted port",
     allPorts,
     255,
     "ssh: connect to host github.com port 22: Permission denied",
-    networkTo(22),
+    networkTo("github.com", 22),
   ),
   same(
     "all ports: listed port",

@@ -2,7 +2,9 @@
  * Narrow escalation end to end: an agent asks for a wider profile, extra writable directories
  * or extra TCP ports; the operator is shown exactly that widening; the command then runs still
  * sandboxed with only that added, and `approved_for_session` remembers that widening alone. An
- * on-failure denial that names a port proposes exactly that port. Also the request checks that
+ * on-failure denial proposes the narrowest widening that names what was denied: the port a
+ * message names, else the port of the command's URL, else the profile with network; the
+ * directory of a denied write, or the whole .git it is in. Also the request checks that
  * go with escalation: the server's shell, workdirs inside the workspace, the state directory.
  *
  * @module
@@ -196,36 +198,64 @@ Deno.test("narrow escalation: a profile, writable directories, TCP ports", async
       assert.equal((await wider.pending).status, 403);
     });
 
-    await t.step("on-failure: a denied connection proposes exactly its port", async () => {
-      await events.close();
-      await server.stop();
-      const again = await setUp({ UEXEC_APPROVAL_POLICY: "on-failure" });
-      try {
-        const { pending, approval } = await asked(again.server, again.events, {
-          cmd: `curl -sS --max-time 5 http://127.0.0.1:${open.port}/`,
-        }, 1);
-        assert.deepEqual(approval.escalation, { tcp_ports: [open.port] });
-        assert.equal(approval.denial.kind, "network");
-        assert.equal(approval.denial.port, open.port);
-        assert.equal(approval.can_choose_unsandboxed, true);
-        await again.server.operator.post(`/v1/approvals/${approval.id}`, { decision: "denied" });
-        const r = await pending;
-        assert.equal(r.body.sandbox.denied, true);
-        // The test server's state directory is in /tmp: write access to /tmp cannot be granted.
-        const held = await asked(again.server, again.events, {
-          cmd: `touch /tmp/uexec-held-${crypto.randomUUID()}`,
-        }, 2);
-        assert.equal(held.approval.denial.kind, "fs-write");
-        assert.deepEqual(held.approval.escalation, { unsandboxed: true });
-        await again.server.operator.post(`/v1/approvals/${held.approval.id}`, {
-          decision: "denied",
-        });
-        await held.pending;
-      } finally {
-        await again.events.close();
-        await again.server.stop();
-      }
-    });
+    await t.step(
+      "on-failure: a denied connection proposes its port, its URL's, or the network",
+      async () => {
+        await events.close();
+        await server.stop();
+        const again = await setUp({ UEXEC_APPROVAL_POLICY: "on-failure" });
+        try {
+          const { pending, approval } = await asked(again.server, again.events, {
+            cmd: `curl -sS --max-time 5 http://127.0.0.1:${open.port}/`,
+          }, 1);
+          assert.deepEqual(approval.escalation, { tcp_ports: [open.port] });
+          assert.equal(approval.denial.kind, "network");
+          assert.equal(approval.denial.port, open.port);
+          assert.equal(approval.can_choose_unsandboxed, true);
+          await again.server.operator.post(`/v1/approvals/${approval.id}`, { decision: "denied" });
+          const r = await pending;
+          assert.equal(r.body.sandbox.denied, true);
+          // The test server's state directory is in /tmp: write access to /tmp cannot be granted.
+          const held = await asked(again.server, again.events, {
+            cmd: `touch /tmp/uexec-held-${crypto.randomUUID()}`,
+          }, 2);
+          assert.equal(held.approval.denial.kind, "fs-write");
+          assert.deepEqual(held.approval.escalation, { unsandboxed: true });
+          await again.server.operator.post(`/v1/approvals/${held.approval.id}`, {
+            decision: "denied",
+          });
+          await held.pending;
+          // A failed name lookup names the host but no port: the command's URL to it does.
+          const lookup = await asked(again.server, again.events, {
+            cmd: "curl -sS --max-time 5 https://uexec-test.invalid/x",
+          }, 3);
+          assert.equal(lookup.approval.denial.host, "uexec-test.invalid");
+          assert.deepEqual(lookup.approval.escalation, { tcp_ports: [443] });
+          await again.server.operator.post(`/v1/approvals/${lookup.approval.id}`, {
+            decision: "denied",
+          });
+          await lookup.pending;
+          // Nothing names a port: the profile with network, still sandboxed, not no sandbox.
+          const unnamed = await asked(again.server, again.events, {
+            cmd: `python3 -c "import socket; socket.getaddrinfo('uexec-test.invalid', 80)"`,
+          }, 4);
+          assert.equal(unnamed.approval.denial.kind, "network");
+          assert.deepEqual(unnamed.approval.escalation, { profile: "workspace-write-net" });
+          await again.server.operator.post(`/v1/approvals/${unnamed.approval.id}`, {
+            decision: "approved",
+          });
+          const retried = (await unnamed.pending).body;
+          assert.deepEqual(retried.sandbox, {
+            profile: "workspace-write-net",
+            denied: false,
+            retried: true,
+          });
+        } finally {
+          await again.events.close();
+          await again.server.stop();
+        }
+      },
+    );
   } finally {
     open.close();
     closed.close();
@@ -338,19 +368,72 @@ Deno.test("a commit: the denied .git is asked for whole, granted for the run, ta
   }
 });
 
-Deno.test("the retry a denied write proposes: its directory, or the whole .git it is in", async () => {
+Deno.test("the retry a denial proposes: the narrowest widening that names what was denied", async (t) => {
   const dir = await Deno.realPath(await Deno.makeTempDir({ prefix: "uexec-propose-" }));
   await Deno.mkdir(`${dir}/repo/.git/refs/heads`, { recursive: true });
-  const names = new Set([".git", ".uexec"]);
+  const protectedNames = new Set([".git", ".uexec"]);
+  const at = { command: "git commit", workdir: dir, protectedNames };
   const denied = (path: string) => ({ kind: "fs-write" as const, path, evidence: "denied" });
   try {
-    const lock = `${dir}/repo/.git/refs/heads/main.lock`;
-    assert.deepEqual(widening(denied(lock), dir, names), { write: [`${dir}/repo/.git`] });
-    assert.deepEqual(widening(denied("repo/.git/index.lock"), dir, names), {
-      write: [`${dir}/repo/.git`],
+    await t.step("a write: its directory, or the whole .git it is in", () => {
+      const lock = `${dir}/repo/.git/refs/heads/main.lock`;
+      assert.deepEqual(widening(denied(lock), at), { write: [`${dir}/repo/.git`] });
+      assert.deepEqual(widening(denied("repo/.git/index.lock"), at), {
+        write: [`${dir}/repo/.git`],
+      });
+      assert.deepEqual(widening(denied(lock), { ...at, protectedNames: undefined }), {
+        write: [`${dir}/repo/.git/refs/heads`],
+      });
+      assert.deepEqual(widening(denied(`${dir}/repo/out/x`), at), { write: [`${dir}/repo`] });
+      assert.deepEqual(widening(denied("/nowhere/x"), at), { unsandboxed: true });
     });
-    assert.deepEqual(widening(denied(lock), dir), { write: [`${dir}/repo/.git/refs/heads`] });
-    assert.deepEqual(widening(denied(`${dir}/repo/out/x`), dir, names), { write: [`${dir}/repo`] });
+
+    await t.step("a connection: its port, else the command's URLs, else the network", () => {
+      const network = (extra: { host?: string; port?: number }) => ({
+        kind: "network" as const,
+        evidence: "curl: (6) Could not resolve host: example.com",
+        ...extra,
+      });
+      const net = { ...at, withNetwork: "workspace-write-net" };
+      const curl = (command: string) => ({ ...net, command });
+      // The message's own port comes first.
+      assert.deepEqual(widening(network({ port: 8080 }), curl("curl https://x.example")), {
+        tcp_ports: [8080],
+      });
+      // A lookup failure names the host: the ports of the command's URLs to that host.
+      assert.deepEqual(
+        widening(
+          network({ host: "Example.com" }),
+          curl("curl -O https://example.com/a http://other.example:8080/ http://example.com:8000/"),
+        ),
+        { tcp_ports: [443, 8000] },
+      );
+      assert.deepEqual(
+        widening(
+          network({ host: "git.example.com" }),
+          curl("git clone ssh://git@git.example.com/r"),
+        ),
+        { tcp_ports: [22] },
+      );
+      // Naming no host: every URL of the command.
+      assert.deepEqual(
+        widening(network({}), curl("python3 get.py https://a.example wss://b:9443")),
+        {
+          tcp_ports: [443, 9443],
+        },
+      );
+      // No URL to that host, or none at all: the profile with network, still sandboxed.
+      assert.deepEqual(widening(network({ host: "example.com" }), curl("curl https://other/")), {
+        profile: "workspace-write-net",
+      });
+      assert.deepEqual(widening(network({}), curl("ssh example.com")), {
+        profile: "workspace-write-net",
+      });
+      // No such profile: only no sandbox opens the network.
+      assert.deepEqual(widening(network({}), { ...at, command: "ssh example.com" }), {
+        unsandboxed: true,
+      });
+    });
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

@@ -34,6 +34,8 @@ export interface Denial {
   path?: string;
   /** For network denials: the TCP port the command tried to reach, when the message names it. */
   port?: number;
+  /** For network denials: the host the command tried to reach or look up, when the message names it. */
+  host?: string;
   evidence: string;
 }
 
@@ -198,17 +200,49 @@ function networkEvidence(line: string): NetworkEvidence | undefined {
     const match = re.exec(line);
     if (match) return { strength, host: match[1], port: Number(match[2]) };
   }
-  // A URL (npm names the one it fetched) or urllib3's connection class (pip) gives the port.
-  const url = URL_DESTINATION.exec(line);
-  if (url) return { strength, host: url[2], port: Number(url[3] ?? WEB_PORTS[url[1]]) };
+  // A URL (npm and git name the one they fetched) or urllib3's connection class (pip) gives the
+  // port; a failed name lookup names at least the host.
+  const [url] = urlDestinations(line);
+  if (url) return { strength, ...url };
   const web = URLLIB3_CONNECTION.exec(line);
-  if (web) return { strength, port: WEB_PORTS[web[1] === "HTTPS" ? "https" : "http"] };
+  if (web) return { strength, port: DEFAULT_PORTS[web[1] === "HTTPS" ? "https" : "http"] };
+  for (const re of LOOKED_UP) {
+    const match = re.exec(line);
+    if (match) return { strength, host: match[1] };
+  }
   return { strength };
 }
 
-const WEB_PORTS: Record<string, number> = { http: 80, https: 443 };
-const URL_DESTINATION = /\b(https?):\/\/([^/\s:'"@]+)(?::(\d+))?(?=[/\s'"]|$)/;
+/** The TCP port of each URL scheme a command line or an error message may name. */
+const DEFAULT_PORTS: Record<string, number> = {
+  http: 80,
+  https: 443,
+  ws: 80,
+  wss: 443,
+  ftp: 21,
+  ssh: 22,
+  git: 9418,
+};
+/** A URL: scheme, optional user info, host (a name or a bracketed IPv6 literal), port. */
+const URL_DESTINATION =
+  /\b(https?|wss?|ftp|ssh|git):\/\/(?:[^/\s@'"]*@)?(\[[0-9A-Fa-f:.]+\]|[^/\s:'"@[\]]+)(?::(\d{1,5}))?(?=[/\s'"?#]|$)/g;
 const URLLIB3_CONNECTION = /\b(HTTPS?)Connection object\b/;
+/** Failed name lookups that name the host: curl, ssh, wget, Node. */
+const LOOKED_UP = [
+  /Could not resolve host(?:name)?:? ([^\s:'"]+)/i,
+  /unable to resolve host address ['‘"]?([^\s'’"]+)/i,
+  /getaddrinfo (?:EAI_AGAIN|ENOTFOUND) ([^\s:]+)/,
+];
+
+/** Where the URLs in `text` lead: host (lower case) and port, in order, each valid port once. */
+export function urlDestinations(text: string): { host: string; port: number }[] {
+  const found: { host: string; port: number }[] = [];
+  for (const [, scheme, host, port] of text.matchAll(URL_DESTINATION)) {
+    const number = Number(port ?? DEFAULT_PORTS[scheme]);
+    if (number >= 1 && number <= 65535) found.push({ host: host.toLowerCase(), port: number });
+  }
+  return found;
+}
 
 /** Python's last traceback line for a refused socket() names no socket; its source line does. */
 const PYTHON_ERRNO_PERM = /^(?:PermissionError|OSError): \[Errno (?:1|13)\] /;
@@ -366,6 +400,7 @@ function lineDenial(
     return {
       kind: "network",
       ...(network.port === undefined ? {} : { port: network.port }),
+      ...(network.host === undefined ? {} : { host: network.host }),
       evidence: evidenceOf(line),
     };
   }

@@ -24,6 +24,7 @@ export const DenialSchema = z.object({
   kind: z.enum(["fs-read", "fs-write", "network", "signal", "syscall"]),
   path: z.string().optional(),
   port: z.number().int().optional(),
+  host: z.string().optional(),
   evidence: z.string(),
 });
 

@@ -1,8 +1,8 @@
 /**
  * The supervisor: runs each `exec_command` under the right sandbox, asks for approval where
  * the approval policy says so, notices sandbox denials and, when allowed and approved, reruns
- * the command with the narrowest widening the denial names (or unsandboxed where it names
- * nothing narrower, or where the approver picks it).
+ * the command with the narrowest widening the denial names (or unsandboxed where nothing
+ * narrower fits, or where the approver picks it).
  *
  * An approval binds everything that decides what runs, and what runs is exactly the request
  * the approver was shown: the request is frozen before it is shown. It must never run a command
@@ -14,10 +14,10 @@
 
 import { type ApprovalPolicy, planExecution, RETRY_REASON } from "../approvals/policy.ts";
 import type { ApprovalStore, Decision } from "../approvals/store.ts";
-import type { Denial } from "../sandbox/denial.ts";
+import { type Denial, urlDestinations } from "../sandbox/denial.ts";
 import { FULL_ACCESS, type SandboxChoice, type SandboxDomains } from "../sandbox/domains.ts";
 import { protectedAncestor } from "../sandbox/git_guard.ts";
-import { combine, isEmpty, type Widening } from "../sandbox/widening.ts";
+import { combine, fitsWithin, isEmpty, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
 import type { CallResult, ExecRequest, SessionManager } from "../sessions/manager.ts";
 
@@ -100,7 +100,12 @@ export class Supervisor {
     if (next.action !== "ask") return first;
     const denial = first.sandbox.denial;
     const { domains } = this.#opts;
-    const narrowest = widening(denial, frozen.request.workdir, domains.protectedNames);
+    const narrowest = widening(denial, {
+      command: frozen.request.cmd,
+      workdir: frozen.request.workdir,
+      protectedNames: domains.protectedNames,
+      withNetwork: this.#withNetwork(granted.profile ?? profile),
+    });
     // A directory holding the server's state cannot be granted: only no sandbox would do.
     const grantable = narrowest.write?.every((path) => domains.writable(path)) ?? true;
     const proposal = combine(granted, grantable ? narrowest : { unsandboxed: true });
@@ -118,6 +123,22 @@ export class Supervisor {
       sandbox: this.#choose(frozen, profile, decision.granted),
     });
     return { ...retried, sandbox: { ...retried.sandbox, retried: true } };
+  }
+
+  /**
+   * A profile that is `name` plus every host and port and nothing else (workspace-write-net for
+   * workspace-write), if one is configured.
+   */
+  #withNetwork(name: string): string | undefined {
+    const { domains } = this.#opts;
+    const base = domains.profile(name);
+    if (!base.enforce) return undefined;
+    return domains.names.find((other) => {
+      const wider = domains.profile(other);
+      const offline = { ...wider, network: base.network, tcpPorts: base.tcpPorts };
+      return wider.enforce && wider.network === "all" && wider.tcpPorts === undefined &&
+        fitsWithin(base, wider) && fitsWithin(offline, base);
+    });
   }
 
   #choose(input: SupervisedExec, profile: string, granted: Widening): SandboxChoice {
@@ -149,19 +170,36 @@ export class Supervisor {
   }
 }
 
+/** What {@link widening} weighs besides the denial. */
+export interface ProposalContext {
+  /** The command that was denied: its URLs give the port a failed name lookup does not. */
+  command: string;
+  workdir: string;
+  /** Names of protected directories (`.git`): a denied write inside one asks for all of it. */
+  protectedNames?: ReadonlySet<string>;
+  /** A profile that is the denied run's plus every host and port, if one is configured. */
+  withNetwork?: string;
+}
+
 /**
  * The narrowest widening a denial names: write access to the directory a denied write aimed at
- * (its nearest existing directory; inside a directory with one of `protectedNames`, that whole
- * directory: git writes all over its `.git`), or the TCP port a denied connection aimed at; no
- * sandbox when it names neither.
+ * (its nearest existing directory; inside a protected directory, that whole directory: git
+ * writes all over its `.git`); for a denied connection, the TCP port it aimed at, else the
+ * ports of the command's URLs (those of the host the message names, when it names one), else
+ * the profile with network; no sandbox when nothing narrower fits.
  */
-export function widening(
-  denial: Denial | undefined,
-  workdir: string,
-  protectedNames: ReadonlySet<string> = new Set(),
-): Widening {
-  if (denial?.kind === "network" && denial.port !== undefined) return { tcp_ports: [denial.port] };
+export function widening(denial: Denial | undefined, context: ProposalContext): Widening {
+  if (denial?.kind === "network") {
+    if (denial.port !== undefined) return { tcp_ports: [denial.port] };
+    const host = denial.host?.toLowerCase();
+    const ports = urlDestinations(context.command)
+      .filter((url) => host === undefined || url.host === host)
+      .map((url) => url.port);
+    if (ports.length > 0) return { tcp_ports: [...new Set(ports)] };
+    if (context.withNetwork !== undefined) return { profile: context.withNetwork };
+  }
   if (denial?.kind === "fs-write" && denial.path !== undefined) {
+    const { workdir, protectedNames = new Set() } = context;
     const path = denial.path.startsWith("/") ? denial.path : `${workdir}/${denial.path}`;
     const dir = existingDirectory(protectedAncestor(path, protectedNames, null) ?? path);
     if (dir !== undefined && dir !== "/") return { write: [dir] };
