@@ -31,6 +31,7 @@ import { Logger } from "./log.ts";
 import { Metrics } from "./metrics/metrics.ts";
 import { type ContainmentReport, openContainment } from "./sandbox/cgroups.ts";
 import { operatorGitIdentity } from "./sandbox/git_config.ts";
+import { GrantJournal } from "./sandbox/grant_journal.ts";
 
 /** A running service. */
 export interface Runtime {
@@ -129,7 +130,12 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     hidden: [state.path],
     reactor,
     gitIdentity: await operatorGitIdentity(),
+    grantJournal: new GrantJournal(state.file("grants")),
   });
+  // Before any session can be handed a uid a dead server's grant still names.
+  const grants = domains.takeBackDeadGrants();
+  if (grants.takenBack > 0) log.warn("dead_grants_taken_back", { grants: grants.takenBack });
+  for (const error of grants.failed) log.warn("dead_grant_failed", { error });
   const approvals = new ApprovalStore({ onEvent: (event) => bus.publish(event) });
   const supervisor = new Supervisor({
     manager,

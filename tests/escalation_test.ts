@@ -266,6 +266,48 @@ Deno.test("narrow escalation: a profile, writable directories, TCP ports", async
   }
 });
 
+Deno.test("a server killed while it holds a write grant: the next start takes it back", async () => {
+  const state = await Deno.makeTempDir({ prefix: "uexec-state-" });
+  const workspace = await Deno.makeTempDir({ prefix: "uexec-ws-" });
+  const out = await Deno.makeTempDir({ prefix: "uexec-grant-crash-" });
+  await Deno.chmod(out, 0o755);
+  const shared = { UEXEC_STATE_DIR: state, UEXEC_WORKSPACE: workspace };
+  const { server, events } = await setUp(shared);
+  try {
+    const { pending, approval } = await asked(server, events, {
+      cmd: `printf '#!/bin/sh\\n' > ${out}/hook && chmod 755 ${out}/hook && echo made && sleep 600`,
+      escalate: { write: [out] },
+      until: "made",
+      yield_time_ms: 10_000,
+    }, 1);
+    await server.operator.post(`/v1/approvals/${approval.id}`, { decision: "approved" });
+    const running = await pending;
+    assert.equal(typeof running.body.session_id, "number", JSON.stringify(running.body));
+    assert.notDeepEqual(sandboxAclEntries(out), [], "granted while it runs");
+    assert.deepEqual([...Deno.readDirSync(`${state}/grants`)].map((e) => e.name).length, 1);
+    Deno.kill(server.pid, "SIGKILL");
+  } finally {
+    await events.close();
+    await server.stop();
+  }
+  // Left behind by the crash: the uid's entries, and a runnable file it owns.
+  assert.notDeepEqual(sandboxAclEntries(out), []);
+  assert.notEqual((await Deno.stat(`${out}/hook`)).uid, 0);
+  const next = await startServer(shared);
+  let stderr = "";
+  try {
+    // Taken back before the next server listens, as a session's exit would have.
+    assert.deepEqual(sandboxAclEntries(out), []);
+    const hook = await Deno.stat(`${out}/hook`);
+    assert.equal(hook.uid, 0);
+    assert.deepEqual([...Deno.readDirSync(`${state}/grants`)], []);
+  } finally {
+    stderr = (await next.stop()).stderr;
+    for (const dir of [state, workspace, out]) await Deno.remove(dir, { recursive: true });
+  }
+  assert.match(stderr, /"msg":"dead_grants_taken_back".*"grants":1\b/);
+});
+
 /** Runs git as the operator (root) in `cwd`; returns its stdout. */
 function git(cwd: string, ...args: string[]): string {
   const out = new Deno.Command("git", {

@@ -1,13 +1,16 @@
 /**
  * Write grants for one session uid (src/sandbox/write_grant.ts), on real files as root: what
  * gets an ACL entry and what is left alone, and that taking the grant back restores every ACL
- * exactly and gives what the session made to the directory's owner.
+ * exactly and gives what the session made to the directory's owner; a grant a killed server
+ * held is taken back from its journal record just as exactly.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
 import { PERM, permits, readAcl, TAG, writeAcl } from "../src/sandbox/acl.ts";
+import { GrantJournal } from "../src/sandbox/grant_journal.ts";
+import { UidPool } from "../src/sandbox/uids.ts";
 import { WriteGrant } from "../src/sandbox/write_grant.ts";
 
 const UID = 2000000123;
@@ -200,4 +203,66 @@ Deno.test("two sessions granted one directory: each takes back only its own entr
   } finally {
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+Deno.test("a grant a killed server held: taken back from its record, every entry exactly", async () => {
+  const dir = await tree();
+  const journalDir = await Deno.makeTempDir({ prefix: "uexec-journal-" });
+  try {
+    const before = snapshot(dir);
+    const journal = new GrantJournal(journalDir);
+    const roots = [{ path: dir, protected: false }];
+    journal.add(UID, roots);
+    const record = `${journalDir}/${UID}.json`;
+    assert.equal(Deno.statSync(record).mode! & 0o777, 0o600);
+    WriteGrant.grant(roots, options);
+    await Deno.writeTextFile(`${dir}/sub/made`, "m\n", { mode: 0o775 });
+    await Deno.chown(`${dir}/sub/made`, UID, GID);
+    // The server "dies" holding it. While its instance runs, its record is not a dead one.
+    assert.deepEqual(journal.dead(), []);
+    const held = JSON.parse(Deno.readTextFileSync(record));
+    Deno.writeTextFileSync(record, JSON.stringify({ ...held, instance: "i999999999-1" }));
+    Deno.writeTextFileSync(`${journalDir}/7.json`, '{"instance":"i1-1","uid":7,"roots":"/"}');
+    // A record a dead instance was writing when it died: its grant never began.
+    Deno.writeTextFileSync(`${journalDir}/8.json.i999999999-1.part`, "{");
+    // One a live instance (this one) is writing now stays.
+    const writing = `${journalDir}/9.json.${held.instance}.part`;
+    Deno.writeTextFileSync(writing, "{");
+    const dead = journal.dead().sort((a, b) => a.file.localeCompare(b.file));
+    assert.deepEqual(dead, [
+      { file: record, record: { instance: "i999999999-1", uid: UID, roots } },
+      { file: `${journalDir}/7.json`, error: "not a grant record" },
+    ]);
+    assert.deepEqual([...Deno.readDirSync(journalDir)].map((e) => e.name).sort(), [
+      `${UID}.json`,
+      "7.json",
+      `9.json.${held.instance}.part`,
+    ]);
+    assert.equal(WriteGrant.takeBack(roots, options), true);
+    const after = snapshot(dir);
+    assert.equal(after[`${dir}/sub/made`], `0:0 775 null`, "given to the directory's owner");
+    delete after[`${dir}/sub/made`];
+    assert.deepEqual(after, before, "every ACL and mode as it was");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+    await Deno.remove(journalDir, { recursive: true });
+  }
+});
+
+Deno.test("a uid whose grant could not be taken back is never handed out", async () => {
+  const reaped: number[] = [];
+  const pool = new UidPool(
+    10,
+    14,
+    (batch) => {
+      reaped.push(...batch);
+      return Promise.resolve();
+    },
+    8,
+    new Set([11, 13]),
+  );
+  const taken = [await pool.take(), await pool.take(), await pool.take()];
+  assert.deepEqual(taken, [10, 12, 14]);
+  assert.deepEqual(reaped, [10, 12, 14]);
+  await assert.rejects(pool.take(), /every sandbox uid is held/);
 });

@@ -49,7 +49,8 @@ import { leaseUidRange, type UidLease } from "./uid_lease.ts";
 import { UidPool } from "./uids.ts";
 import { canonical, widen, type Widening } from "./widening.ts";
 import { SocketListing, socketsToHide } from "./unix_sockets.ts";
-import { type GrantedRoot, WriteGrant } from "./write_grant.ts";
+import { type GrantedRoot, GrantError, type GrantOptions, WriteGrant } from "./write_grant.ts";
+import type { GrantJournal } from "./grant_journal.ts";
 import { gitConfigText, type GitIdentity } from "./git_config.ts";
 
 /**
@@ -123,6 +124,8 @@ export interface DomainOptions {
   reactor: Reactor;
   /** Who sessions' commits are by (their `.gitconfig`, see git_config.ts); none by default. */
   gitIdentity?: GitIdentity;
+  /** Where the write grants held are recorded for the next start (grant_journal.ts). */
+  grantJournal?: GrantJournal;
 }
 
 interface Domain {
@@ -149,6 +152,21 @@ interface Reserved {
 }
 
 const NO_SESSION_DIR: SessionDir = { env: {}, release() {} };
+
+/** A session's write grant while it is held. */
+interface HeldGrant {
+  /** Takes it back (and its record); false when not all of it could be. */
+  release(): boolean;
+}
+
+/** Removes a grant's journal record (grant_journal.ts); a failure is logged, not thrown. */
+function forgetRecord(forget: (() => void) | undefined): void {
+  try {
+    forget?.();
+  } catch (err) {
+    console.error(`uexec: cannot remove a write grant's record: ${err}`);
+  }
+}
 
 /**
  * Domains that keep a spare, by default. Each spare holds a session uid and a directory: kept by
@@ -194,6 +212,8 @@ export class SandboxDomains {
   #guard?: GitGuard;
   /** Each private HOME's `.gitconfig`. */
   #gitconfig: Uint8Array<ArrayBuffer>;
+  /** Uids never to hand out: a dead server's grant on them could not be taken back. */
+  #retired = new Set<number>();
 
   constructor(opts: DomainOptions) {
     this.#opts = opts;
@@ -308,11 +328,13 @@ export class SandboxDomains {
       domain.spare.catch(() => {}); // a failed spare is replaced by its taker
       this.#keepSpare(domain, uids);
     }
-    let grant: WriteGrant | undefined;
+    // A uid whose grant could not be taken back in full is never handed out again.
+    const retired = { ...reserved, uid: undefined };
+    let grant: HeldGrant | undefined;
     try {
       grant = this.#grant(domain, reserved.uid, uids);
     } catch (err) {
-      giveBack(reserved, uids);
+      giveBack(err instanceof GrantError && !err.takenBack ? retired : reserved, uids);
       throw err;
     }
     let released = false;
@@ -324,23 +346,67 @@ export class SandboxDomains {
       release: () => {
         if (released) return;
         released = true;
-        // A uid whose grant could not be taken back in full is never handed out again.
-        const clean = grant?.revoke() ?? true;
-        if (!this.#closed) giveBack(clean ? reserved : { ...reserved, uid: undefined }, uids);
+        const clean = grant?.release() ?? true;
+        if (!this.#closed) giveBack(clean ? reserved : retired, uids);
       },
     };
   }
 
-  /** The domain's approved directories granted to a session's `uid` (a root server). */
-  #grant(domain: Domain, uid: number | undefined, uids: Uids | null): WriteGrant | undefined {
+  /**
+   * The domain's approved directories granted to a session's `uid` (a root server), recorded
+   * in the journal first; the record stays until the grant is taken back in full.
+   */
+  #grant(domain: Domain, uid: number | undefined, uids: Uids | null): HeldGrant | undefined {
     if (uid === undefined || !uids || domain.grants.length === 0) return undefined;
     for (const root of domain.grants) assertReachable(root.path, uids.ids);
-    return WriteGrant.grant(domain.grants, {
-      uid,
-      gid: uids.ids.gid,
-      owners: sandboxOwners(uids.ids),
-      protectedNames: this.#protectedNames,
-    });
+    const forget = this.#opts.grantJournal?.add(uid, domain.grants);
+    let grant: WriteGrant;
+    try {
+      grant = WriteGrant.grant(domain.grants, this.#grantOptions(uid, uids.ids));
+    } catch (err) {
+      if (!(err instanceof GrantError) || err.takenBack) forgetRecord(forget);
+      throw err;
+    }
+    return {
+      release: () => {
+        const clean = grant.revoke();
+        if (clean) forgetRecord(forget);
+        return clean;
+      },
+    };
+  }
+
+  #grantOptions(uid: number, ids: SandboxIds): GrantOptions {
+    return { uid, gid: ids.gid, owners: sandboxOwners(ids), protectedNames: this.#protectedNames };
+  }
+
+  /**
+   * Takes back the write grants that server instances no longer running held (their journal's
+   * records, see grant_journal.ts); call at start-up, once their processes are killed and before
+   * any session starts. A uid whose grant cannot be taken back in full is never handed out.
+   * Returns how many were taken back and what failed.
+   */
+  takeBackDeadGrants(): { takenBack: number; failed: string[] } {
+    const dead = this.#opts.grantJournal?.dead() ?? [];
+    const failed: string[] = [];
+    let takenBack = 0;
+    const ids = dead.length > 0 ? sandboxIds() : null;
+    for (const found of dead) {
+      if ("error" in found) {
+        failed.push(`${found.file}: ${found.error}`);
+      } else if (!ids) {
+        failed.push(`${found.file}: only a root server can take a grant back`);
+      } else if (
+        WriteGrant.takeBack(found.record.roots, this.#grantOptions(found.record.uid, ids))
+      ) {
+        Deno.removeSync(found.file);
+        takenBack++;
+      } else {
+        this.#retired.add(found.record.uid);
+        failed.push(`${found.file}: not all of it could be taken back; uid retired`);
+      }
+    }
+    return { takenBack, failed };
   }
 
   /** How many domains hold a spare now. */
@@ -400,7 +466,13 @@ export class SandboxDomains {
     if (!ids) return this.#uids = null;
     const lease = leaseUidRange(ids.spawner, ids.last);
     const reaper = new Spawner();
-    const pool = new UidPool(ids.first, ids.last, (batch) => reaper.reap(batch));
+    const pool = new UidPool(
+      ids.first,
+      ids.last,
+      (batch) => reaper.reap(batch),
+      undefined,
+      this.#retired,
+    );
     this.#uids = { ids, pool, reaper, lease };
     return this.#uids;
   }

@@ -33,13 +33,25 @@ export class UidPool {
   #reap: Reap;
   #spare: number;
   #broken?: Error;
+  /** Uids never to hand out (an earlier server's grant on them could not be taken back). */
+  #retired: ReadonlySet<number>;
 
-  /** A pool of the uids `first`..`last`, each passed to `reap` before it is handed out. */
-  constructor(first: number, last: number, reap: Reap, spare = SPARE) {
+  /**
+   * A pool of the uids `first`..`last` but `retired`, each passed to `reap` before it is handed
+   * out.
+   */
+  constructor(
+    first: number,
+    last: number,
+    reap: Reap,
+    spare = SPARE,
+    retired: ReadonlySet<number> = new Set(),
+  ) {
     this.#next = first;
     this.#last = last;
     this.#reap = reap;
     this.#spare = spare;
+    this.#retired = retired;
     this.#topUp();
   }
 
@@ -79,7 +91,10 @@ export class UidPool {
   }
 
   #candidate(): number | undefined {
-    return this.#next <= this.#last ? this.#next++ : this.#returned.shift();
+    for (;;) {
+      const uid = this.#next <= this.#last ? this.#next++ : this.#returned.shift();
+      if (uid === undefined || !this.#retired.has(uid)) return uid;
+    }
   }
 
   #topUp(): void {

@@ -22,6 +22,8 @@
  * same entry stays), and what the session made is given to the granted directory's owner;
  * inside a protected directory as git_guard.ts adopts what the sandbox made (no write for group
  * and others, no execute bits on files), so no hook it planted runs when the operator runs git.
+ * A grant a killed server held is taken back by the next start from its record
+ * (grant_journal.ts), the uid's entry taken wherever one is left.
  *
  * Entries are reached through descriptors, never by following a symlink (entries.ts). This
  * module must never widen what any other uid may do, and never touch an entry outside the
@@ -61,6 +63,17 @@ import { S_IF } from "../ffi/libc.ts";
  * system calls an entry), and a directory this large is better granted in part.
  */
 export const MAX_ENTRIES = 50_000;
+
+/**
+ * A grant that could not be made. `takenBack` is false when what it had already changed could
+ * not all be undone: then its uid must not be used again.
+ */
+export class GrantError extends SandboxUnavailableError {
+  constructor(message: string, readonly takenBack: boolean) {
+    super(message);
+    this.name = "GrantError";
+  }
+}
 
 /** A directory to grant, and whether it lies in (or is) a protected directory. */
 export interface GrantedRoot {
@@ -117,18 +130,30 @@ export class WriteGrant {
   readonly #opts: GrantOptions;
   /** The entries given an ACL entry, by device and inode. */
   readonly #granted = new Set<string>();
+  /** A grant a dead server made (grant_journal.ts): which entries got an ACL entry is unknown. */
+  readonly #recovered: boolean;
   #revoked = false;
   /** Entries the grant looked at. */
   #seen = 0;
 
-  private constructor(roots: GrantedRoot[], opts: GrantOptions) {
+  private constructor(roots: GrantedRoot[], opts: GrantOptions, recovered = false) {
     this.#roots = roots;
     this.#opts = opts;
+    this.#recovered = recovered;
+  }
+
+  /**
+   * Takes back a grant a server killed while it held it made (its record, grant_journal.ts):
+   * as {@link revoke}, with the uid's ACL entry taken from every entry that has one. False when
+   * some of it failed (logged).
+   */
+  static takeBack(roots: GrantedRoot[], opts: GrantOptions): boolean {
+    return new WriteGrant(roots, opts, true).revoke();
   }
 
   /**
    * Grants `opts.uid` write access to `roots` as the module doc says; throws a
-   * {@link SandboxUnavailableError} saying why when it cannot (and then grants nothing).
+   * {@link GrantError} saying why when it cannot (and then grants nothing).
    */
   static grant(roots: GrantedRoot[], opts: GrantOptions): WriteGrant {
     const grant = new WriteGrant(roots, opts);
@@ -148,10 +173,10 @@ export class WriteGrant {
         if (!found) throw new Error(`${root.path} is gone or is reached through a symlink`);
       }
     } catch (err) {
-      grant.revoke();
-      throw new SandboxUnavailableError(
+      throw new GrantError(
         `cannot grant write access to ${roots.map((r) => r.path).join(", ")}: ` +
           (err as Error).message,
+        grant.revoke(),
       );
     }
     return grant;
@@ -257,9 +282,12 @@ export class WriteGrant {
    */
   #takeBack(fd: number, st: Stat, keeper: Keeper, inProtected: boolean): boolean {
     if (this.#foreign(st)) return false;
-    const acl = this.#granted.has(key(st)) && readAclOf(fd, "access");
-    if (acl) writeAclOf(fd, "access", withoutUser(acl, this.#opts.uid));
-    if (st.uid === this.#opts.uid) {
+    const { uid } = this.#opts;
+    const acl = (this.#recovered || this.#granted.has(key(st))) && readAclOf(fd, "access");
+    if (acl && acl.some((e) => e.tag === TAG.USER && e.id === uid)) {
+      writeAclOf(fd, "access", withoutUser(acl, uid));
+    }
+    if (st.uid === uid) {
       if (inProtected) adopt(fd, st, keeper);
       else chownOf(fd, keeper.uid, keeper.gid);
     }
