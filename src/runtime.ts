@@ -133,7 +133,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     grantJournal: new GrantJournal(state.file("grants")),
   });
   // Before any session can be handed a uid a dead server's grant still names.
-  const grants = domains.takeBackDeadGrants();
+  const grants = await domains.takeBackDeadGrants();
   if (grants.takenBack > 0) log.warn("dead_grants_taken_back", { grants: grants.takenBack });
   for (const error of grants.failed) log.warn("dead_grant_failed", { error });
   const approvals = new ApprovalStore({ onEvent: (event) => bus.publish(event) });

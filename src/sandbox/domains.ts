@@ -49,7 +49,8 @@ import { leaseUidRange, type UidLease } from "./uid_lease.ts";
 import { UidPool } from "./uids.ts";
 import { canonical, widen, type Widening } from "./widening.ts";
 import { SocketListing, socketsToHide } from "./unix_sockets.ts";
-import { type GrantedRoot, GrantError, type GrantOptions, WriteGrant } from "./write_grant.ts";
+import { type GrantedRoot, GrantError } from "./write_grant.ts";
+import { type GrantSpec, GrantThread } from "./grant_thread.ts";
 import type { GrantJournal } from "./grant_journal.ts";
 import { gitConfigText, type GitIdentity } from "./git_config.ts";
 
@@ -78,7 +79,8 @@ export interface SessionDir {
   uid?: number;
   /** Whether it holds write access granted to its uid, which `release` takes back. */
   granted?: boolean;
-  release(): void;
+  /** Gives it all back; settles once a grant is taken back (at once without one). */
+  release(): void | Promise<void>;
 }
 
 /** How one session is sandboxed. */
@@ -156,7 +158,7 @@ const NO_SESSION_DIR: SessionDir = { env: {}, release() {} };
 /** A session's write grant while it is held. */
 interface HeldGrant {
   /** Takes it back (and its record); false when not all of it could be. */
-  release(): boolean;
+  release(): Promise<boolean>;
 }
 
 /** Removes a grant's journal record (grant_journal.ts); a failure is logged, not thrown. */
@@ -214,6 +216,8 @@ export class SandboxDomains {
   #gitconfig: Uint8Array<ArrayBuffer>;
   /** Uids never to hand out: a dead server's grant on them could not be taken back. */
   #retired = new Set<number>();
+  /** Where write grants are made and taken back, off the server's thread. */
+  #grants = new GrantThread();
 
   constructor(opts: DomainOptions) {
     this.#opts = opts;
@@ -297,6 +301,7 @@ export class SandboxDomains {
   async close(): Promise<void> {
     this.#closed = true;
     this.#uids?.reaper.terminate();
+    this.#grants.close();
     this.#guard?.close();
     this.#uids?.lease.release();
     this.#domains.clear();
@@ -332,7 +337,7 @@ export class SandboxDomains {
     const retired = { ...reserved, uid: undefined };
     let grant: HeldGrant | undefined;
     try {
-      grant = this.#grant(domain, reserved.uid, uids);
+      grant = await this.#grant(domain, reserved.uid, uids);
     } catch (err) {
       giveBack(err instanceof GrantError && !err.takenBack ? retired : reserved, uids);
       throw err;
@@ -343,50 +348,56 @@ export class SandboxDomains {
       env: { ...privateEnv(reserved.dir), ...user, ...GIT_TRUSTS_EVERY_OWNER },
       uid: reserved.uid,
       granted: grant !== undefined,
-      release: () => {
+      // Without a grant, all of it happens before this returns.
+      release: async () => {
         if (released) return;
         released = true;
-        const clean = grant?.release() ?? true;
+        const clean = grant ? await grant.release() : true;
         if (!this.#closed) giveBack(clean ? reserved : retired, uids);
       },
     };
   }
 
   /**
-   * The domain's approved directories granted to a session's `uid` (a root server), recorded
-   * in the journal first; the record stays until the grant is taken back in full.
+   * The domain's approved directories granted to a session's `uid` (a root server) on the
+   * grant thread, recorded in the journal first; the record stays until the grant is taken back
+   * in full.
    */
-  #grant(domain: Domain, uid: number | undefined, uids: Uids | null): HeldGrant | undefined {
+  async #grant(
+    domain: Domain,
+    uid: number | undefined,
+    uids: Uids | null,
+  ): Promise<HeldGrant | undefined> {
     if (uid === undefined || !uids || domain.grants.length === 0) return undefined;
     for (const root of domain.grants) assertReachable(root.path, uids.ids);
     const forget = this.#opts.grantJournal?.add(uid, domain.grants);
-    let grant: WriteGrant;
+    let grant: number;
     try {
-      grant = WriteGrant.grant(domain.grants, this.#grantOptions(uid, uids.ids));
+      grant = await this.#grants.grant(domain.grants, this.#grantSpec(uid, uids.ids));
     } catch (err) {
       if (!(err instanceof GrantError) || err.takenBack) forgetRecord(forget);
       throw err;
     }
     return {
-      release: () => {
-        const clean = grant.revoke();
+      release: async () => {
+        const clean = await this.#grants.revoke(grant);
         if (clean) forgetRecord(forget);
         return clean;
       },
     };
   }
 
-  #grantOptions(uid: number, ids: SandboxIds): GrantOptions {
-    return { uid, gid: ids.gid, owners: sandboxOwners(ids), protectedNames: this.#protectedNames };
+  #grantSpec(uid: number, ids: SandboxIds): GrantSpec {
+    return { uid, ids, protectedNames: [...this.#protectedNames] };
   }
 
   /**
    * Takes back the write grants that server instances no longer running held (their journal's
    * records, see grant_journal.ts); call at start-up, once their processes are killed and before
    * any session starts. A uid whose grant cannot be taken back in full is never handed out.
-   * Returns how many were taken back and what failed.
+   * Resolves to how many were taken back and what failed.
    */
-  takeBackDeadGrants(): { takenBack: number; failed: string[] } {
+  async takeBackDeadGrants(): Promise<{ takenBack: number; failed: string[] }> {
     const dead = this.#opts.grantJournal?.dead() ?? [];
     const failed: string[] = [];
     let takenBack = 0;
@@ -397,7 +408,7 @@ export class SandboxDomains {
       } else if (!ids) {
         failed.push(`${found.file}: only a root server can take a grant back`);
       } else if (
-        WriteGrant.takeBack(found.record.roots, this.#grantOptions(found.record.uid, ids))
+        await this.#grants.takeBack(found.record.roots, this.#grantSpec(found.record.uid, ids))
       ) {
         Deno.removeSync(found.file);
         takenBack++;

@@ -59,8 +59,9 @@ import { closeFd } from "./syscalls.ts";
 import { S_IF } from "../ffi/libc.ts";
 
 /**
- * The most entries one grant may look at: the walk runs on the server's thread (about five
- * system calls an entry), and a directory this large is better granted in part.
+ * The most entries one grant may look at: the command waits for the walk (about five system
+ * calls an entry, on the grant thread, grant_thread.ts), and a directory this large is better
+ * granted in part.
  */
 export const MAX_ENTRIES = 50_000;
 

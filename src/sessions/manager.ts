@@ -583,7 +583,13 @@ export class SessionManager {
         // reported after that); otherwise its directory and uid go now (the uid's next holder
         // waits for the reaper, which kills whatever still runs as it).
         const afterKill = sessionCgroup !== undefined && sessionDir.granted;
-        if (!afterKill) sessionDir.release();
+        if (!afterKill) {
+          const released = sessionDir.release();
+          // Without a cgroup a grant goes now, and its exit waits for that too.
+          if (sessionDir.granted && released) {
+            this.#settling.set(s, released.finally(() => this.#settling.delete(s)));
+          }
+        }
         if (sessionCgroup) {
           // What its tree used, then (after this exit is reported, once this turn of the event
           // loop is done: a zero-delay timer would put the kill and the cgroup's reuse a
@@ -594,12 +600,12 @@ export class SessionManager {
           setImmediate(() =>
             sessionCgroup.kill()
               .catch((err) => console.error(`uexec: cannot kill session ${s.id}'s cgroup: ${err}`))
-              .finally(() => {
+              .finally(async () => {
                 this.#cgroups.delete(s);
-                this.#settling.delete(s);
                 try {
-                  if (afterKill) sessionDir.release();
+                  if (afterKill) await sessionDir.release();
                 } finally {
+                  this.#settling.delete(s);
                   resolve();
                 }
               })
