@@ -32,23 +32,18 @@ export async function main(
     console.error(`uexec: ${err.message}`);
     Deno.exit(2);
   }
-  let server;
-  try {
-    server = await startServer(config, parts);
-  } catch (err) {
-    if (!(err instanceof StateDirError)) throw err;
-    console.error(`uexec: ${err.message}`);
-    Deno.exit(2);
-  }
-  const { addr, tokens } = server;
-  if ("path" in addr) console.log(`uexec listening on unix:${addr.path}`);
-  else {
-    const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
-    console.log(`uexec listening on http://${host}:${addr.port}`);
-  }
-  console.log(`uexec: operator token: ${tokens.operator}; default agent token: ${tokens.agent}`);
-  if (server.dashboardUrl) console.log(`uexec dashboard: ${server.dashboardUrl}`);
+  // Listening for the signals before the server starts: one that arrived between its first
+  // answer and a listener set up afterwards used to end the process unshut, its log lost.
+  let server: Awaited<ReturnType<typeof startServer>> | undefined;
   let stopping = false;
+  const shutDown = (running: NonNullable<typeof server>) =>
+    running.shutdown().then(
+      () => Deno.exit(0),
+      (err) => {
+        console.error("uexec: shutdown failed:", err);
+        Deno.exit(1);
+      },
+    );
   const stop = () => {
     if (stopping) return;
     stopping = true;
@@ -59,22 +54,33 @@ export async function main(
         `uexec: shutdown took over ${shutdownLimitMs} ms; killing what every session runs now`,
       );
       try {
-        server.killNow();
+        server?.killNow();
       } catch (err) {
         console.error("uexec: the last kill failed:", err);
       }
       Deno.exit(1);
     }, shutdownLimitMs);
-    server.shutdown().then(
-      () => Deno.exit(0),
-      (err) => {
-        console.error("uexec: shutdown failed:", err);
-        Deno.exit(1);
-      },
-    );
+    // While it starts, it shuts down once started.
+    if (server) shutDown(server);
   };
   Deno.addSignalListener("SIGINT", stop);
   Deno.addSignalListener("SIGTERM", stop);
+  try {
+    server = await startServer(config, parts);
+  } catch (err) {
+    if (!(err instanceof StateDirError)) throw err;
+    console.error(`uexec: ${err.message}`);
+    Deno.exit(2);
+  }
+  if (stopping) return void shutDown(server);
+  const { addr, tokens } = server;
+  if ("path" in addr) console.log(`uexec listening on unix:${addr.path}`);
+  else {
+    const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;
+    console.log(`uexec listening on http://${host}:${addr.port}`);
+  }
+  console.log(`uexec: operator token: ${tokens.operator}; default agent token: ${tokens.agent}`);
+  if (server.dashboardUrl) console.log(`uexec dashboard: ${server.dashboardUrl}`);
 }
 
 if (import.meta.main) await main();
