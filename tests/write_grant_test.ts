@@ -10,8 +10,9 @@
 import assert from "node:assert/strict";
 import { PERM, permits, readAcl, TAG, writeAcl } from "../src/sandbox/acl.ts";
 import { GrantJournal } from "../src/sandbox/grant_journal.ts";
+import { GrantThread } from "../src/sandbox/grant_thread.ts";
 import { UidPool } from "../src/sandbox/uids.ts";
-import { WriteGrant } from "../src/sandbox/write_grant.ts";
+import { GrantError, WriteGrant } from "../src/sandbox/write_grant.ts";
 
 const UID = 2000000123;
 const GID = 2000000000;
@@ -265,4 +266,37 @@ Deno.test("a uid whose grant could not be taken back is never handed out", async
   assert.deepEqual(taken, [10, 12, 14]);
   assert.deepEqual(reaped, [10, 12, 14]);
   await assert.rejects(pool.take(), /every sandbox uid is held/);
+});
+
+Deno.test("grants on their own thread: made, taken back exactly, and failing closed", async () => {
+  const dir = await tree();
+  const thread = new GrantThread();
+  const spec = {
+    uid: UID,
+    ids: { spawner: 2000000000, first: 2000000001, last: 2000065535, gid: GID },
+    protectedNames: [".git", ".uexec"],
+  };
+  try {
+    const before = snapshot(dir);
+    const roots = [{ path: dir, protected: false }];
+    const grant = await thread.grant(roots, spec);
+    assert.ok(may(`${dir}/sub/readable`, PERM.R | PERM.W));
+    assert.equal(await thread.revoke(grant), true);
+    assert.deepEqual(snapshot(dir), before);
+    // Taken back once: a second take-back, or one of a grant the thread never made, is not
+    // reported as done.
+    assert.equal(await thread.revoke(grant), false);
+    const refused = thread.grant([{ path: `${dir}/closed`, protected: false }], spec);
+    await assert.rejects(refused, (err) => err instanceof GrantError && err.takenBack);
+    // A stopped thread fails what it was asked as not taken back; the next request starts anew.
+    const pending = thread.grant(roots, spec);
+    thread.close();
+    await assert.rejects(pending, (err) => err instanceof GrantError && !err.takenBack);
+    // Whatever it had made of that grant is taken back as a dead server's is.
+    assert.equal(await thread.takeBack(roots, spec), true);
+    assert.deepEqual(snapshot(dir), before);
+  } finally {
+    thread.close();
+    await Deno.remove(dir, { recursive: true });
+  }
 });
