@@ -114,6 +114,7 @@ Deno.test("known-safe commands", () => {
     "find . -name foo.ts -type f",
     "rg -n needle src",
     "sort -u names.txt",
+    "sort -k1,2 -t, names.txt",
     "sed -n 1,20p main.ts",
     "true || false",
   ];
@@ -145,6 +146,12 @@ Deno.test("known-safe commands", () => {
     "sort -o out.txt in.txt",
     "sort -uo out.txt in.txt",
     "sort --output=out.txt in.txt",
+    // A short option's value attached, and long options abbreviated as getopt_long accepts.
+    "sort -oout.txt in.txt",
+    "sort -uo/tmp/out in.txt",
+    "sort --outp=out.txt in.txt",
+    "sort --compress-prog=./x -S1 in.txt",
+    "rg -zn needle",
     "sed -i s/a/b/ f",
     "sed -n 1,5p -i f",
     "git -c core.pager=x log",

@@ -41,7 +41,7 @@ const ANY_ARGUMENTS = new Set([
   "whoami",
 ]);
 
-/** Programs that are safe unless given one of these options (exact or `--opt=value`). */
+/** Programs that are safe unless given one of these options (in any form, see `givesOption`). */
 const FORBIDDEN_OPTIONS: Record<string, string[]> = {
   find: [
     "-exec",
@@ -84,14 +84,25 @@ function plainSegments(command: string): string[][] | undefined {
 }
 
 function usesOption(args: string[], options: string[]): boolean {
-  return args.some((arg) =>
-    options.some((opt) => arg === opt || arg.startsWith(`${opt}=`) || isShortCluster(arg, opt))
-  );
+  return args.some((arg) => options.some((opt) => givesOption(arg, opt)));
 }
 
-/** `-zn` contains the short option `-z`. */
-function isShortCluster(arg: string, opt: string): boolean {
-  return /^-[a-zA-Z]$/.test(opt) && /^-[a-zA-Z]+$/.test(arg) && arg.includes(opt[1]);
+/**
+ * Whether `arg` gives `opt`: exactly or with its value (`--output=f`); a long option also
+ * abbreviated, as getopt_long accepts any unambiguous prefix (`--outp=f`, `--compress-prog`); a
+ * short one anywhere in a cluster of short options, with or without its value attached
+ * (`-zn`, `-of`, `-uof`).
+ */
+function givesOption(arg: string, opt: string): boolean {
+  if (opt.startsWith("--")) {
+    const name = arg.split("=", 1)[0];
+    return name.length > 2 && name.startsWith("--") && opt.startsWith(name);
+  }
+  if (/^-[a-zA-Z]$/.test(opt)) {
+    const cluster = /^-([a-zA-Z]+)/.exec(arg);
+    return cluster !== null && cluster[1].includes(opt[1]);
+  }
+  return arg === opt || arg.startsWith(`${opt}=`);
 }
 
 /** `sed -n` with a single print script such as `5p` or `1,20p`. */
