@@ -504,6 +504,26 @@ Deno.test("untrusted: known-safe commands run, others ask", async (t) => {
       assert.deepEqual(kinds(events), ["begin", "end", "begin", "end"]);
     });
 
+    await t.step("a known-safe line with a variable or shell the agent chose asks", async () => {
+      await Deno.writeTextFile(`${ws}/env.sh`, "touch planted.txt\n");
+      const pending = h.exec("ls", { env: { BASH_ENV: `${ws}/env.sh` } });
+      const approval = await h.nextApproval(pending);
+      assert.equal(
+        approval.reason,
+        "untrusted policy: this command runs with a shell or environment variables the agent chose",
+      );
+      assert.deepEqual(approval.env, { BASH_ENV: `${ws}/env.sh` });
+      await h.decide(approval.id, "denied");
+      assert.equal((await pending).status, 403);
+      await assert.rejects(Deno.stat(`${ws}/planted.txt`), Deno.errors.NotFound);
+      await Deno.remove(`${ws}/env.sh`);
+      const shell = h.exec("ls", { shell: "/bin/sh" });
+      const asked = await h.nextApproval(shell);
+      await h.decide(asked.id, "denied");
+      assert.equal((await shell).status, 403);
+      await h.eventsUntilMarker();
+    });
+
     await t.step("a command not known to be safe asks, then runs sandboxed", async () => {
       const pending = h.exec("touch made.txt");
       const approval = await h.nextApproval(pending);

@@ -83,6 +83,37 @@ for (const [policy, permissions, command, denialDetected, expected] of PLAN_CASE
   });
 }
 
+Deno.test("plan: untrusted judges the shell and the variables a known-safe line runs with", () => {
+  const plan = (extra: { env?: Record<string, string>; serverShell?: boolean }) =>
+    planExecution({
+      policy: "untrusted",
+      sandboxPermissions: "use_default",
+      command: "ls",
+      ...extra,
+    });
+  const chosen = {
+    action: "ask",
+    reason:
+      "untrusted policy: this command runs with a shell or environment variables the agent chose",
+    thenRun: { sandboxed: true },
+  };
+  assert.deepEqual(plan({ env: {}, serverShell: true }), RUN_SANDBOXED);
+  const harmless = { LANG: "C.UTF-8", LC_ALL: "C", TERM: "xterm-256color", GIT_PAGER: "cat" };
+  assert.deepEqual(plan({ env: harmless, serverShell: true }), RUN_SANDBOXED);
+  assert.deepEqual(plan({ serverShell: false }), chosen);
+  for (
+    const env of [
+      { LD_PRELOAD: "/work/ws/evil.so" },
+      { BASH_ENV: "/work/ws/evil.sh" },
+      { PATH: "/work/ws/bin:/usr/bin" },
+      { GIT_EXTERNAL_DIFF: "./x" },
+      { PAGER: "./x" },
+      { TERM: "../../work/ws/evil" },
+      { LOCPATH: "/work/ws" },
+    ] as Record<string, string>[]
+  ) assert.deepEqual(plan({ env, serverShell: true }), chosen, JSON.stringify(env));
+});
+
 Deno.test("plan: escalation without a justification gets a default question", () => {
   assert.deepEqual(
     planExecution({ policy: "on-request", sandboxPermissions: "require_escalated", command: "x" }),

@@ -9,8 +9,9 @@
  *   neither; the approver may pick unsandboxed instead.
  * - `on-request` (default): the agent decides. `use_default` runs sandboxed without asking and a
  *   denial goes back to the agent; `require_escalated` asks before running unsandboxed.
- * - `untrusted`: only known-safe read-only commands ({@link isKnownSafeCommand}) run without
- *   asking; anything else asks first, then runs sandboxed. After a detected denial it asks
+ * - `untrusted`: only known-safe read-only commands ({@link isKnownSafeCommand}), with the
+ *   server's shell and no environment variables but harmless ones ({@link isKnownSafeEnv}), run
+ *   without asking; anything else asks first, then runs sandboxed. After a detected denial it asks
  *   again, because approving a sandboxed run is not approving an unsandboxed one (unless the
  *   first answer was `approved_for_session`, which the store remembers).
  *
@@ -20,7 +21,7 @@
  * @module
  */
 
-import { isKnownSafeCommand } from "./safe_commands.ts";
+import { isKnownSafeCommand, isKnownSafeEnv } from "./safe_commands.ts";
 
 /** The server's approval policy (`UEXEC_APPROVAL_POLICY`). */
 export type ApprovalPolicy = "never" | "on-failure" | "on-request" | "untrusted";
@@ -71,6 +72,13 @@ export interface PlanInput {
   /** The command line, for `untrusted`'s known-safe check. */
   command: string;
   /**
+   * What else decides what runs, for the same check: the environment the request adds, and
+   * whether the shell is the server's own (not one the agent named). Without them the command
+   * line alone is judged.
+   */
+  env?: Record<string, string>;
+  serverShell?: boolean;
+  /**
    * Omitted before the first run. After a sandboxed run: whether a sandbox denial was detected.
    */
   denialDetected?: boolean;
@@ -103,6 +111,14 @@ function beforeFirstRun(input: PlanInput): ExecPlan {
   }
   if (policy === "untrusted" && !isKnownSafeCommand(command)) {
     return askBeforeRunning(true, "untrusted policy: this command is not known to be read-only");
+  }
+  // A known-safe line can still run anything through a shell, or a variable (LD_PRELOAD,
+  // BASH_ENV, PATH, GIT_EXTERNAL_DIFF), the agent chose.
+  if (policy === "untrusted" && (input.serverShell === false || !isKnownSafeEnv(input.env))) {
+    return askBeforeRunning(
+      true,
+      "untrusted policy: this command runs with a shell or environment variables the agent chose",
+    );
   }
   return RUN_SANDBOXED;
 }

@@ -6,7 +6,8 @@
  * where bash expands it; no quotes, globs, variables, redirections or substitutions) joined by
  * `|`, `&&`, `||` or `;`, and every segment starts with a bare program name from
  * the list below with arguments that cannot make it write, run other programs or reach the
- * network. Anything else is "not known safe" and prompts. Known-safe commands still run inside
+ * network. Anything else is "not known safe" and prompts, as is a known-safe line with a shell
+ * or variables the agent chose ({@link isKnownSafeEnv}). Known-safe commands still run inside
  * the sandbox; this list only saves a prompt. It must never grow a command that can write files
  * or execute other commands through its arguments.
  *
@@ -125,4 +126,24 @@ function isSafeSegment([program, ...args]: string[]): boolean {
 export function isKnownSafeCommand(command: string): boolean {
   const segments = plainSegments(command);
   return segments !== undefined && segments.every(isSafeSegment);
+}
+
+/**
+ * Variables a known-safe command may be given and stay known safe: the locale, the terminal's
+ * type and size, colour switches, and a pager that is `cat`. Everything else can change what
+ * runs (LD_PRELOAD, BASH_ENV, PATH, GIT_EXTERNAL_DIFF, LOCPATH, TERMINFO, …).
+ */
+const SAFE_VARIABLES =
+  /^(?:LANG|LANGUAGE|LC_[A-Z]+|TERM|COLUMNS|LINES|NO_COLOR|FORCE_COLOR|CLICOLOR)$/;
+const PAGERS = new Set(["PAGER", "GIT_PAGER", "MANPAGER"]);
+
+/** A value that names no file: `en_US.UTF-8`, `xterm-256color`, `120`. */
+const PLAIN_VALUE = /^[A-Za-z0-9_.,:@+-]*$/;
+
+/** Whether `env` (what a request adds) leaves a known-safe command known safe. */
+export function isKnownSafeEnv(env: Record<string, string> = {}): boolean {
+  return Object.entries(env).every(([name, value]) =>
+    (SAFE_VARIABLES.test(name) && PLAIN_VALUE.test(value)) ||
+    (PAGERS.has(name) && (value === "cat" || value === ""))
+  );
 }

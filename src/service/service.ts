@@ -176,7 +176,8 @@ export class Service {
     const profile = this.#profile(principal, body.profile);
     const workdir = this.#workdir(body.workdir, escalating);
     const shell = findShell(body.shell ?? this.#deps.shell);
-    if (escalating && shell !== findShell(this.#deps.shell)) {
+    const serverShell = shell === findShell(this.#deps.shell);
+    if (escalating && !serverShell) {
       throw new InvalidRequestError(
         `shell: an escalated command runs with the server's shell ${this.#deps.shell}; ` +
           `leave shell out or pass that one (got ${body.shell})`,
@@ -216,6 +217,7 @@ export class Service {
       },
       profile,
       escalation,
+      serverShell,
       justification: body.justification,
     }).then(
       (result) => {

@@ -28,6 +28,8 @@ export interface SupervisedExec {
   profile?: string;
   /** What the agent asks for beyond the profile; `{}` for a plain sandboxed run. */
   escalation: Widening;
+  /** Whether `request.shell` is the server's own shell rather than one the agent named. */
+  serverShell: boolean;
   justification?: string;
 }
 
@@ -76,6 +78,8 @@ export class Supervisor {
       policy: this.#opts.policy,
       sandboxPermissions: escalating ? "require_escalated" : "use_default",
       command: frozen.request.cmd,
+      env: frozen.request.env,
+      serverShell: frozen.serverShell,
       justification: frozen.justification,
     });
     if (plan.action === "reject") throw new RejectedError(plan.message);
