@@ -310,6 +310,59 @@ Deno.test("a server killed while it holds a write grant: the next start takes it
   assert.match(stderr, /"msg":"dead_grants_taken_back".*"grants":1\b/);
 });
 
+Deno.test("without cgroups too, a grant is taken back before the exit or the kill is reported", async () => {
+  const { server, events } = await setUp({ UEXEC_CONTAINMENT: "process-group" });
+  const out = await Deno.makeTempDir({ prefix: "uexec-grant-pg-" });
+  await Deno.chmod(out, 0o755);
+  // Enough entries that taking the grant back takes a while (on its own thread).
+  for (let i = 0; i < 5000; i++) Deno.writeTextFileSync(`${out}/f${i}`, "");
+  try {
+    const ran = await asked(server, events, {
+      cmd: `touch ${out}/made`,
+      escalate: { write: [out] },
+    }, 1);
+    await server.operator.post(`/v1/approvals/${ran.approval.id}`, { decision: "approved" });
+    assert.equal((await ran.pending).body.exit_code, 0);
+    assert.deepEqual(sandboxAclEntries(out), []);
+    assert.equal((await Deno.stat(`${out}/made`)).uid, 0);
+    const running = await asked(server, events, {
+      cmd: `touch ${out}/running && sleep 600`,
+      escalate: { write: [out] },
+      yield_time_ms: 1000,
+    }, 2);
+    await server.operator.post(`/v1/approvals/${running.approval.id}`, { decision: "approved" });
+    const id = (await running.pending).body.session_id;
+    assert.notDeepEqual(sandboxAclEntries(out), [], "granted while it runs");
+    await server.del(`/v1/sessions/${id}`);
+    assert.deepEqual(sandboxAclEntries(out), []);
+    assert.equal((await Deno.stat(`${out}/running`)).uid, 0);
+  } finally {
+    await events.close();
+    await server.stop();
+    await Deno.remove(out, { recursive: true });
+  }
+});
+
+Deno.test("a grant record that cannot be read keeps its uid out of use", async () => {
+  const state = await Deno.makeTempDir({ prefix: "uexec-state-" });
+  await Deno.mkdir(`${state}/grants`, { mode: 0o700 });
+  // The first session uid of the default range, as a power cut may leave its record.
+  await Deno.writeTextFile(`${state}/grants/2000000001.json`, "", { mode: 0o600 });
+  const server = await startServer({ UEXEC_STATE_DIR: state });
+  let stderr = "";
+  try {
+    const r = await server.post("/v1/exec_command", { cmd: "id -u", login: false });
+    assert.equal(r.body.output, "2000000002\r\n");
+  } finally {
+    stderr = (await server.stop()).stderr;
+    await Deno.remove(state, { recursive: true });
+  }
+  assert.match(
+    stderr,
+    /"msg":"dead_grant_failed".*2000000001\.json: not a grant record; uid retired/,
+  );
+});
+
 /** Runs git as the operator (root) in `cwd`; returns its stdout. */
 function git(cwd: string, ...args: string[]): string {
   const out = new Deno.Command("git", {
@@ -458,6 +511,11 @@ Deno.test("the retry a denial proposes: the narrowest widening that names what w
           curl("git clone ssh://git@git.example.com/r"),
         ),
         { tcp_ports: [22] },
+      );
+      // Any case of scheme; what follows the host in the shell line is not part of it.
+      assert.deepEqual(
+        widening(network({ host: "example.com" }), curl("curl -s HTTPS://Example.com.|jq .")),
+        { tcp_ports: [443] },
       );
       // Naming no host: every URL of the command.
       assert.deepEqual(

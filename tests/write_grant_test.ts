@@ -229,13 +229,17 @@ Deno.test("a grant a killed server held: taken back from its record, every entry
     // One a live instance (this one) is writing now stays.
     const writing = `${journalDir}/9.json.${held.instance}.part`;
     Deno.writeTextFileSync(writing, "{");
+    // One whose contents do not match its name cannot be trusted either.
+    Deno.writeTextFileSync(`${journalDir}/6.json`, JSON.stringify({ ...held, uid: 5 }));
     const dead = journal.dead().sort((a, b) => a.file.localeCompare(b.file));
     assert.deepEqual(dead, [
-      { file: record, record: { instance: "i999999999-1", uid: UID, roots } },
-      { file: `${journalDir}/7.json`, error: "not a grant record" },
+      { file: record, uid: UID, record: { instance: "i999999999-1", uid: UID, roots } },
+      { file: `${journalDir}/6.json`, uid: 6, error: "not a grant record" },
+      { file: `${journalDir}/7.json`, uid: 7, error: "not a grant record" },
     ]);
     assert.deepEqual([...Deno.readDirSync(journalDir)].map((e) => e.name).sort(), [
       `${UID}.json`,
+      "6.json",
       "7.json",
       `9.json.${held.instance}.part`,
     ]);
@@ -288,15 +292,21 @@ Deno.test("grants on their own thread: made, taken back exactly, and failing clo
     assert.equal(await thread.revoke(grant), false);
     const refused = thread.grant([{ path: `${dir}/closed`, protected: false }], spec);
     await assert.rejects(refused, (err) => err instanceof GrantError && err.takenBack);
-    // A stopped thread fails what it was asked as not taken back; the next request starts anew.
+    // Stopping lets what was asked finish, then refuses what is asked after, as nothing done.
     const pending = thread.grant(roots, spec);
-    thread.close();
-    await assert.rejects(pending, (err) => err instanceof GrantError && !err.takenBack);
-    // Whatever it had made of that grant is taken back as a dead server's is.
-    assert.equal(await thread.takeBack(roots, spec), true);
+    const closed = thread.close();
+    const held = await pending;
+    await closed;
+    await assert.rejects(
+      thread.grant(roots, spec),
+      (err) => err instanceof GrantError && err.takenBack,
+    );
+    assert.equal(await thread.revoke(held), false, "a stopped thread takes nothing back");
+    // What it held is taken back as a dead server's is.
+    assert.equal(WriteGrant.takeBack(roots, options), true);
     assert.deepEqual(snapshot(dir), before);
   } finally {
-    thread.close();
+    await thread.close();
     await Deno.remove(dir, { recursive: true });
   }
 });

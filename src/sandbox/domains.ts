@@ -218,6 +218,8 @@ export class SandboxDomains {
   #retired = new Set<number>();
   /** Where write grants are made and taken back, off the server's thread. */
   #grants = new GrantThread();
+  /** The leased uid range and its reaper, before the pool of `#uids` is made. */
+  #range?: Omit<Uids, "pool"> | null;
 
   constructor(opts: DomainOptions) {
     this.#opts = opts;
@@ -300,10 +302,11 @@ export class SandboxDomains {
   /** Remove every domain's directory and stop the reaper (server shutdown). */
   async close(): Promise<void> {
     this.#closed = true;
-    this.#uids?.reaper.terminate();
-    this.#grants.close();
+    // Take-backs under way finish first (a session that ended on its own may still be in one).
+    await this.#grants.close();
+    this.#range?.reaper.terminate();
     this.#guard?.close();
-    this.#uids?.lease.release();
+    this.#range?.lease.release();
     this.#domains.clear();
     this.#withSpare.clear();
     // Every domain's directory is in it.
@@ -393,27 +396,39 @@ export class SandboxDomains {
 
   /**
    * Takes back the write grants that server instances no longer running held (their journal's
-   * records, see grant_journal.ts); call at start-up, once their processes are killed and before
-   * any session starts. A uid whose grant cannot be taken back in full is never handed out.
-   * Resolves to how many were taken back and what failed.
+   * records, see grant_journal.ts); call at start-up, before any session starts. It leases the
+   * uid range first (a server running on it may have handed those uids out again) and kills
+   * what still runs as the recorded uids (without cgroups nothing else has). A uid whose grant
+   * cannot be taken back in full, or whose record cannot be read, is never handed out, and its
+   * record stays for a later start. Resolves to how many were taken back and what failed.
    */
   async takeBackDeadGrants(): Promise<{ takenBack: number; failed: string[] }> {
     const dead = this.#opts.grantJournal?.dead() ?? [];
     const failed: string[] = [];
     let takenBack = 0;
-    const ids = dead.length > 0 ? sandboxIds() : null;
+    if (dead.length === 0) return { takenBack, failed };
+    for (const found of dead) if (found.uid !== undefined) this.#retired.add(found.uid);
+    let range;
+    try {
+      range = this.#leasedRange();
+    } catch (err) {
+      return { takenBack, failed: [`cannot take back ${dead.length} grant(s): ${err}`] };
+    }
+    if (!range) {
+      return { takenBack, failed: dead.map((f) => `${f.file}: only a root server takes it back`) };
+    }
+    await range.reaper.reap(dead.flatMap((f) => "record" in f ? [f.record.uid] : []));
     for (const found of dead) {
-      if ("error" in found) {
-        failed.push(`${found.file}: ${found.error}`);
-      } else if (!ids) {
-        failed.push(`${found.file}: only a root server can take a grant back`);
-      } else if (
-        await this.#grants.takeBack(found.record.roots, this.#grantSpec(found.record.uid, ids))
-      ) {
+      if (!("record" in found)) {
+        failed.push(`${found.file}: ${found.error}; uid retired`);
+        continue;
+      }
+      const { roots, uid } = found.record;
+      if (await this.#grants.takeBack(roots, this.#grantSpec(uid, range.ids))) {
         Deno.removeSync(found.file);
+        this.#retired.delete(uid);
         takenBack++;
       } else {
-        this.#retired.add(found.record.uid);
         failed.push(`${found.file}: not all of it could be taken back; uid retired`);
       }
     }
@@ -473,10 +488,10 @@ export class SandboxDomains {
   /** The session uids, set up on first use; null when the server is not root. */
   #sessionUids(): Uids | null {
     if (this.#uids !== undefined) return this.#uids;
-    const ids = sandboxIds();
-    if (!ids) return this.#uids = null;
-    const lease = leaseUidRange(ids.spawner, ids.last);
-    const reaper = new Spawner();
+    const range = this.#leasedRange();
+    if (!range) return this.#uids = null;
+    const { ids, reaper } = range;
+    // Made once the retired uids are known: it reaps its first batch at once.
     const pool = new UidPool(
       ids.first,
       ids.last,
@@ -484,8 +499,17 @@ export class SandboxDomains {
       undefined,
       this.#retired,
     );
-    this.#uids = { ids, pool, reaper, lease };
+    this.#uids = { ...range, pool };
     return this.#uids;
+  }
+
+  /** The range of session uids, leased, with its reaper; null when the server is not root. */
+  #leasedRange(): Omit<Uids, "pool"> | null {
+    if (this.#range !== undefined) return this.#range;
+    const ids = sandboxIds();
+    if (!ids) return this.#range = null;
+    const lease = leaseUidRange(ids.spawner, ids.last);
+    return this.#range = { ids, lease, reaper: new Spawner() };
   }
 
   #create(profile: Profile, workdir: string, uids: Uids | null, widening: Widening): Domain {

@@ -28,10 +28,16 @@ export interface GrantRecord {
   roots: GrantedRoot[];
 }
 
-/** A record found on disk: what it says, or why it cannot be used. */
+/**
+ * A record found on disk: what it says, or why it cannot be used (with the uid its name gives,
+ * when it gives one).
+ */
 export type FoundRecord =
-  | { file: string; record: GrantRecord }
-  | { file: string; error: string };
+  | { file: string; uid: number; record: GrantRecord }
+  | { file: string; uid?: number; error: string };
+
+/** A record's name: `<uid>.json`. */
+const RECORD = /^(\d+)\.json$/;
 
 function isRoot(value: unknown): value is GrantedRoot {
   const root = value as GrantedRoot;
@@ -83,14 +89,16 @@ export class GrantJournal {
         if (!instanceRuns(partial[1])) Deno.removeSync(file);
         continue;
       }
+      const named = RECORD.exec(entry.name);
+      const uid = named ? Number(named[1]) : undefined;
       let record: GrantRecord | undefined;
       try {
         record = parse(Deno.readTextFileSync(file));
       } catch {
         record = undefined;
       }
-      if (!record) found.push({ file, error: "not a grant record" });
-      else if (!instanceRuns(record.instance)) found.push({ file, record });
+      if (!record || record.uid !== uid) found.push({ file, uid, error: "not a grant record" });
+      else if (!instanceRuns(record.instance)) found.push({ file, uid, record });
     }
     return found;
   }

@@ -45,6 +45,7 @@ export class GrantThread {
   #worker?: Worker;
   #seq = 0;
   #waiting = new Map<number, PromiseWithResolvers<number | boolean>>();
+  #closed = false;
 
   /**
    * Grants `spec.uid` write access to `roots`; resolves to the grant's number, or rejects with
@@ -64,8 +65,13 @@ export class GrantThread {
     return this.#answer({ type: "takeBack", roots, spec });
   }
 
-  /** Stops the worker (what it still holds is not taken back: take it back first). */
-  close(): void {
+  /**
+   * Stops the worker once what it was asked is done, and refuses what is asked after (a grant
+   * it still holds is not taken back: take it back first).
+   */
+  async close(): Promise<void> {
+    this.#closed = true;
+    await Promise.allSettled([...this.#waiting.values()].map((w) => w.promise));
     this.#worker?.terminate();
     this.#died("the grant worker was stopped");
   }
@@ -80,10 +86,16 @@ export class GrantThread {
   }
 
   #send(req: Request): Promise<number | boolean> {
+    // Refused before anything changed.
+    if (this.#closed) return Promise.reject(new GrantError("the grant worker was stopped", true));
     const seq = ++this.#seq;
     const waiting = Promise.withResolvers<number | boolean>();
+    try {
+      this.#start().postMessage({ ...req, seq });
+    } catch (err) {
+      return Promise.reject(new GrantError(`the grant worker cannot start: ${err}`, true));
+    }
     this.#waiting.set(seq, waiting);
-    this.#start().postMessage({ ...req, seq });
     return waiting.promise;
   }
 

@@ -768,6 +768,8 @@ export class SessionManager {
       ...sessions.map((s) => s.closed),
       whenGone(this.#opts.reactor, killed, KILLED_EXIT_LIMIT_MS),
     ]);
+    // Grants taken back (on the grant thread) before the kill is reported done.
+    await Promise.all(sessions.map((s) => this.#settling.get(s)));
   }
 }
 
