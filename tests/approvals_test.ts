@@ -183,6 +183,8 @@ Deno.test("known-safe commands", () => {
     "sort --outp=out.txt in.txt",
     "sort --compress-prog=./x -S1 in.txt",
     "rg -zn needle",
+    "rg -0z needle",
+    "rg -i0z needle",
     "sed -i s/a/b/ f",
     "sed -n 1,5p -i f",
     "git -c core.pager=x log",

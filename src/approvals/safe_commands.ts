@@ -91,8 +91,8 @@ function usesOption(args: string[], options: string[]): boolean {
 /**
  * Whether `arg` gives `opt`: exactly or with its value (`--output=f`); a long option also
  * abbreviated, as getopt_long accepts any unambiguous prefix (`--outp=f`, `--compress-prog`); a
- * short one anywhere in a cluster of short options, with or without its value attached
- * (`-zn`, `-of`, `-uof`).
+ * short one anywhere in a single-dash word, which getopt may read as a cluster of short options
+ * with or without a value attached (`-zn`, `-0z`, `-of`, `-uof`).
  */
 function givesOption(arg: string, opt: string): boolean {
   if (opt.startsWith("--")) {
@@ -100,8 +100,9 @@ function givesOption(arg: string, opt: string): boolean {
     return name.length > 2 && name.startsWith("--") && opt.startsWith(name);
   }
   if (/^-[a-zA-Z]$/.test(opt)) {
-    const cluster = /^-([a-zA-Z]+)/.exec(arg);
-    return cluster !== null && cluster[1].includes(opt[1]);
+    // Anywhere in a single-dash word: getopt reads `-0z` and `-i0z` as clusters holding `-z`
+    // (and `-ezebra` is refused too: what may be a value is not told from what may be a flag).
+    return /^-[^-]/.test(arg) && arg.slice(1).includes(opt[1]);
   }
   return arg === opt || arg.startsWith(`${opt}=`);
 }
