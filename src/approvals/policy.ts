@@ -5,8 +5,9 @@
  * - `never`: never ask. Commands run sandboxed; a detected denial goes back to the agent;
  *   `require_escalated` is rejected (403 `rejected`).
  * - `on-failure`: run sandboxed without asking; after a detected denial ask to retry with the
- *   narrowest widening the denial names (a path to write, a port), or unsandboxed when it names
- *   neither; the approver may pick unsandboxed instead.
+ *   narrowest widening that covers it (the supervisor's `widening`: a directory to write, a
+ *   port, the command's URL ports, the profile with network), or unsandboxed when nothing
+ *   narrower fits; the approver may pick unsandboxed instead.
  * - `on-request` (default): the agent decides. `use_default` runs sandboxed without asking and a
  *   denial goes back to the agent; `require_escalated` asks before running unsandboxed.
  * - `untrusted`: only known-safe read-only commands ({@link isKnownSafeCommand}), with the

@@ -223,9 +223,12 @@ const DEFAULT_PORTS: Record<string, number> = {
   ssh: 22,
   git: 9418,
 };
-/** A URL: scheme, optional user info, host (a name or a bracketed IPv6 literal), port. */
+/**
+ * A URL: scheme (any case), optional user info, host (a name or a bracketed IPv6 literal), port;
+ * what follows may not go on as a host or port (`example.com|jq` is `example.com`).
+ */
 const URL_DESTINATION =
-  /\b(https?|wss?|ftp|ssh|git):\/\/(?:[^/\s@'"]*@)?(\[[0-9A-Fa-f:.]+\]|[^/\s:'"@[\]]+)(?::(\d{1,5}))?(?=[/\s'"?#]|$)/g;
+  /\b(https?|wss?|ftp|ssh|git):\/\/(?:[^/\s@'"]*@)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~-]+)(?::(\d{1,5}))?(?![A-Za-z0-9._~:-])/gi;
 const URLLIB3_CONNECTION = /\b(HTTPS?)Connection object\b/;
 /** Failed name lookups that name the host: curl, ssh, wget, Node. */
 const LOOKED_UP = [
@@ -238,8 +241,10 @@ const LOOKED_UP = [
 export function urlDestinations(text: string): { host: string; port: number }[] {
   const found: { host: string; port: number }[] = [];
   for (const [, scheme, host, port] of text.matchAll(URL_DESTINATION)) {
-    const number = Number(port ?? DEFAULT_PORTS[scheme]);
-    if (number >= 1 && number <= 65535) found.push({ host: host.toLowerCase(), port: number });
+    const number = Number(port ?? DEFAULT_PORTS[scheme.toLowerCase()]);
+    // A name's trailing dot ends a sentence more often than it roots a name.
+    const name = host.toLowerCase().replace(/\.+$/, "");
+    if (number >= 1 && number <= 65535) found.push({ host: name, port: number });
   }
   return found;
 }

@@ -17,6 +17,7 @@ import type { ApprovalStore, Decision } from "../approvals/store.ts";
 import { type Denial, urlDestinations } from "../sandbox/denial.ts";
 import { FULL_ACCESS, type SandboxChoice, type SandboxDomains } from "../sandbox/domains.ts";
 import { protectedAncestor } from "../sandbox/git_guard.ts";
+import type { Profile } from "../sandbox/profiles.ts";
 import { combine, fitsWithin, isEmpty, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
 import type { CallResult, ExecRequest, SessionManager } from "../sessions/manager.ts";
@@ -140,8 +141,10 @@ export class Supervisor {
     return domains.names.find((other) => {
       const wider = domains.profile(other);
       const offline = { ...wider, network: base.network, tcpPorts: base.tcpPorts };
+      // fitsWithin does not weigh unix sockets or limits: they must be the same.
+      const same = (p: Profile) => JSON.stringify([p.unixSockets ?? [], p.limits]);
       return wider.enforce && wider.network === "all" && wider.tcpPorts === undefined &&
-        fitsWithin(base, wider) && fitsWithin(offline, base);
+        fitsWithin(base, wider) && fitsWithin(offline, base) && same(wider) === same(base);
     });
   }
 
