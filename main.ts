@@ -36,17 +36,7 @@ export async function main(
   // answer and a listener set up afterwards used to end the process unshut, its log lost.
   let server: Awaited<ReturnType<typeof startServer>> | undefined;
   let stopping = false;
-  const shutDown = (running: NonNullable<typeof server>) =>
-    running.shutdown().then(
-      () => Deno.exit(0),
-      (err) => {
-        console.error("uexec: shutdown failed:", err);
-        Deno.exit(1);
-      },
-    );
-  const stop = () => {
-    if (stopping) return;
-    stopping = true;
+  const shutDown = (running: NonNullable<typeof server>) => {
     setTimeout(() => {
       // Past the limit: nothing the sessions started may outlive the server (the sessions not
       // yet recorded as ended are marked killed in the history by the next start).
@@ -54,13 +44,26 @@ export async function main(
         `uexec: shutdown took over ${shutdownLimitMs} ms; killing what every session runs now`,
       );
       try {
-        server?.killNow();
+        running.killNow();
       } catch (err) {
         console.error("uexec: the last kill failed:", err);
       }
       Deno.exit(1);
     }, shutdownLimitMs);
-    // While it starts, it shuts down once started.
+    running.shutdown().then(
+      () => Deno.exit(0),
+      (err) => {
+        console.error("uexec: shutdown failed:", err);
+        Deno.exit(1);
+      },
+    );
+  };
+  const stop = () => {
+    // A second signal while it starts (taking back a dead server's grants, say) ends it now.
+    if (stopping && !server) Deno.exit(1);
+    if (stopping) return;
+    stopping = true;
+    // While it starts, it shuts down once started, within the limit from then.
     if (server) shutDown(server);
   };
   Deno.addSignalListener("SIGINT", stop);
