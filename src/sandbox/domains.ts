@@ -6,7 +6,8 @@
  * its private directory is 0700 and owned by that uid, the domain's account files name it
  * (`accounts.ts`), and the workspace is granted once to the group all session uids share; an
  * approved writable directory beyond what that group may write is granted to the session's own
- * uid while it runs (`write_grant.ts`).
+ * uid while it runs (`write_grant.ts`, on a thread of its own, `grant_thread.ts`), recorded
+ * until taken back so that the next start takes back what a crash left (`grant_journal.ts`).
  *
  * A domain is keyed by profile, approved widening, agent and workdir: agents never share one.
  * Sessions of one domain share a Landlock domain; their own uids keep them from signalling,

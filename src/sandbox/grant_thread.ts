@@ -7,6 +7,7 @@
  * It must never report a grant taken back that was not: a worker that dies takes the grants it
  * held with it, and their take-backs then answer false (the uid is retired and the grant's
  * record kept for the next start, grant_journal.ts). The next request starts a new worker.
+ * Stopping it lets what it was asked finish; after that it refuses, as nothing done.
  *
  * @module
  */
