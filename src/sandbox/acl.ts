@@ -16,8 +16,14 @@ import { checkedSyscall, SYS } from "./syscalls.ts";
 const VERSION = 2;
 /** The id of an entry that names nobody (owner, owning group, mask, other). */
 export const UNDEFINED_ID = 0xffffffff;
-const ACCESS = "system.posix_acl_access";
-const DEFAULT = "system.posix_acl_default";
+/** The extended attributes that hold a file's access ACL and a directory's default ACL. */
+export const ACL_XATTR = {
+  access: "system.posix_acl_access",
+  default: "system.posix_acl_default",
+} as const;
+
+/** Which of a file's ACLs. */
+export type AclKind = keyof typeof ACL_XATTR;
 
 /** ACL entry tags, in the order the kernel requires. */
 export const TAG = {
@@ -79,13 +85,16 @@ export function aclFromMode(mode: number): AclEntry[] {
   ];
 }
 
-/** Reads an ACL xattr of `path` (not following symlinks); null when it has none. */
-export function readAcl(path: string, kind: "access" | "default"): AclEntry[] | null {
+/**
+ * Reads an ACL xattr of `path`; null when it has none. A symlink at `path` is not followed,
+ * unless `follow` (for `/proc/self/fd/<n>`, which leads to the entry a descriptor holds).
+ */
+export function readAcl(path: string, kind: AclKind, follow = false): AclEntry[] | null {
   const buf = new Uint8Array(8192);
   const n = rawSyscall(
-    SYS.lgetxattr,
+    follow ? SYS.getxattr : SYS.lgetxattr,
     cString(path),
-    cString(kind === "access" ? ACCESS : DEFAULT),
+    cString(ACL_XATTR[kind]),
     buf,
     buf.length,
   );
@@ -97,13 +106,13 @@ export function readAcl(path: string, kind: "access" | "default"): AclEntry[] | 
   return decodeAcl(buf.subarray(0, n));
 }
 
-/** Writes an ACL xattr of `path`. */
-export function writeAcl(path: string, kind: "access" | "default", entries: AclEntry[]): void {
+/** Writes an ACL xattr of `path` (a symlink there followed only with `follow`, as above). */
+export function writeAcl(path: string, kind: AclKind, entries: AclEntry[], follow = false): void {
   const value = encodeAcl(entries);
-  const name = kind === "access" ? ACCESS : DEFAULT;
+  const name = ACL_XATTR[kind];
   checkedSyscall(
     `setxattr(${path}, ${name})`,
-    SYS.lsetxattr,
+    follow ? SYS.setxattr : SYS.lsetxattr,
     cString(path),
     cString(name),
     value,

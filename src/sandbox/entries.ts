@@ -10,7 +10,7 @@
  * @module
  */
 
-import { type AclEntry, decodeAcl, encodeAcl } from "./acl.ts";
+import { type AclEntry, type AclKind, readAcl, writeAcl } from "./acl.ts";
 import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
 import {
   AT,
@@ -26,9 +26,6 @@ import {
   S_IFMT,
   STAT_SIZE,
 } from "../ffi/libc.ts";
-
-/** The ACL extended attributes. */
-export const XATTR = { access: "system.posix_acl_access", default: "system.posix_acl_default" };
 
 /** What `stat` says about an entry. */
 export interface Stat {
@@ -80,27 +77,13 @@ export function statOf(fd: number): Stat {
 }
 
 /** An ACL of the entry; null when it has none. */
-export function readAclOf(fd: number, which: keyof typeof XATTR): AclEntry[] | null {
-  const buf = new Uint8Array(8192);
-  const n = rawSyscall(SYS.getxattr, cString(inode(fd)), cString(XATTR[which]), buf, buf.length);
-  if (n >= 0) return decodeAcl(buf.subarray(0, n));
-  const code = errno();
-  if (code === E.ENODATA || code === E.EOPNOTSUPP) return null;
-  throw new OsError(`getxattr(${XATTR[which]})`, code);
+export function readAclOf(fd: number, which: AclKind): AclEntry[] | null {
+  return readAcl(inode(fd), which, true);
 }
 
 /** Sets an ACL of the entry (a minimal access ACL becomes plain mode bits). */
-export function writeAclOf(fd: number, which: keyof typeof XATTR, entries: AclEntry[]): void {
-  const value = encodeAcl(entries);
-  checkedSyscall(
-    `setxattr(${XATTR[which]})`,
-    SYS.setxattr,
-    cString(inode(fd)),
-    cString(XATTR[which]),
-    value,
-    value.length,
-    0,
-  );
+export function writeAclOf(fd: number, which: AclKind, entries: AclEntry[]): void {
+  writeAcl(inode(fd), which, entries, true);
 }
 
 /** Gives the entry to `uid`:`gid` (0xffffffff keeps one). */

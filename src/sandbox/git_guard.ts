@@ -23,7 +23,7 @@
  * @module
  */
 
-import { type AclEntry, PERM, TAG } from "./acl.ts";
+import { type AclEntry, type AclKind, PERM, TAG } from "./acl.ts";
 import {
   chmodOf,
   chownOf,
@@ -36,7 +36,6 @@ import {
   statAt,
   statOf,
   writeAclOf,
-  type XATTR,
 } from "./entries.ts";
 import { SandboxUnavailableError } from "./errors.ts";
 import { EntryWatch, type NewEntry } from "./fanotify.ts";
@@ -507,7 +506,7 @@ export class GitGuard {
     }
   }
 
-  #strip(fd: number, which: keyof typeof XATTR, found: Findings): void {
+  #strip(fd: number, which: AclKind, found: Findings): void {
     const acl = readAclOf(fd, which);
     const kept = acl && withoutSandbox(acl, this.#owners);
     if (!kept) return;
