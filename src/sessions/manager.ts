@@ -760,15 +760,14 @@ export class SessionManager {
     if (cgroups) {
       if (everything) await cgroups.killAll();
       await Promise.all(sessions.map((s) => Promise.all([cgroupOf(s)?.kill(), s.closed])));
-      await Promise.all(sessions.map((s) => this.#settling.get(s)));
-      return;
+    } else {
+      const killed = killSessions(sessions.map((s) => s.child.pid), [SIGKILL]);
+      await Promise.all([
+        ...sessions.map((s) => s.closed),
+        whenGone(this.#opts.reactor, killed, KILLED_EXIT_LIMIT_MS),
+      ]);
     }
-    const killed = killSessions(sessions.map((s) => s.child.pid), [SIGKILL]);
-    await Promise.all([
-      ...sessions.map((s) => s.closed),
-      whenGone(this.#opts.reactor, killed, KILLED_EXIT_LIMIT_MS),
-    ]);
-    // Grants taken back (on the grant thread) before the kill is reported done.
+    // Their cgroups emptied and their grants taken back before the kill is reported done.
     await Promise.all(sessions.map((s) => this.#settling.get(s)));
   }
 }
