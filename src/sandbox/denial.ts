@@ -6,7 +6,8 @@
  * EACCES/EPERM/EROFS message naming a path the policy does not allow for that access, or one in
  * a protected directory (`.git`) at any depth, which git_guard.ts keeps read-only wherever it is
  * (and that the supervisor, outside the sandbox, could access), a network error for a
- * destination the policy forbids, a refused signal (enforced policies scope signals), or exit 159 (SIGSYS).
+ * destination the policy forbids, a refused signal (enforced policies scope signals), or exit
+ * 159 (SIGSYS).
  * Policies read "the most specific entry wins", as {@link policyAllows} spells out.
  *
  * This module only reads text and, through the default {@link supervisorCanAccess}, file
@@ -34,7 +35,7 @@ export interface Denial {
   path?: string;
   /** For network denials: the TCP port the command tried to reach, when the message names it. */
   port?: number;
-  /** For network denials: the host the command tried to reach or look up, when the message names it. */
+  /** For network denials: the host the command tried to reach or look up, when named. */
   host?: string;
   evidence: string;
 }
@@ -147,17 +148,17 @@ const STRONG_NETWORK = [
   /(?:urlopen error|URLError|NewConnectionError|Failed to establish a new connection|socket\.).*\[Errno (?:1|13)\]/,
 ];
 const WEAK_NETWORK = [/Couldn't connect to server/i, /Network is unreachable/i];
+/** Failed name lookups; the first group, where there is one, is the host the message names. */
 const DNS_NETWORK = [
-  /Could not resolve host/i,
-  /Could not resolve hostname/i,
+  /Could not resolve host(?:name)?(?::? ([^\s:'"]+))?/i, // curl, git, ssh
   /Temporary failure in name resolution/i,
-  /unable to resolve host address/i,
-  /getaddrinfo EAI_AGAIN/, // Node: the resolver could not be reached
+  /unable to resolve host address(?: ['‘"]?([^\s'’"]+))?/i, // wget
+  /getaddrinfo EAI_AGAIN(?: ([^\s:]+))?/, // Node: the resolver could not be reached
   // Without any network an IPv4-only lookup of a name that exists fails like one of a name that
   // does not (glibc's EAI_NONAME: Python's [Errno -2], pip; Node's ENOTFOUND with family 4), so
   // these count where the policy has no network at all (see networkForbids).
   /Name or service not known/i,
-  /getaddrinfo ENOTFOUND/,
+  /getaddrinfo ENOTFOUND(?: ([^\s:]+))?/,
 ];
 
 /**
@@ -206,9 +207,9 @@ function networkEvidence(line: string): NetworkEvidence | undefined {
   if (url) return { strength, ...url };
   const web = URLLIB3_CONNECTION.exec(line);
   if (web) return { strength, port: DEFAULT_PORTS[web[1] === "HTTPS" ? "https" : "http"] };
-  for (const re of LOOKED_UP) {
-    const match = re.exec(line);
-    if (match) return { strength, host: match[1] };
+  for (const re of DNS_NETWORK) {
+    const host = re.exec(line)?.[1];
+    if (host !== undefined) return { strength, host };
   }
   return { strength };
 }
@@ -230,13 +231,6 @@ const DEFAULT_PORTS: Record<string, number> = {
 const URL_DESTINATION =
   /\b(https?|wss?|ftp|ssh|git):\/\/(?:[^/\s@'"]*@)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~-]+)(?::(\d{1,5}))?(?![A-Za-z0-9._~:-])/gi;
 const URLLIB3_CONNECTION = /\b(HTTPS?)Connection object\b/;
-/** Failed name lookups that name the host: curl, ssh, wget, Node. */
-const LOOKED_UP = [
-  /Could not resolve host(?:name)?:? ([^\s:'"]+)/i,
-  /unable to resolve host address ['‘"]?([^\s'’"]+)/i,
-  /getaddrinfo (?:EAI_AGAIN|ENOTFOUND) ([^\s:]+)/,
-];
-
 /** Where the URLs in `text` lead: host (lower case) and port, in order, each valid port once. */
 export function urlDestinations(text: string): { host: string; port: number }[] {
   const found: { host: string; port: number }[] = [];
