@@ -11,8 +11,8 @@
  */
 
 import assert from "node:assert/strict";
-import { readAcl, TAG } from "../src/sandbox/acl.ts";
 import { widening } from "../src/service/supervisor.ts";
+import { sandboxAclEntries } from "./helpers/fs.ts";
 import { connectSse, type SseClient } from "./helpers/sse.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
 
@@ -21,25 +21,6 @@ const SESSION_UID = "20000\\d{5}\\r\\n";
 
 // deno-lint-ignore no-explicit-any
 type Body = any;
-
-/** The ACL entries naming a session uid or the sandbox group on `path` and beneath it. */
-function sandboxAclEntries(path: string): string[] {
-  const found: string[] = [];
-  const info = Deno.lstatSync(path);
-  for (const kind of info.isDirectory ? ["access", "default"] as const : ["access"] as const) {
-    for (const e of readAcl(path, kind) ?? []) {
-      if ((e.tag === TAG.USER || e.tag === TAG.GROUP) && e.id >= 2000000000) {
-        found.push(`${path} ${kind} ${e.tag === TAG.USER ? "user" : "group"}:${e.id}`);
-      }
-    }
-  }
-  if (info.isDirectory) {
-    for (const entry of Deno.readDirSync(path)) {
-      found.push(...sandboxAclEntries(`${path}/${entry.name}`));
-    }
-  }
-  return found;
-}
 
 /** A TCP listener on 127.0.0.1 that greets and closes every connection. */
 function greeter(): { port: number; close(): void } {

@@ -2,6 +2,8 @@
  * Directory entries appearing anywhere on whole file systems, as the kernel reports them through
  * fanotify: every `create` (files, directories, links) and every rename onto a name, each with
  * the directory it happened in and the new name; and, for single files asked for, each write.
+ * The owner names what it wants reported: entries with given names anywhere, and every entry of
+ * given directories (by {@link EntryWatch.dirKey}).
  *
  * The events are queued by the kernel inside the system call that made the entry, so whoever
  * reads the queue after that call returned sees it. Reading never blocks: the owner wakes on
@@ -11,7 +13,7 @@
  * @module
  */
 
-import { AT_FDCWD, cString, E, errno, libc, O, OsError, rawSyscall } from "../ffi/libc.ts";
+import { AT, AT_FDCWD, cString, E, errno, libc, O, OsError, rawSyscall } from "../ffi/libc.ts";
 import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
 
 const FAN_CLOEXEC = 0x1;
@@ -27,6 +29,9 @@ const FAN_CREATE = 0x100;
 const FAN_Q_OVERFLOW = 0x4000;
 const FAN_ONDIR = 0x40000000;
 const INFO_DFID_NAME = 2;
+/** name_to_handle_at: the handle fanotify reports for an inode (kernel 6.5+). */
+const AT_HANDLE_FID = 0x200;
+const MAX_HANDLE_SZ = 128;
 const ESTALE = 116;
 const STATFS_SIZE = 120;
 const STATFS_FSID_OFFSET = 56;
@@ -43,6 +48,16 @@ export interface NewEntry {
   name: string;
   /** True when something was renamed onto `name`, false for a create or link. */
   renamed: boolean;
+  /** The directory's {@link EntryWatch.dirKey} when it is one of the directories asked for. */
+  dirKey?: string;
+}
+
+/** What {@link EntryWatch.drain} reports. */
+export interface Wanted {
+  /** Entries with these names, in any directory. */
+  names: ReadonlySet<string>;
+  /** Every entry of the directories with these keys ({@link EntryWatch.dirKey}). */
+  dirs: { has(key: string): boolean; readonly size: number };
 }
 
 /** What {@link EntryWatch.drain} found besides the entries. */
@@ -56,6 +71,9 @@ function fsidOf(fd: number): string {
   checkedSyscall("fstatfs", SYS.fstatfs, fd, buf);
   return buf.subarray(STATFS_FSID_OFFSET, STATFS_FSID_OFFSET + 8).join(",");
 }
+
+const hex = (bytes: Uint8Array): string =>
+  Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 
 function procPath(fd: number): string | null {
   const buf = new Uint8Array(4096);
@@ -129,12 +147,32 @@ export class EntryWatch {
   }
 
   /**
-   * Reads every queued event without blocking and calls `onEntry` for each new entry named one
-   * of `names` whose directory still exists.
+   * The key under which {@link drain} knows the directory `fd` (any descriptor, O_PATH too): its
+   * file system and the handle fanotify reports for it, so it holds across renames.
    */
-  drain(names: ReadonlySet<string>, onEntry: (entry: NewEntry) => void): DrainResult {
+  dirKey(fd: number): string {
+    const handle = new Uint8Array(8 + MAX_HANDLE_SZ);
+    new DataView(handle.buffer).setUint32(0, MAX_HANDLE_SZ, true);
+    checkedSyscall(
+      "name_to_handle_at",
+      SYS.name_to_handle_at,
+      fd,
+      cString(""),
+      handle,
+      new Uint8Array(4),
+      AT.EMPTY_PATH | AT_HANDLE_FID,
+    );
+    const bytes = new DataView(handle.buffer).getUint32(0, true);
+    return `${fsidOf(fd)}:${hex(handle.subarray(0, 8 + bytes))}`;
+  }
+
+  /**
+   * Reads every queued event without blocking and calls `onEntry` for each new entry that is
+   * `wanted` and whose directory still exists.
+   */
+  drain(wanted: Wanted, onEntry: (entry: NewEntry) => void): DrainResult {
     const encoder = new TextEncoder();
-    const lengths = new Set([...names].map((name) => encoder.encode(name).length));
+    const lengths = new Set([...wanted.names].map((name) => encoder.encode(name).length));
     let overflowed = false;
     for (;;) {
       const n = Number(libc().read(this.fd, this.#buf, BigInt(this.#buf.length)));
@@ -151,7 +189,7 @@ export class EntryWatch {
         if (mask & FAN_Q_OVERFLOW) overflowed = true;
         else {
           try {
-            this.#entry(view, at, length, mask, names, lengths, onEntry);
+            this.#entry(view, at, length, mask, wanted, lengths, onEntry);
           } catch {
             overflowed = true; // An entry that cannot be resolved: look at everything again.
           }
@@ -166,7 +204,7 @@ export class EntryWatch {
     at: number,
     length: number,
     mask: number,
-    names: ReadonlySet<string>,
+    wanted: Wanted,
     lengths: Set<number>,
     onEntry: (entry: NewEntry) => void,
   ): void {
@@ -176,12 +214,15 @@ export class EntryWatch {
     const handleBytes = view.getUint32(info + HANDLE_OFFSET, true);
     const nameStart = info + HANDLE_OFFSET + 8 + handleBytes;
     const nameEnd = this.#buf.indexOf(0, nameStart);
-    if (!lengths.has(nameEnd - nameStart)) return; // Most entries: not worth decoding.
+    const handle = this.#buf.subarray(info + HANDLE_OFFSET, nameStart);
+    const key = wanted.dirs.size > 0 ? `${fsid}:${hex(handle)}` : "";
+    const dirKey = wanted.dirs.has(key) ? key : undefined;
+    // Most entries are neither: not worth decoding.
+    if (dirKey === undefined && !lengths.has(nameEnd - nameStart)) return;
     const name = this.#decoder.decode(this.#buf.subarray(nameStart, nameEnd));
     const mountFd = this.#mounts.get(fsid);
-    if (!names.has(name) || mountFd === undefined) return;
-    const handle = this.#buf.slice(info + HANDLE_OFFSET, nameStart);
-    const dirFd = rawSyscall(SYS.open_by_handle_at, mountFd, handle, O.PATH | O.CLOEXEC);
+    if ((dirKey === undefined && !wanted.names.has(name)) || mountFd === undefined) return;
+    const dirFd = rawSyscall(SYS.open_by_handle_at, mountFd, handle.slice(), O.PATH | O.CLOEXEC);
     if (dirFd < 0) {
       const code = errno();
       if (code === ESTALE || code === E.ENOENT) return; // The directory is gone: so is the entry.
@@ -189,7 +230,9 @@ export class EntryWatch {
     }
     try {
       const dir = procPath(dirFd);
-      if (dir !== null) onEntry({ dir, dirFd, name, renamed: (mask & FAN_MOVED_TO) !== 0 });
+      if (dir !== null) {
+        onEntry({ dir, dirFd, name, renamed: (mask & FAN_MOVED_TO) !== 0, dirKey });
+      }
     } finally {
       closeFd(dirFd);
     }

@@ -8,7 +8,8 @@
  * prepared, and strips sandbox entries already there; (2) watches the workspace's file systems
  * (fanotify) and strips a protected directory the moment it is created or renamed into place,
  * anywhere on them (moving it out of the workspace first must not help), removing anything a
- * sandboxed process managed to make inside it meanwhile; (3) moves aside what cannot be
+ * sandboxed process managed to make inside it meanwhile, and then whatever is renamed into a
+ * directory of it that the walk had already listed; (3) moves aside what cannot be
  * trusted: a directory the sandbox could write before it was renamed to `.git` (its files may
  * be forged even if root owns them), and a `.git` file or symlink that does not lead into a
  * protected directory; (4) refuses workdirs inside protected directories. What a sandbox uid
@@ -175,8 +176,13 @@ type Planted =
    * a sandboxed process may hold them open; they are taken over as above, then removed. */
   | "remove";
 
-/** What securing a tree found. */
-interface Findings {
+/** One securing of a protected entry and of everything beneath it. */
+interface Walk {
+  /** The protected entry's path when the walk began. */
+  path: string;
+  /** Who gets what the sandbox made beneath it. */
+  keeper: Keeper;
+  planted: Planted;
   /** Entries a sandbox uid made. */
   taken: number;
   /** Whether the sandbox could write anything in it (grant, ownership, world-writable). */
@@ -206,6 +212,16 @@ export class GitGuard {
   #renewed = new Set<string>();
   /** Protected paths that could not be secured yet: why, and what to do with planted entries. */
   #failed = new Map<string, { why: string; planted: Planted }>();
+  /**
+   * Directories walks listed since the last {@link settle} (by {@link EntryWatch.dirKey}), with
+   * their walk. An entry that inherited a sandbox grant before its directory was stripped can be
+   * renamed, by whoever is still writing there (the operator's `git init`), from a place not yet
+   * walked to one already listed; the kernel reports that rename as an entry of the listed
+   * directory, and it is secured then.
+   */
+  #listed = new Map<string, Walk>();
+  /** How many directories walks have listed, ever. */
+  #listings = 0;
 
   /** Throws {@link SandboxUnavailableError} when new entries cannot be watched. */
   constructor(opts: GuardOptions) {
@@ -259,12 +275,19 @@ export class GitGuard {
    * protected directory cannot be secured.
    */
   settle(): void {
-    const { overflowed } = this.#watch.drain(this.#names, (entry) => this.#onEntry(entry));
-    if (overflowed) { for (const root of this.#roots) this.#sweep(root); }
+    let listings = this.#listings;
+    this.#drain();
     for (const [path, { planted }] of this.#failed) {
       const slash = path.lastIndexOf("/");
       this.#protectPath(path.slice(0, slash), path.slice(slash + 1), planted);
     }
+    // Again until a drain lists no directory: each sees what was renamed into those listed
+    // before it began.
+    while (listings !== this.#listings) {
+      listings = this.#listings;
+      this.#drain();
+    }
+    this.#listed.clear();
     const [first] = this.#failed;
     if (first) {
       throw new SandboxUnavailableError(
@@ -299,13 +322,36 @@ export class GitGuard {
     this.#devices.add(info.dev);
   }
 
+  #drain(): void {
+    const wanted = { names: this.#names, dirs: this.#listed };
+    const { overflowed } = this.#watch.drain(wanted, (entry) => this.#onEntry(entry));
+    if (overflowed) { for (const root of this.#roots) this.#sweep(root); }
+  }
+
   #onEntry(entry: NewEntry): void {
+    const walk = entry.dirKey === undefined ? undefined : this.#listed.get(entry.dirKey);
+    if (walk && !this.#names.has(entry.name)) return this.#onListedEntry(entry, walk);
     const path = `${entry.dir}/${entry.name}`;
     try {
       this.#protect(entry.dirFd, entry.name, "remove", path, entry.renamed);
       this.#failed.delete(path);
     } catch (e) {
       this.#failed.set(path, { why: (e as Error).message, planted: "remove" });
+    }
+  }
+
+  /** Secures `entry`, which appeared in a directory after `walk` listed it, as `walk` would. */
+  #onListedEntry(entry: NewEntry, walk: Walk): void {
+    const fd = openEntry(entry.dirFd, entry.name);
+    if (fd === null) return;
+    const late: Walk = { ...walk, taken: 0 };
+    try {
+      this.#secureChild(entry.dirFd, entry.name, fd, statOf(fd), late);
+      this.#reportTaken(`${entry.dir}/${entry.name}`, late);
+    } catch (e) {
+      this.#failed.set(walk.path, { why: (e as Error).message, planted: walk.planted });
+    } finally {
+      closeFd(fd);
     }
   }
 
@@ -339,17 +385,12 @@ export class GitGuard {
       const st = statOf(fd);
       if (this.#owners.isUid(st.uid) || this.#renewed.has(`${st.dev}:${st.ino}`)) return;
       const keeper = keeperOf(st, this.#owners);
-      const found: Findings = { taken: 0, writable: false };
-      this.#secure(fd, st, keeper, planted, found);
-      if (found.taken > 0) {
-        console.error(
-          `uexec: ${path}: ${found.taken} entries made by the sandbox inside it were ` +
-            (planted === "remove" ? "removed" : `given to uid ${keeper.uid}, without execute bits`),
-        );
-      }
+      const walk: Walk = { path, keeper, planted, taken: 0, writable: false };
+      this.#secure(fd, st, walk);
+      this.#reportTaken(path, walk);
       if (planted === "adopt") return;
       if (kind(st) === S_IF.DIR) {
-        if (renamed && found.writable) this.#moveAside(dirFd, name, path);
+        if (renamed && walk.writable) this.#moveAside(dirFd, name, path);
         return;
       }
       // A file or link the sandbox may hold open or have aimed: trusted only when it leads into
@@ -396,7 +437,7 @@ export class GitGuard {
       0o600,
     );
     try {
-      this.#strip(fresh, "access", { taken: 0, writable: false });
+      this.#strip(fresh, "access");
       chownOf(fresh, st.uid, keeper.gid);
       const mode = st.mode & 0o644;
       chmodOf(fresh, mode);
@@ -442,75 +483,90 @@ export class GitGuard {
     );
   }
 
-  /**
-   * Removes every sandbox grant from the entry `fd` and, top-down, from everything beneath it:
-   * a directory is stripped before it is listed, so nothing made in it afterwards inherits a
-   * grant and nothing made before is missed. Sandbox-made entries are taken back.
-   */
-  #secure(fd: number, st: Stat, top: Keeper, planted: Planted, found: Findings): void {
-    if (kind(st) === S_IF.LNK) return;
-    if (st.mode & 0o002) found.writable = true;
-    if (this.#owners.isGid(st.gid)) {
-      if (st.mode & 0o020) found.writable = true;
-      chownOf(fd, KEEP_IDS, top.gid);
-    }
-    this.#strip(fd, "access", found);
-    if (kind(st) === S_IF.REG && st.nlink > 1n) this.#links.add(`${st.dev}:${st.ino}`);
-    if (kind(st) !== S_IF.DIR) return;
-    this.#strip(fd, "default", found);
-    eachChild(
-      fd,
-      (child, cfd, cst) =>
-        this.#owners.isUid(cst.uid)
-          ? this.#takeBack(fd, child, cfd, cst, top, planted, found)
-          : this.#secure(cfd, cst, top, planted, found),
+  /** Logs what of the sandbox's a walk found beneath `path`. */
+  #reportTaken(path: string, walk: Walk): void {
+    if (walk.taken === 0) return;
+    console.error(
+      `uexec: ${path}: ${walk.taken} entries made by the sandbox inside it were ` +
+        (walk.planted === "remove"
+          ? "removed"
+          : `given to uid ${walk.keeper.uid}, without execute bits`),
     );
   }
 
   /**
-   * Gives a sandbox-made entry to `top`'s owner, without write for group and others and without
-   * execute bits on files, and everything beneath it likewise; with `remove`, then deletes it
-   * (what others made beneath it is only stripped first, so it cannot grow while it goes).
+   * Removes every sandbox grant from the entry `fd` and, top-down, from everything beneath it:
+   * a directory is stripped before it is listed, so nothing made in it afterwards inherits a
+   * grant and nothing made before is missed (what is renamed into it after the listing is
+   * reported by the kernel, see {@link settle}). Sandbox-made entries are taken back.
    */
-  #takeBack(
-    dirFd: number,
-    name: string,
-    fd: number,
-    st: Stat,
-    top: Keeper,
-    planted: Planted,
-    found: Findings,
-  ): void {
+  #secure(fd: number, st: Stat, walk: Walk): void {
+    if (kind(st) === S_IF.LNK) return;
+    if (st.mode & 0o002) walk.writable = true;
+    if (this.#owners.isGid(st.gid)) {
+      if (st.mode & 0o020) walk.writable = true;
+      chownOf(fd, KEEP_IDS, walk.keeper.gid);
+    }
+    if (this.#strip(fd, "access")) walk.writable = true;
+    if (kind(st) === S_IF.REG && st.nlink > 1n) this.#links.add(`${st.dev}:${st.ino}`);
+    if (kind(st) !== S_IF.DIR) return;
+    this.#strip(fd, "default");
+    this.#list(fd, walk);
+    eachChild(fd, (child, cfd, cst) => this.#secureChild(fd, child, cfd, cst, walk));
+  }
+
+  /** Secures the entry `name` of a directory the sandbox did not make (`dirFd`). */
+  #secureChild(dirFd: number, name: string, fd: number, st: Stat, walk: Walk): void {
+    if (this.#owners.isUid(st.uid)) this.#takeBack(dirFd, name, fd, st, walk);
+    else this.#secure(fd, st, walk);
+  }
+
+  /** Notes that `walk` is about to list the directory `fd`, see {@link #listed}. */
+  #list(fd: number, walk: Walk): void {
+    this.#listed.set(this.#watch.dirKey(fd), walk);
+    this.#listings++;
+  }
+
+  /**
+   * Gives a sandbox-made entry to the walk's keeper, without write for group and others and
+   * without execute bits on files, and everything beneath it likewise; with `remove`, then
+   * deletes it (what others made beneath it is only stripped first, so it cannot grow while it
+   * goes; a directory that grew meanwhile fails to go, and the walk is retried).
+   */
+  #takeBack(dirFd: number, name: string, fd: number, st: Stat, walk: Walk): void {
     const own = this.#owners.isUid(st.uid);
     if (own) {
-      found.taken++;
-      found.writable = true;
-      adopt(fd, st, top);
+      walk.taken++;
+      walk.writable = true;
+      adopt(fd, st, walk.keeper);
     }
+    const remove = walk.planted === "remove";
     if (kind(st) === S_IF.DIR) {
-      this.#strip(fd, "access", found);
-      this.#strip(fd, "default", found);
+      if (this.#strip(fd, "access")) walk.writable = true;
+      this.#strip(fd, "default");
+      if (!remove) this.#list(fd, walk);
       eachChild(
         fd,
         (child, cfd, cst) =>
-          planted === "remove" || this.#owners.isUid(cst.uid)
-            ? this.#takeBack(fd, child, cfd, cst, top, planted, found)
-            : this.#secure(cfd, cst, top, planted, found),
+          remove
+            ? this.#takeBack(fd, child, cfd, cst, walk)
+            : this.#secureChild(fd, child, cfd, cst, walk),
       );
     } else if (own && kind(st) !== S_IF.LNK) {
-      this.#strip(fd, "access", found);
+      this.#strip(fd, "access");
     }
-    if (planted === "remove") {
+    if (remove) {
       const flags = kind(st) === S_IF.DIR ? AT.REMOVEDIR : 0;
       checkedSyscall(`unlink(${name})`, SYS.unlinkat, dirFd, cString(name), flags);
     }
   }
 
-  #strip(fd: number, which: AclKind, found: Findings): void {
+  /** Removes the sandbox's entries from an ACL of `fd`; true when they let it write. */
+  #strip(fd: number, which: AclKind): boolean {
     const acl = readAclOf(fd, which);
     const kept = acl && withoutSandbox(acl, this.#owners);
-    if (!kept) return;
-    if (which === "access") found.writable ||= grantsWrite(acl, this.#owners);
+    if (!kept) return false;
     writeAclOf(fd, which, kept);
+    return which === "access" && grantsWrite(acl, this.#owners);
   }
 }

@@ -53,6 +53,7 @@ export const SYS = {
   fchmodat: 268,
   fanotify_init: 300,
   fanotify_mark: 301,
+  name_to_handle_at: 303,
   open_by_handle_at: 304,
   renameat2: 316,
 } as const;
