@@ -102,10 +102,20 @@ export function rawSyscall(nr: number, ...args: SyscallArg[]): number {
   );
 }
 
+/**
+ * This thread's errno, found once (its address is the thread's for life, and module state is
+ * per thread): reading it is then a load, with no call between the failed one and the read that
+ * could overwrite it.
+ */
+let errnoCell: Deno.UnsafePointerView | null | undefined;
+
 /** errno of the last failed synchronous call on this thread. Read it right after the call. */
 export function errno(): number {
-  const p = libc().__errno_location();
-  return p === null ? 0 : new Deno.UnsafePointerView(p).getInt32();
+  if (errnoCell === undefined) {
+    const p = libc().__errno_location();
+    errnoCell = p === null ? null : new Deno.UnsafePointerView(p);
+  }
+  return errnoCell?.getInt32() ?? 0;
 }
 
 /** A NUL-terminated C string. */
