@@ -11,7 +11,7 @@
  */
 
 import assert from "node:assert/strict";
-import { sandboxAclEntries } from "./helpers/fs.ts";
+import { sandboxAclEntries, watchAttributes } from "./helpers/fs.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
 import { TAG } from "../src/sandbox/acl.ts";
 import { withoutSandbox } from "../src/sandbox/git_guard.ts";
@@ -42,24 +42,18 @@ async function operatorRepo(path: string): Promise<void> {
 const GUARD_DEADLINE_MS = 20_000;
 
 /**
- * Resolves on the first attribute change beneath `dir` of the entry at `path` (the guard
- * stripping its ACL), or at one of `formerly`, its paths before a rename the watcher may not have
- * caught up with; rejects when none came within {@link GUARD_DEADLINE_MS}.
+ * Resolves on the first attribute change of `path` (the guard stripping its ACL); rejects when
+ * none came within {@link GUARD_DEADLINE_MS}.
  */
-function attributeChange(
-  dir: string,
-  path: string,
-  ...formerly: string[]
-): { changed: Promise<void>; close(): void } {
-  const watcher = Deno.watchFs(dir, { recursive: true });
+function attributeChange(dir: string, path: string): { changed: Promise<void>; close(): void } {
+  const watcher = Deno.watchFs(dir, { recursive: false });
   let timer: ReturnType<typeof setTimeout> | undefined;
   const deadline = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`nothing changed ${path}`)), GUARD_DEADLINE_MS);
   });
   const seen = (async () => {
     for await (const event of watcher) {
-      const names = [path, ...formerly];
-      if (event.kind === "modify" && event.paths.some((p) => names.includes(p))) return;
+      if (event.kind === "modify" && event.paths.includes(path)) return;
     }
   })();
   return {
@@ -340,6 +334,7 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
       assert.equal(await Deno.readTextFile(`${ws}/live/.git/config`), "[core]\n");
       assert.equal((await server.del(`/v1/sessions/${id}`)).status, 200);
     });
+
     await t.step(
       "what is renamed into a repository while the guard walks it loses its grant too",
       async () => {
@@ -352,12 +347,12 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
         for (let i = 0; i < 20_000; i++) Deno.writeFileSync(`${stage}/big/${i}`, new Uint8Array());
         Deno.writeTextFileSync(`${stage}/big/late`, "[core]\n");
         assert.match(sandboxAclEntries(`${stage}/big/late`).join(), /group:2000000000/);
-        const guarded = attributeChange(`${ws}/moved`, `${ws}/moved/.git/big`, `${stage}/big`);
+        const big = watchAttributes(`${stage}/big`);
         try {
           await Deno.rename(stage, `${ws}/moved/.git`);
-          await guarded.changed;
+          big.changed(GUARD_DEADLINE_MS);
         } finally {
-          guarded.close();
+          big.close();
         }
         await Deno.rename(`${ws}/moved/.git/big/late`, `${ws}/moved/.git/config`);
         assert.equal((await run(server, "echo barrier")).output, "barrier\r\n");

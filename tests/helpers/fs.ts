@@ -5,6 +5,7 @@
  */
 
 import { readAcl, TAG } from "../../src/sandbox/acl.ts";
+import { closeAll, cString, errno, OsError, rawSyscall } from "../../src/ffi/libc.ts";
 
 /** Whether `path` exists (a symbolic link counts when its target does). */
 export function exists(path: string): boolean {
@@ -33,4 +34,38 @@ export function sandboxAclEntries(path: string): string[] {
     }
   }
   return found;
+}
+
+const SYS_POLL = 7;
+const SYS_INOTIFY_ADD_WATCH = 254;
+const SYS_INOTIFY_INIT1 = 294;
+const IN_ATTRIB = 0x4;
+const IN_CLOEXEC = 0o2000000;
+const POLLIN = 1;
+
+/**
+ * Watches the inode at `path` (a directory: its entries too) for attribute changes, wherever it
+ * is renamed meanwhile (inotify follows the inode; `Deno.watchFs` follows paths and loses it).
+ * `changed(ms)` blocks this thread until one came since the watch began, and throws when none
+ * came within `ms`.
+ */
+export function watchAttributes(path: string): { changed(ms: number): void; close(): void } {
+  const fd = rawSyscall(SYS_INOTIFY_INIT1, IN_CLOEXEC);
+  if (fd < 0) throw new OsError("inotify_init1", errno());
+  if (rawSyscall(SYS_INOTIFY_ADD_WATCH, fd, cString(path), IN_ATTRIB) < 0) {
+    const code = errno();
+    closeAll([fd]);
+    throw new OsError(`inotify_add_watch(${path})`, code);
+  }
+  return {
+    changed(ms: number) {
+      const pollfd = new Uint8Array(8);
+      new DataView(pollfd.buffer).setInt32(0, fd, true);
+      new DataView(pollfd.buffer).setInt16(4, POLLIN, true);
+      const ready = rawSyscall(SYS_POLL, pollfd, 1, ms);
+      if (ready < 0) throw new OsError("poll(inotify)", errno());
+      if (ready === 0) throw new Error(`no attribute of ${path} changed within ${ms} ms`);
+    },
+    close: () => closeAll([fd]),
+  };
 }
