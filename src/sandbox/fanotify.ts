@@ -3,8 +3,7 @@
  * fanotify: every `create` (files, directories, links) and every rename onto a name, each with
  * the directory it happened in and the new name; and, for single files asked for, each write.
  * The owner names what it wants reported: entries with given names anywhere, and every entry of
- * given directories (by {@link EntryWatch.dirKey}); and, for directories asked for, each change
- * of attributes (mode, owner, ACL) of them or their entries that another process made.
+ * given directories (by {@link EntryWatch.dirKey}).
  *
  * The events are queued by the kernel inside the system call that made the entry, so whoever
  * reads the queue after that call returned sees it. Reading never blocks: the owner wakes on
@@ -24,12 +23,10 @@ const FAN_REPORT_DFID_NAME = 0x400 | 0x800;
 const FAN_MARK_ADD = 0x1;
 const FAN_MARK_FILESYSTEM = 0x100;
 const FAN_MODIFY = 0x2;
-const FAN_ATTRIB = 0x4;
 const FAN_CLOSE_WRITE = 0x8;
 const FAN_MOVED_TO = 0x80;
 const FAN_CREATE = 0x100;
 const FAN_Q_OVERFLOW = 0x4000;
-const FAN_EVENT_ON_CHILD = 0x08000000;
 const FAN_ONDIR = 0x40000000;
 const INFO_DFID_NAME = 2;
 /** name_to_handle_at: the handle fanotify reports for an inode (kernel 6.5+). */
@@ -39,8 +36,6 @@ const ESTALE = 116;
 const STATFS_SIZE = 120;
 const STATFS_FSID_OFFSET = 56;
 const METADATA_SIZE = 24;
-/** Where `struct fanotify_event_metadata` holds the pid of the process that caused the event. */
-const PID_OFFSET = 20;
 /** Info record header (4) + fsid (8), then `struct file_handle` and the name. */
 const HANDLE_OFFSET = 12;
 
@@ -53,8 +48,6 @@ export interface NewEntry {
   name: string;
   /** True when something was renamed onto `name`, false for a create or link. */
   renamed: boolean;
-  /** True when only the entry's attributes changed (see {@link EntryWatch.watchAttributes}). */
-  changed: boolean;
   /** The directory's {@link EntryWatch.dirKey} when it is one of the directories asked for. */
   dirKey?: string;
 }
@@ -79,12 +72,8 @@ function fsidOf(fd: number): string {
   return buf.subarray(STATFS_FSID_OFFSET, STATFS_FSID_OFFSET + 8).join(",");
 }
 
-const HEX = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, "0"));
-const hex = (bytes: Uint8Array): string => {
-  let text = "";
-  for (const b of bytes) text += HEX[b];
-  return text;
-};
+const hex = (bytes: Uint8Array): string =>
+  Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 
 function procPath(fd: number): string | null {
   const buf = new Uint8Array(4096);
@@ -152,23 +141,6 @@ export class EntryWatch {
       this.fd,
       FAN_MARK_ADD,
       BigInt(FAN_MODIFY | FAN_CLOSE_WRITE),
-      AT_FDCWD,
-      cString(`/proc/self/fd/${fd}`),
-    );
-  }
-
-  /**
-   * Also reports every change of attributes of the directory behind `fd` (an O_PATH descriptor)
-   * and of its entries, as an entry `changed`, until the directory is gone; changes this process
-   * makes are left out.
-   */
-  watchAttributes(fd: number): void {
-    checkedSyscall(
-      "fanotify_mark(directory)",
-      SYS.fanotify_mark,
-      this.fd,
-      FAN_MARK_ADD,
-      BigInt(FAN_ATTRIB | FAN_EVENT_ON_CHILD | FAN_ONDIR),
       AT_FDCWD,
       cString(`/proc/self/fd/${fd}`),
     );
@@ -245,10 +217,6 @@ export class EntryWatch {
     const handle = this.#buf.subarray(info + HANDLE_OFFSET, nameStart);
     const key = wanted.dirs.size > 0 ? `${fsid}:${hex(handle)}` : "";
     const dirKey = wanted.dirs.has(key) ? key : undefined;
-    const changed = (mask & (FAN_CREATE | FAN_MOVED_TO | FAN_MODIFY | FAN_CLOSE_WRITE)) === 0;
-    if (changed && (dirKey === undefined || view.getInt32(at + PID_OFFSET, true) === Deno.pid)) {
-      return;
-    }
     // Most entries are neither: not worth decoding.
     if (dirKey === undefined && !lengths.has(nameEnd - nameStart)) return;
     const name = this.#decoder.decode(this.#buf.subarray(nameStart, nameEnd));
@@ -263,7 +231,7 @@ export class EntryWatch {
     try {
       const dir = procPath(dirFd);
       if (dir !== null) {
-        onEntry({ dir, dirFd, name, renamed: (mask & FAN_MOVED_TO) !== 0, changed, dirKey });
+        onEntry({ dir, dirFd, name, renamed: (mask & FAN_MOVED_TO) !== 0, dirKey });
       }
     } finally {
       closeFd(dirFd);

@@ -8,9 +8,8 @@
  * prepared, and strips sandbox entries already there; (2) watches the workspace's file systems
  * (fanotify) and strips a protected directory the moment it is created or renamed into place,
  * anywhere on them (moving it out of the workspace first must not help), removing anything a
- * sandboxed process managed to make inside it meanwhile, and from then on whatever appears in
- * one of its directories or has its attributes changed there (the operator's `mv` or `cp -a`
- * from the workspace, which keep the workspace grant); (3) moves aside what cannot be
+ * sandboxed process managed to make inside it meanwhile, and then whatever is renamed into a
+ * directory of it that the walk had already listed; (3) moves aside what cannot be
  * trusted: a directory the sandbox could write before it was renamed to `.git` (its files may
  * be forged even if root owns them), and a `.git` file or symlink that does not lead into a
  * protected directory; (4) refuses workdirs inside protected directories. What a sandbox uid
@@ -214,15 +213,13 @@ export class GitGuard {
   /** Protected paths that could not be secured yet: why, and what to do with planted entries. */
   #failed = new Map<string, { why: string; planted: Planted }>();
   /**
-   * Every directory a walk listed (by {@link EntryWatch.dirKey}), with its walk: the directories
-   * of protected ones, for as long as this guard runs. What later appears in one, or has its
-   * attributes changed by another process, is secured then: a file the operator moves or copies
-   * with its ACL (`mv`, `cp -a`) from the workspace into a `.git` would otherwise keep the
-   * workspace grant; so would an entry that inherited it before its directory was stripped and
-   * was renamed, while the walk ran, from where the walk had not reached to where it had (the
-   * operator's `git init` does: config.lock -> config).
+   * Directories walks listed since the last {@link settle} (by {@link EntryWatch.dirKey}), with
+   * their walk. An entry that inherited a sandbox grant before its directory was stripped can be
+   * renamed, by whoever is still writing there (the operator's `git init`), from a place not yet
+   * walked to one already listed; the kernel reports that rename as an entry of the listed
+   * directory, and it is secured then.
    */
-  #inside = new Map<string, Walk>();
+  #listed = new Map<string, Walk>();
   /** How many directories walks have listed, ever. */
   #listings = 0;
 
@@ -290,6 +287,7 @@ export class GitGuard {
       listings = this.#listings;
       this.#drain();
     }
+    this.#listed.clear();
     const [first] = this.#failed;
     if (first) {
       throw new SandboxUnavailableError(
@@ -325,16 +323,14 @@ export class GitGuard {
   }
 
   #drain(): void {
-    const wanted = { names: this.#names, dirs: this.#inside };
+    const wanted = { names: this.#names, dirs: this.#listed };
     const { overflowed } = this.#watch.drain(wanted, (entry) => this.#onEntry(entry));
     if (overflowed) { for (const root of this.#roots) this.#sweep(root); }
   }
 
   #onEntry(entry: NewEntry): void {
-    const walk = entry.dirKey === undefined ? undefined : this.#inside.get(entry.dirKey);
-    if (walk && (entry.changed || !this.#names.has(entry.name))) {
-      return this.#onInsideEntry(entry, walk);
-    }
+    const walk = entry.dirKey === undefined ? undefined : this.#listed.get(entry.dirKey);
+    if (walk && !this.#names.has(entry.name)) return this.#onListedEntry(entry, walk);
     const path = `${entry.dir}/${entry.name}`;
     try {
       this.#protect(entry.dirFd, entry.name, "remove", path, entry.renamed);
@@ -344,21 +340,13 @@ export class GitGuard {
     }
   }
 
-  /**
-   * Secures `entry`, which appeared in (or changed in) a directory after `walk` listed it, as
-   * `walk` would: all of it when it is new there, itself when only its attributes changed. What
-   * a sandbox uid owns is left alone: there it can only come from a write grant's session, whose
-   * grant takes it back (a sandbox process cannot write a directory already stripped).
-   */
-  #onInsideEntry(entry: NewEntry, walk: Walk): void {
+  /** Secures `entry`, which appeared in a directory after `walk` listed it, as `walk` would. */
+  #onListedEntry(entry: NewEntry, walk: Walk): void {
     const fd = openEntry(entry.dirFd, entry.name);
     if (fd === null) return;
     const late: Walk = { ...walk, taken: 0 };
     try {
-      const st = statOf(fd);
-      if (this.#owners.isUid(st.uid)) return;
-      if (entry.changed) this.#secureEntry(fd, st, late);
-      else this.#secure(fd, st, late);
+      this.#secureChild(entry.dirFd, entry.name, fd, statOf(fd), late);
       this.#reportTaken(`${entry.dir}/${entry.name}`, late);
     } catch (e) {
       this.#failed.set(walk.path, { why: (e as Error).message, planted: walk.planted });
@@ -513,17 +501,7 @@ export class GitGuard {
    * reported by the kernel, see {@link settle}). Sandbox-made entries are taken back.
    */
   #secure(fd: number, st: Stat, walk: Walk): void {
-    if (!this.#secureEntry(fd, st, walk)) return;
-    this.#list(fd, walk);
-    eachChild(fd, (child, cfd, cst) => this.#secureChild(fd, child, cfd, cst, walk));
-  }
-
-  /**
-   * Removes the sandbox's group and ACL entries from the entry `fd` itself (a directory's
-   * default ACL too); true when it is a directory, to be listed next.
-   */
-  #secureEntry(fd: number, st: Stat, walk: Walk): boolean {
-    if (kind(st) === S_IF.LNK) return false;
+    if (kind(st) === S_IF.LNK) return;
     if (st.mode & 0o002) walk.writable = true;
     if (this.#owners.isGid(st.gid)) {
       if (st.mode & 0o020) walk.writable = true;
@@ -531,9 +509,10 @@ export class GitGuard {
     }
     if (this.#strip(fd, "access")) walk.writable = true;
     if (kind(st) === S_IF.REG && st.nlink > 1n) this.#links.add(`${st.dev}:${st.ino}`);
-    if (kind(st) !== S_IF.DIR) return false;
+    if (kind(st) !== S_IF.DIR) return;
     this.#strip(fd, "default");
-    return true;
+    this.#list(fd, walk);
+    eachChild(fd, (child, cfd, cst) => this.#secureChild(fd, child, cfd, cst, walk));
   }
 
   /** Secures the entry `name` of a directory the sandbox did not make (`dirFd`). */
@@ -542,10 +521,9 @@ export class GitGuard {
     else this.#secure(fd, st, walk);
   }
 
-  /** Notes that `walk` is about to list the directory `fd`, see {@link #inside}. */
+  /** Notes that `walk` is about to list the directory `fd`, see {@link #listed}. */
   #list(fd: number, walk: Walk): void {
-    this.#inside.set(this.#watch.dirKey(fd), walk);
-    this.#watch.watchAttributes(fd);
+    this.#listed.set(this.#watch.dirKey(fd), walk);
     this.#listings++;
   }
 
