@@ -104,8 +104,7 @@ export function rawSyscall(nr: number, ...args: SyscallArg[]): number {
 
 /**
  * This thread's errno, found once (its address is the thread's for life, and module state is
- * per thread): reading it is then a load, with no call between the failed one and the read that
- * could overwrite it.
+ * per thread): reading it is then a load, which saves a call per failure.
  */
 let errnoCell: Deno.UnsafePointerView | null | undefined;
 
