@@ -109,7 +109,10 @@ export class Supervisor {
       command: frozen.request.cmd,
       workdir: frozen.request.workdir,
       protectedNames: domains.protectedNames,
-      withNetwork: this.#withNetwork(granted.profile ?? profile),
+      // Only a denied connection can be proposed the profile with network.
+      withNetwork: denial?.kind === "network"
+        ? this.#withNetwork(granted.profile ?? profile)
+        : undefined,
     });
     // A directory holding the server's state cannot be granted: only no sandbox would do.
     const grantable = narrowest.write?.every((path) => domains.writable(path)) ?? true;
@@ -138,13 +141,14 @@ export class Supervisor {
     const { domains } = this.#opts;
     const base = domains.profile(name);
     if (!base.enforce) return undefined;
+    // fitsWithin does not weigh unix sockets or limits: they must be the same.
+    const rest = (p: Profile) => JSON.stringify([p.unixSockets ?? [], p.limits]);
+    const baseRest = rest(base);
     return domains.names.find((other) => {
       const wider = domains.profile(other);
       const offline = { ...wider, network: base.network, tcpPorts: base.tcpPorts };
-      // fitsWithin does not weigh unix sockets or limits: they must be the same.
-      const same = (p: Profile) => JSON.stringify([p.unixSockets ?? [], p.limits]);
       return wider.enforce && wider.network === "all" && wider.tcpPorts === undefined &&
-        fitsWithin(base, wider) && fitsWithin(offline, base) && same(wider) === same(base);
+        fitsWithin(base, wider) && fitsWithin(offline, base) && rest(wider) === baseRest;
     });
   }
 
