@@ -404,10 +404,11 @@ export class SandboxDomains {
    * record stays for a later start. Resolves to how many were taken back and what failed.
    */
   async takeBackDeadGrants(): Promise<{ takenBack: number; failed: string[] }> {
-    const dead = this.#opts.grantJournal?.dead() ?? [];
+    const journal = this.#opts.grantJournal;
+    const dead = journal?.dead() ?? [];
     const failed: string[] = [];
     let takenBack = 0;
-    if (dead.length === 0) return { takenBack, failed };
+    if (!journal || dead.length === 0) return { takenBack, failed };
     for (const found of dead) if (found.uid !== undefined) this.#retired.add(found.uid);
     let range;
     try {
@@ -426,7 +427,7 @@ export class SandboxDomains {
       }
       const { roots, uid } = found.record;
       if (await this.#grants.takeBack(roots, this.#grantSpec(uid, range.ids))) {
-        Deno.removeSync(found.file);
+        journal.remove(found.file);
         this.#retired.delete(uid);
         takenBack++;
       } else {

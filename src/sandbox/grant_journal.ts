@@ -72,7 +72,12 @@ export class GrantJournal {
     const record: GrantRecord = { instance, uid, roots };
     Deno.writeTextFileSync(partial, JSON.stringify(record), { mode: 0o600 });
     Deno.renameSync(partial, file);
-    return () => Deno.removeSync(file);
+    return () => this.remove(file);
+  }
+
+  /** Removes the record in `file` (one {@link add} wrote, or {@link dead} found). */
+  remove(file: string): void {
+    Deno.removeSync(file);
   }
 
   /**
