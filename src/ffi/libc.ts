@@ -6,6 +6,14 @@
  * credentials through it. Each thread (main or worker) that imports this module gets its own
  * binding, opened on first use.
  *
+ * errno is only right if nothing runs on this thread between a failed call and its read: a
+ * Deno op may wait on a contended lock, and that wait's futex call sets errno (to EAGAIN). So
+ * every call whose failure is read from errno returns a 32-bit result, which comes back as a
+ * small integer (a 64-bit one comes back as a newly allocated BigInt, and an allocation may
+ * start a garbage collection), and `errno()` is a plain load, no op. The calls that return a
+ * size (`read`, `write`, `pread`, `pwrite`, `syscall`) are declared with 32-bit results: every
+ * size uexec passes or asks back is far below 2^31.
+ *
  * @module
  */
 
@@ -16,10 +24,10 @@ const symbols = {
   ptsname_r: { parameters: ["i32", "buffer", "usize"], result: "i32" },
   ioctl: { parameters: ["i32", "u64", "buffer"], result: "i32" },
   pipe2: { parameters: ["buffer", "i32"], result: "i32" },
-  read: { parameters: ["i32", "buffer", "usize"], result: "isize" },
-  write: { parameters: ["i32", "buffer", "usize"], result: "isize" },
-  pread: { name: "pread64", parameters: ["i32", "buffer", "usize", "i64"], result: "isize" },
-  pwrite: { name: "pwrite64", parameters: ["i32", "buffer", "usize", "i64"], result: "isize" },
+  read: { parameters: ["i32", "buffer", "usize"], result: "i32" },
+  write: { parameters: ["i32", "buffer", "usize"], result: "i32" },
+  pread: { name: "pread64", parameters: ["i32", "buffer", "usize", "i64"], result: "i32" },
+  pwrite: { name: "pwrite64", parameters: ["i32", "buffer", "usize", "i64"], result: "i32" },
   fstatat: { parameters: ["i32", "buffer", "buffer", "i32"], result: "i32" },
   close: { parameters: ["i32"], result: "i32" },
   open: { parameters: ["buffer", "i32"], result: "i32" },
@@ -31,7 +39,7 @@ const symbols = {
   kill: { parameters: ["i32", "i32"], result: "i32" },
   chown: { parameters: ["buffer", "u32", "u32"], result: "i32" },
   waitpid: { parameters: ["i32", "buffer", "i32"], result: "i32" },
-  syscall: { parameters: ["i64", "i64", "i64", "i64", "i64", "i64", "i64"], result: "i64" },
+  syscall: { parameters: ["i64", "i64", "i64", "i64", "i64", "i64", "i64"], result: "i32" },
   eventfd: { parameters: ["u32", "i32"], result: "i32" },
   epoll_create1: { parameters: ["i32"], result: "i32" },
   epoll_ctl: { parameters: ["i32", "i32", "i32", "buffer"], result: "i32" },
@@ -70,9 +78,20 @@ export type Libc = Deno.DynamicLibrary<typeof symbols>["symbols"];
 
 let lib: Deno.DynamicLibrary<typeof symbols> | undefined;
 
+/**
+ * This thread's errno, seen through a typed array over its address (the thread's for life;
+ * module state is per thread), found when the binding opens: reading it is then a plain load,
+ * where an `UnsafePointerView` read would be an op (see the module doc).
+ */
+let errnoCell: Int32Array | null = null;
+
 /** The libc binding for this thread, opened on first use. */
 export function libc(): Libc {
-  lib ??= Deno.dlopen("libc.so.6", symbols);
+  if (lib === undefined) {
+    lib = Deno.dlopen("libc.so.6", symbols);
+    const p = lib.symbols.__errno_location();
+    if (p !== null) errnoCell = new Int32Array(Deno.UnsafePointerView.getArrayBuffer(p, 4));
+  }
   return lib.symbols;
 }
 
@@ -89,32 +108,20 @@ function toI64(arg: SyscallArg): bigint {
 
 /** `syscall(nr, ...args)` on this thread; the raw result (-1 means: read `errno()`). */
 export function rawSyscall(nr: number, ...args: SyscallArg[]): number {
-  return Number(
-    libc().syscall(
-      BigInt(nr),
-      toI64(args[0] ?? 0),
-      toI64(args[1] ?? 0),
-      toI64(args[2] ?? 0),
-      toI64(args[3] ?? 0),
-      toI64(args[4] ?? 0),
-      toI64(args[5] ?? 0),
-    ),
+  return libc().syscall(
+    BigInt(nr),
+    toI64(args[0] ?? 0),
+    toI64(args[1] ?? 0),
+    toI64(args[2] ?? 0),
+    toI64(args[3] ?? 0),
+    toI64(args[4] ?? 0),
+    toI64(args[5] ?? 0),
   );
 }
 
-/**
- * This thread's errno, found once (its address is the thread's for life, and module state is
- * per thread): reading it is then a load, which saves a call per failure.
- */
-let errnoCell: Deno.UnsafePointerView | null | undefined;
-
 /** errno of the last failed synchronous call on this thread. Read it right after the call. */
 export function errno(): number {
-  if (errnoCell === undefined) {
-    const p = libc().__errno_location();
-    errnoCell = p === null ? null : new Deno.UnsafePointerView(p);
-  }
-  return errnoCell?.getInt32() ?? 0;
+  return errnoCell?.[0] ?? 0;
 }
 
 /** A NUL-terminated C string. */
@@ -172,7 +179,7 @@ export function readSmallFile(path: string, max = 4096, room?: () => void): stri
   if (fd < 0) return undefined;
   try {
     if (scratch.length < max) scratch = new Uint8Array(max);
-    const n = Number(c.read(fd, scratch, BigInt(max)));
+    const n = c.read(fd, scratch, BigInt(max));
     return n < 0 ? undefined : utf8.decode(scratch.subarray(0, n));
   } finally {
     c.close(fd);
@@ -282,8 +289,7 @@ export function errnoName(code: number): string {
 }
 
 /** Throw an `OsError` for `call` when `result` is negative, reading errno. */
-export function check(call: string, result: number | bigint): number {
-  const n = Number(result);
-  if (n < 0) throw new OsError(call, errno());
-  return n;
+export function check(call: string, result: number): number {
+  if (result < 0) throw new OsError(call, errno());
+  return result;
 }

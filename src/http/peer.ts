@@ -172,10 +172,10 @@ export class TcpPeers {
     this.#request.set(this.#server.subarray(from), REQ_ID + ID_DST);
 
     const c = libc();
-    const sent = Number(c.write(this.#fd, this.#request, BigInt(REQUEST_SIZE)));
+    const sent = c.write(this.#fd, this.#request, BigInt(REQUEST_SIZE));
     if (sent !== REQUEST_SIZE) throw netlinkError("send", sent);
     for (;;) {
-      const n = Number(c.read(this.#fd, this.#reply, BigInt(this.#reply.length)));
+      const n = c.read(this.#fd, this.#reply, BigInt(this.#reply.length));
       if (n < 0) throw netlinkError("recv", n);
       const rep = this.#rep;
       if (n < HEADER || rep.getUint32(0, true) > n) {

@@ -43,7 +43,7 @@ export function stderrWriter(): WriteBytes {
   if (fd === undefined) return (bytes) => Deno.stderr.write(bytes);
   const c = libc();
   return (bytes) => {
-    const n = Number(c.write(fd, bytes, BigInt(bytes.length)));
+    const n = c.write(fd, bytes, BigInt(bytes.length));
     if (n > 0) return Promise.resolve(n);
     const code = n < 0 ? errno() : E.EAGAIN;
     if (code === E.EAGAIN || code === E.EINTR) return Deno.stderr.write(bytes);

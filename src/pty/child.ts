@@ -198,7 +198,7 @@ export class Child {
     const c = libc();
     while (this.#queue.length > 0 && this.#input >= 0) {
       const chunk = this.#queue[0];
-      const n = Number(c.write(this.#input, chunk, BigInt(chunk.length)));
+      const n = c.write(this.#input, chunk, BigInt(chunk.length));
       if (n < 0) {
         const code = errno();
         if (code === E.EINTR) continue;
@@ -230,7 +230,7 @@ export class Child {
   #drain(): void {
     const c = libc();
     for (let i = 0; i < MAX_READS_PER_WAKE && !this.#eof && !this.#paused; i++) {
-      const n = Number(c.read(this.#output, readBuf, READ_SIZE_BIG));
+      const n = c.read(this.#output, readBuf, READ_SIZE_BIG);
       if (n > 0) {
         this.#sink.output(readBuf.subarray(0, n));
         // A short read took all there was; the (level-triggered) reactor reports what comes next.

@@ -163,7 +163,7 @@ export function openGate(pid: number, gate: Gate): boolean {
   const c = libc();
   const line = encoder.encode(`${pid}\n`);
   for (const fd of gate.procs) {
-    if (Number(c.write(fd, line, BigInt(line.length))) !== line.length) return false;
+    if (c.write(fd, line, BigInt(line.length)) !== line.length) return false;
   }
-  return Number(c.write(gate.release, line.subarray(-1), 1n)) === 1;
+  return c.write(gate.release, line.subarray(-1), 1n) === 1;
 }

@@ -136,7 +136,7 @@ function readMemory(pid: number, address: number, length: number): boolean {
   const fd = c.open(cString(`/proc/${pid}/mem`), O.CLOEXEC);
   if (fd < 0) return false;
   try {
-    return Number(c.pread(fd, memory, BigInt(length), BigInt(address))) === length;
+    return c.pread(fd, memory, BigInt(length), BigInt(address)) === length;
   } finally {
     c.close(fd);
   }
@@ -230,7 +230,7 @@ function readingTerminal(pid: number, tty: number): boolean {
   if (fd < 0) return false;
   let n;
   try {
-    n = Number(c.read(fd, syscallText, SYSCALL_TEXT_SIZE));
+    n = c.read(fd, syscallText, SYSCALL_TEXT_SIZE);
   } finally {
     c.close(fd);
   }
@@ -264,7 +264,7 @@ class LeaderFiles {
   /** Whether the process is blocked waiting to read the terminal whose device is `tty`. */
   reading(tty: number): boolean {
     if (!this.#hold()) return readingTerminal(this.pid, tty);
-    const n = Number(libc().pread(this.#syscall, syscallText, SYSCALL_TEXT_SIZE, 0n));
+    const n = libc().pread(this.#syscall, syscallText, SYSCALL_TEXT_SIZE, 0n);
     return awaitedFds(this.pid, n).some((fd) => isTerminal(this.pid, this.#fdDir, fdName(fd), tty));
   }
 

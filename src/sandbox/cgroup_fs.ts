@@ -160,7 +160,7 @@ export function writeFile(path: string, text: string, ifPresent = false, room?: 
   }
   try {
     const bytes = new TextEncoder().encode(text);
-    if (Number(c.write(fd, bytes, BigInt(bytes.length))) !== bytes.length) {
+    if (c.write(fd, bytes, BigInt(bytes.length)) !== bytes.length) {
       throw new OsError(`write(${path})`, errno());
     }
   } finally {

@@ -621,7 +621,7 @@ async function killTree(reactor: Reactor, dir: string, room?: () => void): Promi
   }
   try {
     const populated = () => {
-      const n = Number(c.pread(fd, eventsText, BigInt(eventsText.length), 0n));
+      const n = c.pread(fd, eventsText, BigInt(eventsText.length), 0n);
       return n > 0 && /^populated 1$/m.test(latin1.decode(eventsText.subarray(0, n)));
     };
     // Emptied already (the common case: a command that left nothing): no kill, no watch.

@@ -175,7 +175,7 @@ export class EntryWatch {
     const lengths = new Set([...wanted.names].map((name) => encoder.encode(name).length));
     let overflowed = false;
     for (;;) {
-      const n = Number(libc().read(this.fd, this.#buf, BigInt(this.#buf.length)));
+      const n = libc().read(this.fd, this.#buf, BigInt(this.#buf.length));
       if (n < 0) {
         const code = errno();
         if (code === E.EAGAIN) return { overflowed };

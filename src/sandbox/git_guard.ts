@@ -442,7 +442,7 @@ export class GitGuard {
       const mode = st.mode & 0o644;
       chmodOf(fresh, mode);
       const bytes = new TextEncoder().encode(content);
-      if (Number(libc().write(fresh, bytes, BigInt(bytes.length))) !== bytes.length) {
+      if (libc().write(fresh, bytes, BigInt(bytes.length)) !== bytes.length) {
         throw new OsError(`write(${path})`, errno());
       }
       const temp = `${name}.uexec-${crypto.randomUUID()}`;

@@ -74,7 +74,7 @@ function readProcFile(path: string): string {
     const buf = new Uint8Array(65536);
     let text = "";
     for (;;) {
-      const n = Number(c.read(fd, buf, BigInt(buf.length)));
+      const n = c.read(fd, buf, BigInt(buf.length));
       if (n < 0) throw new OsError(`read(${path})`, errno());
       if (n === 0) return text + decoder.decode();
       text += decoder.decode(buf.subarray(0, n), { stream: true });

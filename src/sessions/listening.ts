@@ -29,7 +29,7 @@ function readProcFile(path: string): string | undefined {
   let text = "";
   try {
     for (;;) {
-      const n = Number(c.read(fd, buf, BigInt(CHUNK)));
+      const n = c.read(fd, buf, BigInt(CHUNK));
       if (n <= 0) return text;
       text += decoder.decode(buf.subarray(0, n), { stream: true });
     }
