@@ -382,7 +382,9 @@ Deno.test("a commit: the denied .git is asked for whole, granted for the run, ta
     `cd ${dir} && echo ${msg} >> a && ` +
     `git -c user.name=Agent -c user.email=agent@example.com commit -qam ${msg} && ` +
     `printf '#!/bin/sh\\necho planted\\n' > .git/hooks/post-commit && ` +
-    "chmod +x .git/hooks/post-commit && git log --format=%s";
+    // Made in the working tree, so it carries the workspace grant into .git.
+    "chmod +x .git/hooks/post-commit && echo x > moved && mv moved .git/info/ && " +
+    "git log --format=%s";
   let n = 0;
   try {
     await t.step("a nested repository: the retry asks for its .git and commits", async () => {

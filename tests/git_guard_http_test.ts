@@ -32,6 +32,28 @@ async function run(server: TestServer, cmd: string, extra: Record<string, unknow
 
 const denied = (path: string) => `/bin/bash: line 1: ${path}: Permission denied`;
 
+/** Starts a session that runs `setup`, then each line written to it; resolves to its id. */
+async function lineRunner(server: TestServer, setup = ""): Promise<number> {
+  const session = await run(
+    server,
+    `${setup}echo ready; while read -r line; do eval "$line"; done`,
+    { tty: false, until: "ready\\n", yield_time_ms: 10000 },
+  );
+  assert.equal(session.output, "ready\n");
+  return session.session_id;
+}
+
+/** Has the session `id` (a {@link lineRunner}) write `text` to its descriptor 3. */
+async function writeToFd3(server: TestServer, id: number, text: string): Promise<void> {
+  const r = await server.post("/v1/write_stdin", {
+    session_id: id,
+    chars: `echo '${text}' >&3; echo written\n`,
+    until: "written\\n",
+    yield_time_ms: 10000,
+  });
+  assert.equal(r.body.output, "written\n");
+}
+
 /** Makes `path` (and parents) as the test, root: what an operator's `git init` leaves. */
 async function operatorRepo(path: string): Promise<void> {
   await Deno.mkdir(`${path}/.git/hooks`, { recursive: true });
@@ -264,25 +286,16 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
         await Deno.mkdir(`${ws}/wt3`);
         await Deno.writeTextFile(`${ws}/wt3/notes`, "");
         const valid = `gitdir: ${ws}/later/.git\n`;
-        const holder = await run(
+        const holder = await lineRunner(
           server,
-          `exec 3<>wt3/notes; printf '${valid.trimEnd()}\\n' >&3; ln wt3/notes wt3/.git; ` +
-            'echo ready; while read -r line; do eval "$line"; done',
-          { tty: false, until: "ready\\n", yield_time_ms: 10000 },
+          `exec 3<>wt3/notes; printf '${valid.trimEnd()}\\n' >&3; ln wt3/notes wt3/.git; `,
         );
-        assert.equal(holder.output, "ready\n");
         // The next command is the barrier: the guard has seen the link before it runs.
         assert.equal((await run(server, "echo barrier")).output, "barrier\r\n");
-        const r = await server.post("/v1/write_stdin", {
-          session_id: holder.session_id,
-          chars: "echo 'gitdir: /forged' >&3; echo written\n",
-          until: "written\\n",
-          yield_time_ms: 10000,
-        });
-        assert.equal(r.body.output, "written\n");
+        await writeToFd3(server, holder, "gitdir: /forged");
         assert.equal(await Deno.readTextFile(`${ws}/wt3/.git`), valid);
         assert.equal(await Deno.readTextFile(`${ws}/wt3/notes`), `${valid}gitdir: /forged\n`);
-        assert.equal((await server.del(`/v1/sessions/${holder.session_id}`)).status, 200);
+        assert.equal((await server.del(`/v1/sessions/${holder}`)).status, 200);
       },
     );
 
@@ -299,13 +312,7 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
 
     await t.step("a repository made while a session runs is not writable by it", async () => {
       await Deno.mkdir(`${ws}/live`);
-      const session = await run(server, 'echo ready; while read -r line; do eval "$line"; done', {
-        tty: false,
-        until: "ready\\n",
-        yield_time_ms: 10000,
-      });
-      assert.equal(session.output, "ready\n");
-      const id = session.session_id;
+      const id = await lineRunner(server);
       const guarded = attributeChange(`${ws}/live`, `${ws}/live/.git`);
       try {
         await Deno.mkdir(`${ws}/live/.git`);
@@ -361,6 +368,83 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
         assert.match(aside, /^\.git\.untrusted-/);
         assert.equal(Deno.readTextFileSync(`${ws}/moved/${aside}/config`), "[core]\n");
         assert.deepEqual(sandboxAclEntries(`${ws}/moved/${aside}/config`), []);
+      },
+    );
+
+    const hooks = `${ws}/nested/sub/.git/hooks`;
+    const asideOf = (dir: string, name: string) =>
+      [...Deno.readDirSync(dir)].map((e) => e.name).filter((n) =>
+        n.startsWith(`${name}.untrusted-`)
+      );
+
+    await t.step(
+      "a file the sandbox could write, moved into a repository later, is moved aside",
+      async () => {
+        // Written where the sandbox may write it (it inherits the workspace grant), and held
+        // open for writing by a session: stripping its ACL alone would not stop that descriptor.
+        await Deno.writeTextFile(`${ws}/hook`, "#!/bin/sh\necho reviewed\n");
+        assert.match(sandboxAclEntries(`${ws}/hook`).join(), /group:2000000000/);
+        const held = await lineRunner(server, "exec 3>>hook; ");
+        await Deno.rename(`${ws}/hook`, `${hooks}/pre-commit`);
+        // The guard has judged it before the next command is spawned.
+        const r = await run(server, "echo x >> nested/sub/.git/hooks/pre-commit");
+        assert.equal(r.output, `${denied("nested/sub/.git/hooks/pre-commit")}\r\n`);
+        await assert.rejects(Deno.stat(`${hooks}/pre-commit`), Deno.errors.NotFound);
+        const [aside] = asideOf(hooks, "pre-commit");
+        assert.deepEqual(sandboxAclEntries(`${hooks}/${aside}`), []);
+        // What the held descriptor writes lands in the file moved aside, which git never runs.
+        await writeToFd3(server, held, "forged");
+        assert.equal(
+          await Deno.readTextFile(`${hooks}/${aside}`),
+          "#!/bin/sh\necho reviewed\nforged\n",
+        );
+        assert.equal((await server.del(`/v1/sessions/${held}`)).status, 200);
+      },
+    );
+
+    await t.step("so is a copy that kept the sandbox's ACL (cp -a)", async () => {
+      await Deno.writeTextFile(`${ws}/hook2`, "#!/bin/sh\n");
+      const cp = await new Deno.Command("cp", {
+        args: ["-a", `${ws}/hook2`, `${hooks}/post-commit`],
+      })
+        .output();
+      assert.equal(cp.code, 0);
+      const r = await run(server, "echo x >> nested/sub/.git/hooks/post-commit");
+      assert.equal(r.output, `${denied("nested/sub/.git/hooks/post-commit")}\r\n`);
+      await assert.rejects(Deno.stat(`${hooks}/post-commit`), Deno.errors.NotFound);
+      const [aside] = asideOf(hooks, "post-commit");
+      assert.deepEqual(sandboxAclEntries(`${hooks}/${aside}`), []);
+    });
+
+    await t.step(
+      "a directory of a repository given to the sandbox group is taken back",
+      async () => {
+        const chgrp = await new Deno.Command("chgrp", { args: [`${SANDBOX_GID}`, hooks] }).output();
+        assert.equal(chgrp.code, 0);
+        await Deno.chmod(hooks, 0o775);
+        const r = await run(server, "touch nested/sub/.git/hooks/x");
+        assert.equal(
+          r.output,
+          "touch: cannot touch 'nested/sub/.git/hooks/x': Permission denied\r\n",
+        );
+        const info = await Deno.stat(hooks);
+        assert.equal(info.gid, 0);
+        assert.equal(info.mode! & 0o7777, 0o775);
+      },
+    );
+
+    await t.step(
+      "a file the sandbox never could write stays where the operator moved it",
+      async () => {
+        const clean = await Deno.makeTempFile({ dir: "/var/tmp", prefix: "uexec-clean-" });
+        await Deno.writeTextFile(clean, "ref: refs/heads/main\n");
+        await Deno.rename(clean, `${ws}/nested/sub/.git/ORIG_HEAD`);
+        assert.equal((await run(server, "echo barrier")).output, "barrier\r\n");
+        assert.equal(
+          await Deno.readTextFile(`${ws}/nested/sub/.git/ORIG_HEAD`),
+          "ref: refs/heads/main\n",
+        );
+        assert.deepEqual(asideOf(`${ws}/nested/sub/.git`, "ORIG_HEAD"), []);
       },
     );
   } finally {

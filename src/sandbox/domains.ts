@@ -365,7 +365,7 @@ export class SandboxDomains {
   /**
    * The domain's approved directories granted to a session's `uid` (a root server) on the
    * grant thread, recorded in the journal first; the record stays until the grant is taken back
-   * in full.
+   * in full. Its protected directories are lent by the guard meanwhile (GitGuard.lend).
    */
   async #grant(
     domain: Domain,
@@ -375,17 +375,21 @@ export class SandboxDomains {
     if (uid === undefined || !uids || domain.grants.length === 0) return undefined;
     for (const root of domain.grants) assertReachable(root.path, uids.ids);
     const forget = this.#opts.grantJournal?.add(uid, domain.grants);
+    const lent = domain.grants.filter((root) => root.protected).map((root) => root.path);
+    const reclaim = this.#guard?.lend(lent);
     let grant: number;
     try {
       grant = await this.#grants.grant(domain.grants, this.#grantSpec(uid, uids.ids));
     } catch (err) {
       if (!(err instanceof GrantError) || err.takenBack) forgetRecord(forget);
+      reclaim?.();
       throw err;
     }
     return {
       release: async () => {
         const clean = await this.#grants.revoke(grant);
         if (clean) forgetRecord(forget);
+        reclaim?.();
         return clean;
       },
     };

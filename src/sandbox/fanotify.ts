@@ -1,9 +1,10 @@
 /**
  * Directory entries appearing anywhere on whole file systems, as the kernel reports them through
  * fanotify: every `create` (files, directories, links) and every rename onto a name, each with
- * the directory it happened in and the new name; and, for single files asked for, each write.
- * The owner names what it wants reported: entries with given names anywhere, and every entry of
- * given directories (by {@link EntryWatch.dirKey}).
+ * the directory it happened in and the new name; changes of an entry's attributes (owner, mode,
+ * ACL) by other processes; and, for single files asked for, each write. The owner names what it
+ * wants reported: entries with given names anywhere (created or renamed), and every entry of
+ * given directories (by {@link EntryWatch.dirKey}), the directories themselves included.
  *
  * The events are queued by the kernel inside the system call that made the entry, so whoever
  * reads the queue after that call returned sees it. Reading never blocks: the owner wakes on
@@ -15,6 +16,7 @@
 
 import { AT, AT_FDCWD, cString, E, errno, libc, O, OsError, rawSyscall } from "../ffi/libc.ts";
 import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
+import { statOf } from "./entries.ts";
 
 const FAN_CLOEXEC = 0x1;
 const FAN_NONBLOCK = 0x2;
@@ -23,12 +25,15 @@ const FAN_REPORT_DFID_NAME = 0x400 | 0x800;
 const FAN_MARK_ADD = 0x1;
 const FAN_MARK_FILESYSTEM = 0x100;
 const FAN_MODIFY = 0x2;
+const FAN_ATTRIB = 0x4;
 const FAN_CLOSE_WRITE = 0x8;
 const FAN_MOVED_TO = 0x80;
 const FAN_CREATE = 0x100;
 const FAN_Q_OVERFLOW = 0x4000;
 const FAN_ONDIR = 0x40000000;
 const INFO_DFID_NAME = 2;
+/** A directory's own event (its attributes changed): its handle, no name. */
+const INFO_DFID = 3;
 /** name_to_handle_at: the handle fanotify reports for an inode (kernel 6.5+). */
 const AT_HANDLE_FID = 0x200;
 const MAX_HANDLE_SZ = 128;
@@ -36,10 +41,14 @@ const ESTALE = 116;
 const STATFS_SIZE = 120;
 const STATFS_FSID_OFFSET = 56;
 const METADATA_SIZE = 24;
+const PID_OFFSET = 20;
 /** Info record header (4) + fsid (8), then `struct file_handle` and the name. */
 const HANDLE_OFFSET = 12;
 
-/** One new entry: `name` appeared in the directory `dirFd` (an O_PATH descriptor) at `dir`. */
+/**
+ * One new or changed entry: `name` of the directory `dirFd` (an O_PATH descriptor) at `dir`;
+ * `.` when the directory itself changed.
+ */
 export interface NewEntry {
   /** The directory's path now, in this mount namespace. */
   dir: string;
@@ -56,7 +65,7 @@ export interface NewEntry {
 export interface Wanted {
   /** Entries with these names, in any directory. */
   names: ReadonlySet<string>;
-  /** Every entry of the directories with these keys ({@link EntryWatch.dirKey}). */
+  /** Every entry of the directories with these keys ({@link EntryWatch.dirKey}), and each one. */
   dirs: { has(key: string): boolean; readonly size: number };
 }
 
@@ -119,7 +128,7 @@ export class EntryWatch {
         SYS.fanotify_mark,
         this.fd,
         FAN_MARK_ADD | FAN_MARK_FILESYSTEM,
-        BigInt(FAN_CREATE | FAN_MOVED_TO | FAN_ONDIR),
+        BigInt(FAN_CREATE | FAN_MOVED_TO | FAN_ATTRIB | FAN_ONDIR),
         fd,
         null,
       );
@@ -167,6 +176,25 @@ export class EntryWatch {
   }
 
   /**
+   * Whether the directory with key `key` ({@link dirKey}) is gone: its handle is stale, or leads
+   * to an inode no name links any more. Any other answer counts as still there.
+   */
+  isGone(key: string): boolean {
+    const at = key.lastIndexOf(":");
+    const mountFd = this.#mounts.get(key.slice(0, at));
+    if (mountFd === undefined) return true;
+    const hexHandle = key.slice(at + 1);
+    const handle = Uint8Array.from(hexHandle.match(/../g) ?? [], (b) => parseInt(b, 16));
+    const fd = rawSyscall(SYS.open_by_handle_at, mountFd, handle, O.PATH | O.CLOEXEC);
+    if (fd < 0) return errno() === ESTALE;
+    try {
+      return statOf(fd).nlink === 0n;
+    } finally {
+      closeFd(fd);
+    }
+  }
+
+  /**
    * Reads every queued event without blocking and calls `onEntry` for each new entry that is
    * `wanted` and whose directory still exists.
    */
@@ -208,18 +236,31 @@ export class EntryWatch {
     lengths: Set<number>,
     onEntry: (entry: NewEntry) => void,
   ): void {
+    // Only the directories asked for care about attributes, and not about this process's own
+    // changes (what it strips and grants).
+    const changedOnly = (mask & (FAN_CREATE | FAN_MOVED_TO | FAN_MODIFY | FAN_CLOSE_WRITE)) === 0;
+    if (
+      changedOnly && (wanted.dirs.size === 0 || view.getInt32(at + PID_OFFSET, true) === Deno.pid)
+    ) {
+      return;
+    }
     const info = at + view.getUint16(at + 6, true);
-    if (info >= at + length || view.getUint8(info) !== INFO_DFID_NAME) return;
+    if (info >= at + length) return;
+    const type = view.getUint8(info);
+    if (type !== INFO_DFID_NAME && !(type === INFO_DFID && changedOnly)) return;
     const fsid = Array.from(this.#buf.subarray(info + 4, info + 12)).join(",");
     const handleBytes = view.getUint32(info + HANDLE_OFFSET, true);
     const nameStart = info + HANDLE_OFFSET + 8 + handleBytes;
-    const nameEnd = this.#buf.indexOf(0, nameStart);
+    const nameEnd = type === INFO_DFID ? nameStart : this.#buf.indexOf(0, nameStart);
     const handle = this.#buf.subarray(info + HANDLE_OFFSET, nameStart);
     const key = wanted.dirs.size > 0 ? `${fsid}:${hex(handle)}` : "";
     const dirKey = wanted.dirs.has(key) ? key : undefined;
+    if (changedOnly && dirKey === undefined) return;
     // Most entries are neither: not worth decoding.
     if (dirKey === undefined && !lengths.has(nameEnd - nameStart)) return;
-    const name = this.#decoder.decode(this.#buf.subarray(nameStart, nameEnd));
+    const name = type === INFO_DFID
+      ? "."
+      : this.#decoder.decode(this.#buf.subarray(nameStart, nameEnd));
     const mountFd = this.#mounts.get(fsid);
     if ((dirKey === undefined && !wanted.names.has(name)) || mountFd === undefined) return;
     const dirFd = rawSyscall(SYS.open_by_handle_at, mountFd, handle.slice(), O.PATH | O.CLOEXEC);

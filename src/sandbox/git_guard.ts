@@ -9,12 +9,17 @@
  * (fanotify) and strips a protected directory the moment it is created or renamed into place,
  * anywhere on them (moving it out of the workspace first must not help), removing anything a
  * sandboxed process managed to make inside it meanwhile, and then whatever is renamed into a
- * directory of it that the walk had already listed; (3) moves aside what cannot be
- * trusted: a directory the sandbox could write before it was renamed to `.git` (its files may
- * be forged even if root owns them), and a `.git` file or symlink that does not lead into a
- * protected directory; (4) refuses workdirs inside protected directories. What a sandbox uid
- * owns is the sandbox's own and is left alone: git refuses to run as root in a repository
- * another user owns.
+ * directory of it that the walk had already listed; (3) keeps watching every directory its
+ * walks listed: what appears in one later (the operator moves a file the sandbox could write
+ * into `.git/hooks`, or copies one with its ACL), or is given to the sandbox there (chgrp,
+ * setfacl), is stripped, and moved aside unless it is a directory made or changed in place (its
+ * entries are judged one by one), since the sandbox may have written it or hold it open; a write
+ * grant's protected directories are left to the grant while it runs and walked again after it;
+ * (4) moves aside what cannot be trusted: a directory the sandbox could write before it was
+ * renamed to `.git` (its files may be forged even if root owns them), and a `.git` file or
+ * symlink that does not lead into a protected directory; (5) refuses workdirs inside protected
+ * directories. What a sandbox uid owns is the sandbox's own and is left alone: git refuses to
+ * run as root in a repository another user owns.
  *
  * Every change happens through descriptors opened without following symlinks, so a sandboxed
  * process swapping entries cannot redirect it. This module must never widen anyone's access:
@@ -42,7 +47,7 @@ import { SandboxUnavailableError } from "./errors.ts";
 import { EntryWatch, type NewEntry } from "./fanotify.ts";
 import type { SandboxOwners } from "./identity.ts";
 import { realPathOrSelf } from "./fsinfo.ts";
-import { normalizeAbsolutePath } from "./profiles.ts";
+import { isWithin, normalizeAbsolutePath } from "./profiles.ts";
 import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
 import {
   AT,
@@ -76,6 +81,11 @@ export function protectedNames(subpaths: Iterable<string>): Set<string> {
 }
 
 const KEEP_IDS = 0xffffffff;
+/**
+ * Kept directories are checked for ones deleted since (repositories removed) once there are this
+ * many, and again each time their number doubles: a check per directory, paid for by the growth.
+ */
+const PRUNE_AT_LEAST = 10_000;
 const RENAME_NOREPLACE = 1;
 /** A `.git` file as git reads it: one line, trailing line breaks ignored. */
 const GITDIR_LINE = /^gitdir: (.+?)[\r\n]*$/;
@@ -220,6 +230,15 @@ export class GitGuard {
    * directory, and it is secured then.
    */
   #listed = new Map<string, Walk>();
+  /**
+   * Every directory a walk listed before the last {@link settle} ended (by key), with its walk:
+   * what appears or changes in one later is judged by {@link #onLateEntry}.
+   */
+  #kept = new Map<string, Walk>();
+  /** How many kept directories there may be before those gone are forgotten. */
+  #pruneAt = PRUNE_AT_LEAST;
+  /** Protected directories a write grant holds (path -> how many grants): left to them. */
+  #lent = new Map<string, number>();
   /** How many directories walks have listed, ever. */
   #listings = 0;
 
@@ -287,7 +306,12 @@ export class GitGuard {
       listings = this.#listings;
       this.#drain();
     }
+    for (const [key, walk] of this.#listed) this.#kept.set(key, walk);
     this.#listed.clear();
+    if (this.#kept.size >= this.#pruneAt) {
+      for (const key of this.#kept.keys()) if (this.#watch.isGone(key)) this.#kept.delete(key);
+      this.#pruneAt = Math.max(PRUNE_AT_LEAST, 2 * this.#kept.size);
+    }
     const [first] = this.#failed;
     if (first) {
       throw new SandboxUnavailableError(
@@ -323,14 +347,25 @@ export class GitGuard {
   }
 
   #drain(): void {
-    const wanted = { names: this.#names, dirs: this.#listed };
+    const [listed, kept] = [this.#listed, this.#kept];
+    const dirs = {
+      has: (key: string) => listed.has(key) || kept.has(key),
+      get size() {
+        return listed.size + kept.size;
+      },
+    };
+    const wanted = { names: this.#names, dirs };
     const { overflowed } = this.#watch.drain(wanted, (entry) => this.#onEntry(entry));
     if (overflowed) { for (const root of this.#roots) this.#sweep(root); }
   }
 
   #onEntry(entry: NewEntry): void {
-    const walk = entry.dirKey === undefined ? undefined : this.#listed.get(entry.dirKey);
-    if (walk && !this.#names.has(entry.name)) return this.#onListedEntry(entry, walk);
+    if (entry.dirKey !== undefined && !this.#names.has(entry.name)) {
+      const walk = this.#listed.get(entry.dirKey);
+      if (walk) return this.#onListedEntry(entry, walk);
+      const kept = this.#kept.get(entry.dirKey);
+      if (kept) return this.#onLateEntry(entry, kept);
+    }
     const path = `${entry.dir}/${entry.name}`;
     try {
       this.#protect(entry.dirFd, entry.name, "remove", path, entry.renamed);
@@ -353,6 +388,63 @@ export class GitGuard {
     } finally {
       closeFd(fd);
     }
+  }
+
+  /**
+   * Judges `entry`, which appeared or changed in a directory of `walk` after the walk's settle
+   * ended (so the operator, or a grant, made it): stripped, and moved aside when the sandbox
+   * could write it, unless it is a directory made or changed in place. What a write grant's
+   * session does in its protected directories is left to the grant (see {@link lend}).
+   */
+  #onLateEntry(entry: NewEntry, walk: Walk): void {
+    if ([...this.#lent.keys()].some((root) => isWithin(entry.dir, root))) return;
+    const self = entry.name === ".";
+    const fd = openEntry(entry.dirFd, entry.name);
+    if (fd === null) return;
+    const late: Walk = { ...walk, planted: "adopt", taken: 0, writable: false };
+    try {
+      const st = statOf(fd);
+      const made = this.#owners.isUid(st.uid);
+      if (self) {
+        if (made) adopt(fd, st, late.keeper);
+        this.#secureEntry(fd, statOf(fd), late);
+      } else this.#secureChild(entry.dirFd, entry.name, fd, st, late);
+      this.#reportTaken(`${entry.dir}/${entry.name}`, late);
+      if (self || !late.writable) return;
+      if (kind(st) !== S_IF.DIR || entry.renamed || made) {
+        this.#moveAside(entry.dirFd, entry.name, `${entry.dir}/${entry.name}`);
+      }
+    } catch (e) {
+      this.#failed.set(walk.path, { why: (e as Error).message, planted: walk.planted });
+    } finally {
+      closeFd(fd);
+    }
+  }
+
+  /**
+   * Leaves the protected directories among `paths` (a write grant's) to the grant: what its
+   * session does there is not judged as the operator's. Call the result once the grant is taken
+   * back: each is walked again, as when the workspace was prepared (what the session moved in
+   * is stripped, and new directories are watched from then on).
+   */
+  lend(paths: string[]): () => void {
+    for (const path of paths) this.#lent.set(path, (this.#lent.get(path) ?? 0) + 1);
+    let returned = false;
+    return () => {
+      if (returned) return;
+      returned = true;
+      for (const path of paths) {
+        const left = this.#lent.get(path)! - 1;
+        // Still another grant's: walked once the last one is taken back.
+        if (left > 0) {
+          this.#lent.set(path, left);
+          continue;
+        }
+        this.#lent.delete(path);
+        const slash = path.lastIndexOf("/");
+        this.#protectPath(path.slice(0, slash) || "/", path.slice(slash + 1), "adopt");
+      }
+    };
   }
 
   /** Looks at everything under `dir` again (after the kernel dropped events). */
@@ -501,7 +593,14 @@ export class GitGuard {
    * reported by the kernel, see {@link settle}). Sandbox-made entries are taken back.
    */
   #secure(fd: number, st: Stat, walk: Walk): void {
-    if (kind(st) === S_IF.LNK) return;
+    if (!this.#secureEntry(fd, st, walk)) return;
+    this.#list(fd, walk);
+    eachChild(fd, (child, cfd, cst) => this.#secureChild(fd, child, cfd, cst, walk));
+  }
+
+  /** Removes every sandbox grant from the entry `fd` alone; true when it is a directory. */
+  #secureEntry(fd: number, st: Stat, walk: Walk): boolean {
+    if (kind(st) === S_IF.LNK) return false;
     if (st.mode & 0o002) walk.writable = true;
     if (this.#owners.isGid(st.gid)) {
       if (st.mode & 0o020) walk.writable = true;
@@ -509,10 +608,9 @@ export class GitGuard {
     }
     if (this.#strip(fd, "access")) walk.writable = true;
     if (kind(st) === S_IF.REG && st.nlink > 1n) this.#links.add(`${st.dev}:${st.ino}`);
-    if (kind(st) !== S_IF.DIR) return;
+    if (kind(st) !== S_IF.DIR) return false;
     this.#strip(fd, "default");
-    this.#list(fd, walk);
-    eachChild(fd, (child, cfd, cst) => this.#secureChild(fd, child, cfd, cst, walk));
+    return true;
   }
 
   /** Secures the entry `name` of a directory the sandbox did not make (`dirFd`). */
