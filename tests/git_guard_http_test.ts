@@ -402,19 +402,37 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
       },
     );
 
-    await t.step("so is a copy that kept the sandbox's ACL (cp -a)", async () => {
-      await Deno.writeTextFile(`${ws}/hook2`, "#!/bin/sh\n");
-      const cp = await new Deno.Command("cp", {
-        args: ["-a", `${ws}/hook2`, `${hooks}/post-commit`],
-      })
-        .output();
-      assert.equal(cp.code, 0);
-      const r = await run(server, "echo x >> nested/sub/.git/hooks/post-commit");
-      assert.equal(r.output, `${denied("nested/sub/.git/hooks/post-commit")}\r\n`);
-      await assert.rejects(Deno.stat(`${hooks}/post-commit`), Deno.errors.NotFound);
-      const [aside] = asideOf(hooks, "post-commit");
-      assert.deepEqual(sandboxAclEntries(`${hooks}/${aside}`), []);
-    });
+    await t.step(
+      "so is one moved into a directory just made there, in the same moment",
+      async () => {
+        await Deno.writeTextFile(`${ws}/hook2`, "#!/bin/sh\n");
+        const made = `${ws}/nested/sub/.git/hooks.d`;
+        // Both land before the guard looks: it may see the directory with the file already in it.
+        await Deno.mkdir(made);
+        await Deno.rename(`${ws}/hook2`, `${made}/pre-push`);
+        const r = await run(server, "echo x >> nested/sub/.git/hooks.d/pre-push");
+        assert.equal(r.output, `${denied("nested/sub/.git/hooks.d/pre-push")}\r\n`);
+        await assert.rejects(Deno.stat(`${made}/pre-push`), Deno.errors.NotFound);
+        const [aside] = asideOf(made, "pre-push");
+        assert.deepEqual(sandboxAclEntries(`${made}/${aside}`), []);
+      },
+    );
+
+    await t.step(
+      "a file of one given to the sandbox group in place is taken back there",
+      async () => {
+        const config = `${ws}/nested/sub/.git/config`;
+        const chgrp = await new Deno.Command("chgrp", { args: [`${SANDBOX_GID}`, config] })
+          .output();
+        assert.equal(chgrp.code, 0);
+        await Deno.chmod(config, 0o664);
+        const r = await run(server, "echo y >> nested/sub/.git/config");
+        assert.equal(r.output, `${denied("nested/sub/.git/config")}\r\n`);
+        assert.equal((await Deno.stat(config)).gid, 0);
+        assert.equal(await Deno.readTextFile(config), "[core]\n");
+        assert.deepEqual(asideOf(`${ws}/nested/sub/.git`, "config"), []);
+      },
+    );
 
     await t.step(
       "a directory of a repository given to the sandbox group is taken back",

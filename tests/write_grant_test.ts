@@ -137,6 +137,29 @@ Deno.test("a write grant inside a protected directory: what the session made run
   }
 });
 
+Deno.test("a granted directory renamed meanwhile, or one above it, is taken back all the same", async () => {
+  const dir = await tree();
+  try {
+    const before = snapshot(`${dir}/sub`);
+    const grant = WriteGrant.grant([{ path: `${dir}/sub`, protected: false }], options);
+    assert.ok(may(`${dir}/sub/readable`, PERM.W));
+    // A sandboxed process that may write the parent moves the granted directory away.
+    await Deno.rename(dir, `${dir}-moved`);
+    assert.equal(grant.revoke(), true);
+    const after = snapshot(`${dir}-moved/sub`);
+    assert.deepEqual(
+      after,
+      Object.fromEntries(
+        Object.entries(before).map(([path, state]) => [path.replace(dir, `${dir}-moved`), state]),
+      ),
+    );
+  } finally {
+    for (const path of [dir, `${dir}-moved`]) {
+      await Deno.remove(path, { recursive: true }).catch(() => {});
+    }
+  }
+});
+
 Deno.test("a write grant fails closed: unreadable root, a symlink on the way, too many entries", async () => {
   const dir = await tree();
   try {

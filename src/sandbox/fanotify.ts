@@ -2,9 +2,10 @@
  * Directory entries appearing anywhere on whole file systems, as the kernel reports them through
  * fanotify: every `create` (files, directories, links) and every rename onto a name, each with
  * the directory it happened in and the new name; changes of an entry's attributes (owner, mode,
- * ACL) by other processes; and, for single files asked for, each write. The owner names what it
- * wants reported: entries with given names anywhere (created or renamed), and every entry of
- * given directories (by {@link EntryWatch.dirKey}), the directories themselves included.
+ * ACL); and, for single files asked for, each write. The owner names what it wants reported:
+ * entries with given names anywhere (created or renamed), and every entry of given directories
+ * (by {@link EntryWatch.dirKey}), the directories themselves included (as `.`), but not what
+ * this process did there.
  *
  * The events are queued by the kernel inside the system call that made the entry, so whoever
  * reads the queue after that call returned sees it. Reading never blocks: the owner wakes on
@@ -32,8 +33,6 @@ const FAN_CREATE = 0x100;
 const FAN_Q_OVERFLOW = 0x4000;
 const FAN_ONDIR = 0x40000000;
 const INFO_DFID_NAME = 2;
-/** A directory's own event (its attributes changed): its handle, no name. */
-const INFO_DFID = 3;
 /** name_to_handle_at: the handle fanotify reports for an inode (kernel 6.5+). */
 const AT_HANDLE_FID = 0x200;
 const MAX_HANDLE_SZ = 128;
@@ -47,7 +46,7 @@ const HANDLE_OFFSET = 12;
 
 /**
  * One new or changed entry: `name` of the directory `dirFd` (an O_PATH descriptor) at `dir`;
- * `.` when the directory itself changed.
+ * `.` when the directory itself changed (the kernel names it so).
  */
 export interface NewEntry {
   /** The directory's path now, in this mount namespace. */
@@ -57,6 +56,8 @@ export interface NewEntry {
   name: string;
   /** True when something was renamed onto `name`, false for a create or link. */
   renamed: boolean;
+  /** True when only the entry's attributes changed (owner, mode, ACL): nothing new appeared. */
+  changed: boolean;
   /** The directory's {@link EntryWatch.dirKey} when it is one of the directories asked for. */
   dirKey?: string;
 }
@@ -176,8 +177,8 @@ export class EntryWatch {
   }
 
   /**
-   * Whether the directory with key `key` ({@link dirKey}) is gone: its handle is stale, or leads
-   * to an inode no name links any more. Any other answer counts as still there.
+   * Whether the directory with key `key` ({@link dirKey}) is gone: its handle is stale or finds
+   * nothing, or leads to an inode no name links any more. Any other answer counts as still there.
    */
   isGone(key: string): boolean {
     const at = key.lastIndexOf(":");
@@ -186,7 +187,10 @@ export class EntryWatch {
     const hexHandle = key.slice(at + 1);
     const handle = Uint8Array.from(hexHandle.match(/../g) ?? [], (b) => parseInt(b, 16));
     const fd = rawSyscall(SYS.open_by_handle_at, mountFd, handle, O.PATH | O.CLOEXEC);
-    if (fd < 0) return errno() === ESTALE;
+    if (fd < 0) {
+      const code = errno();
+      return code === ESTALE || code === E.ENOENT;
+    }
     try {
       return statOf(fd).nlink === 0n;
     } finally {
@@ -236,33 +240,28 @@ export class EntryWatch {
     lengths: Set<number>,
     onEntry: (entry: NewEntry) => void,
   ): void {
-    // Only the directories asked for care about attributes, and not about this process's own
-    // changes (what it strips and grants).
-    const changedOnly = (mask & (FAN_CREATE | FAN_MOVED_TO | FAN_MODIFY | FAN_CLOSE_WRITE)) === 0;
-    if (
-      changedOnly && (wanted.dirs.size === 0 || view.getInt32(at + PID_OFFSET, true) === Deno.pid)
-    ) {
-      return;
-    }
+    // Attributes matter only in the directories asked for, and this process's own changes there
+    // (what it strips, grants and moves aside) not at all.
+    const changed = (mask & (FAN_CREATE | FAN_MOVED_TO | FAN_MODIFY | FAN_CLOSE_WRITE)) === 0;
+    const own = view.getInt32(at + PID_OFFSET, true) === Deno.pid;
+    if (changed && (wanted.dirs.size === 0 || own)) return;
     const info = at + view.getUint16(at + 6, true);
-    if (info >= at + length) return;
-    const type = view.getUint8(info);
-    if (type !== INFO_DFID_NAME && !(type === INFO_DFID && changedOnly)) return;
+    if (info >= at + length || view.getUint8(info) !== INFO_DFID_NAME) return;
     const fsid = Array.from(this.#buf.subarray(info + 4, info + 12)).join(",");
     const handleBytes = view.getUint32(info + HANDLE_OFFSET, true);
     const nameStart = info + HANDLE_OFFSET + 8 + handleBytes;
-    const nameEnd = type === INFO_DFID ? nameStart : this.#buf.indexOf(0, nameStart);
+    const nameEnd = this.#buf.indexOf(0, nameStart);
     const handle = this.#buf.subarray(info + HANDLE_OFFSET, nameStart);
     const key = wanted.dirs.size > 0 ? `${fsid}:${hex(handle)}` : "";
     const dirKey = wanted.dirs.has(key) ? key : undefined;
-    if (changedOnly && dirKey === undefined) return;
+    if (changed && dirKey === undefined) return;
     // Most entries are neither: not worth decoding.
     if (dirKey === undefined && !lengths.has(nameEnd - nameStart)) return;
-    const name = type === INFO_DFID
-      ? "."
-      : this.#decoder.decode(this.#buf.subarray(nameStart, nameEnd));
+    const name = this.#decoder.decode(this.#buf.subarray(nameStart, nameEnd));
+    const named = wanted.names.has(name);
+    if ((dirKey === undefined && !named) || (own && !named)) return;
     const mountFd = this.#mounts.get(fsid);
-    if ((dirKey === undefined && !wanted.names.has(name)) || mountFd === undefined) return;
+    if (mountFd === undefined) return;
     const dirFd = rawSyscall(SYS.open_by_handle_at, mountFd, handle.slice(), O.PATH | O.CLOEXEC);
     if (dirFd < 0) {
       const code = errno();
@@ -272,7 +271,7 @@ export class EntryWatch {
     try {
       const dir = procPath(dirFd);
       if (dir !== null) {
-        onEntry({ dir, dirFd, name, renamed: (mask & FAN_MOVED_TO) !== 0, dirKey });
+        onEntry({ dir, dirFd, name, renamed: (mask & FAN_MOVED_TO) !== 0, changed, dirKey });
       }
     } finally {
       closeFd(dirFd);

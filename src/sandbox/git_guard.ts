@@ -10,11 +10,12 @@
  * anywhere on them (moving it out of the workspace first must not help), removing anything a
  * sandboxed process managed to make inside it meanwhile, and then whatever is renamed into a
  * directory of it that the walk had already listed; (3) keeps watching every directory its
- * walks listed: what appears in one later (the operator moves a file the sandbox could write
- * into `.git/hooks`, or copies one with its ACL), or is given to the sandbox there (chgrp,
- * setfacl), is stripped, and moved aside unless it is a directory made or changed in place (its
- * entries are judged one by one), since the sandbox may have written it or hold it open; a write
- * grant's protected directories are left to the grant while it runs and walked again after it;
+ * walks listed: what is moved or made in one later (the operator moves a file the sandbox could
+ * write into `.git/hooks`, or copies one with its ACL) is stripped, and each file in it that
+ * carried a sandbox grant is moved aside, since the sandbox may have written it or hold it open
+ * (a directory too, when it was moved in or the sandbox made it); what is given to the sandbox
+ * in place (chgrp, setfacl) is stripped; a write grant's protected directories are left to the
+ * grant while it runs and walked again, by descriptor, once no grant holds them;
  * (4) moves aside what cannot be trusted: a directory the sandbox could write before it was
  * renamed to `.git` (its files may be forged even if root owns them), and a `.git` file or
  * symlink that does not lead into a protected directory; (5) refuses workdirs inside protected
@@ -29,13 +30,14 @@
  * @module
  */
 
-import { type AclEntry, type AclKind, PERM, TAG } from "./acl.ts";
+import { type AclEntry, type AclKind, TAG } from "./acl.ts";
 import {
   chmodOf,
   chownOf,
   eachChild,
   inode,
   kind,
+  openCanonical,
   openEntry,
   readAclOf,
   type Stat,
@@ -115,15 +117,6 @@ export function adopt(fd: number, st: Stat, keeper: Keeper): void {
   chmodOf(fd, st.mode & ~(0o7022 | noExec) & 0o7777);
 }
 
-/** Whether an access ACL lets the sandbox write (through its own entries and the mask). */
-function grantsWrite(acl: AclEntry[], owners: SandboxOwners): boolean {
-  const mask = acl.find((e) => e.tag === TAG.MASK)?.perm ?? 7;
-  return acl.some((e) =>
-    ((e.tag === TAG.USER && owners.isUid(e.id)) || (e.tag === TAG.GROUP && owners.isGid(e.id))) &&
-    (e.perm & mask & PERM.W) !== 0
-  );
-}
-
 /**
  * `entries` without the entries that grant the sandbox anything, or null when there are none.
  * The mask stays as it was, so nobody else gains: when no named entry is left, the owning
@@ -195,8 +188,18 @@ interface Walk {
   planted: Planted;
   /** Entries a sandbox uid made. */
   taken: number;
-  /** Whether the sandbox could write anything in it (grant, ownership, world-writable). */
-  writable: boolean;
+  /**
+   * Whether the sandbox could write anything in it through what the walk takes back: an ACL
+   * entry, the sandbox group, its ownership.
+   */
+  granted: boolean;
+  /** Whether anything in it was world-writable (left so: the operator's choice). */
+  worldWritable: boolean;
+  /**
+   * Judging what was moved or made in a kept directory: files that carried a sandbox grant go
+   * aside, and the directories it lists are kept at once.
+   */
+  late: boolean;
 }
 
 /** Settings of {@link GitGuard}. */
@@ -239,6 +242,8 @@ export class GitGuard {
   #pruneAt = PRUNE_AT_LEAST;
   /** Protected directories a write grant holds (path -> how many grants): left to them. */
   #lent = new Map<string, number>();
+  /** Lent directories given back, each held open since it was lent, waiting to be walked. */
+  #returned: { path: string; fd: number }[] = [];
   /** How many directories walks have listed, ever. */
   #listings = 0;
 
@@ -392,30 +397,38 @@ export class GitGuard {
 
   /**
    * Judges `entry`, which appeared or changed in a directory of `walk` after the walk's settle
-   * ended (so the operator, or a grant, made it): stripped, and moved aside when the sandbox
-   * could write it, unless it is a directory made or changed in place. What a write grant's
+   * ended (so the operator, or a grant, did it): see the module doc, (3). What a write grant's
    * session does in its protected directories is left to the grant (see {@link lend}).
    */
   #onLateEntry(entry: NewEntry, walk: Walk): void {
     if ([...this.#lent.keys()].some((root) => isWithin(entry.dir, root))) return;
-    const self = entry.name === ".";
     const fd = openEntry(entry.dirFd, entry.name);
     if (fd === null) return;
-    const late: Walk = { ...walk, planted: "adopt", taken: 0, writable: false };
+    const path = `${entry.dir}/${entry.name}`;
+    const late: Walk = {
+      ...walk,
+      path,
+      planted: "adopt",
+      taken: 0,
+      granted: false,
+      late: !entry.changed,
+    };
     try {
       const st = statOf(fd);
       const made = this.#owners.isUid(st.uid);
-      if (self) {
+      if (entry.name === ".") {
         if (made) adopt(fd, st, late.keeper);
         this.#secureEntry(fd, statOf(fd), late);
-      } else this.#secureChild(entry.dirFd, entry.name, fd, st, late);
-      this.#reportTaken(`${entry.dir}/${entry.name}`, late);
-      if (self || !late.writable) return;
-      if (kind(st) !== S_IF.DIR || entry.renamed || made) {
-        this.#moveAside(entry.dirFd, entry.name, `${entry.dir}/${entry.name}`);
+      } else {
+        this.#secureChild(entry.dirFd, entry.name, fd, st, late);
+        if (late.late && late.granted && kind(st) === S_IF.DIR && (entry.renamed || made)) {
+          this.#moveAside(entry.dirFd, entry.name, path);
+        }
       }
+      this.#reportTaken(path, late);
     } catch (e) {
-      this.#failed.set(walk.path, { why: (e as Error).message, planted: walk.planted });
+      // Retried as a walk of the whole protected directory: stripped, nothing removed.
+      this.#failed.set(walk.path, { why: (e as Error).message, planted: "adopt" });
     } finally {
       closeFd(fd);
     }
@@ -423,28 +436,78 @@ export class GitGuard {
 
   /**
    * Leaves the protected directories among `paths` (a write grant's) to the grant: what its
-   * session does there is not judged as the operator's. Call the result once the grant is taken
-   * back: each is walked again, as when the workspace was prepared (what the session moved in
-   * is stripped, and new directories are watched from then on).
+   * session does there is not judged as the operator's. Each is held open from now on. Call
+   * the result once the grant is taken back: each is walked again, through that descriptor
+   * (wherever it was renamed meanwhile), once no grant holds it or anything in or around it;
+   * what the session moved in is stripped, and new directories are kept from then on. The
+   * result never throws: a walk that fails is retried (by path) before the next spawn.
    */
   lend(paths: string[]): () => void {
-    for (const path of paths) this.#lent.set(path, (this.#lent.get(path) ?? 0) + 1);
+    const held: { path: string; fd: number }[] = [];
+    for (const path of paths) {
+      this.#lent.set(path, (this.#lent.get(path) ?? 0) + 1);
+      const fd = this.#tryOpen(path);
+      if (fd !== null) held.push({ path, fd });
+    }
     let returned = false;
     return () => {
       if (returned) return;
       returned = true;
       for (const path of paths) {
         const left = this.#lent.get(path)! - 1;
-        // Still another grant's: walked once the last one is taken back.
-        if (left > 0) {
-          this.#lent.set(path, left);
-          continue;
-        }
-        this.#lent.delete(path);
-        const slash = path.lastIndexOf("/");
-        this.#protectPath(path.slice(0, slash) || "/", path.slice(slash + 1), "adopt");
+        if (left > 0) this.#lent.set(path, left);
+        else this.#lent.delete(path);
       }
+      this.#returned.push(...held);
+      const lent = [...this.#lent.keys()];
+      this.#returned = this.#returned.filter(({ path, fd }) => {
+        if (lent.some((other) => isWithin(other, path) || isWithin(path, other))) return true;
+        this.#reprotect(fd, path);
+        closeFd(fd);
+        return false;
+      });
     };
+  }
+
+  /** `path` opened without following symlinks; null when it cannot be (failure recorded). */
+  #tryOpen(path: string): number | null {
+    try {
+      return openCanonical(path);
+    } catch (e) {
+      this.#failed.set(path, { why: (e as Error).message, planted: "adopt" });
+      return null;
+    }
+  }
+
+  /** Walks the lent directory `fd` (once at `path`) again, as when the workspace was prepared. */
+  #reprotect(fd: number, path: string): void {
+    try {
+      this.#secureTree(fd, path, "adopt");
+    } catch (e) {
+      this.#failed.set(path, { why: (e as Error).message, planted: "adopt" });
+    }
+  }
+
+  /**
+   * Secures the protected entry `fd` (at `path`) and everything beneath it, unless the sandbox
+   * made it or this guard wrote it (null then).
+   */
+  #secureTree(fd: number, path: string, planted: Planted): { st: Stat; walk: Walk } | null {
+    const st = statOf(fd);
+    if (this.#owners.isUid(st.uid) || this.#renewed.has(`${st.dev}:${st.ino}`)) return null;
+    const keeper = keeperOf(st, this.#owners);
+    const walk: Walk = {
+      path,
+      keeper,
+      planted,
+      taken: 0,
+      granted: false,
+      worldWritable: false,
+      late: false,
+    };
+    this.#secure(fd, st, walk);
+    this.#reportTaken(path, walk);
+    return { st, walk };
   }
 
   /** Looks at everything under `dir` again (after the kernel dropped events). */
@@ -457,15 +520,16 @@ export class GitGuard {
 
   #protectPath(dir: string, name: string, planted: Planted): void {
     const path = `${dir}/${name}`;
-    const dirFd = openEntry(AT_FDCWD, dir);
-    if (dirFd === null) return void this.#failed.delete(path);
+    let dirFd: number | null = null;
     try {
+      dirFd = openEntry(AT_FDCWD, dir);
+      if (dirFd === null) return void this.#failed.delete(path);
       this.#protect(dirFd, name, planted, path);
       this.#failed.delete(path);
     } catch (e) {
       this.#failed.set(path, { why: (e as Error).message, planted });
     } finally {
-      closeFd(dirFd);
+      if (dirFd !== null) closeFd(dirFd);
     }
   }
 
@@ -474,15 +538,12 @@ export class GitGuard {
     const fd = openEntry(dirFd, name);
     if (fd === null) return;
     try {
-      const st = statOf(fd);
-      if (this.#owners.isUid(st.uid) || this.#renewed.has(`${st.dev}:${st.ino}`)) return;
-      const keeper = keeperOf(st, this.#owners);
-      const walk: Walk = { path, keeper, planted, taken: 0, writable: false };
-      this.#secure(fd, st, walk);
-      this.#reportTaken(path, walk);
-      if (planted === "adopt") return;
+      const secured = this.#secureTree(fd, path, planted);
+      if (secured === null || planted === "adopt") return;
+      const { st, walk } = secured;
+      const keeper = walk.keeper;
       if (kind(st) === S_IF.DIR) {
-        if (renamed && walk.writable) this.#moveAside(dirFd, name, path);
+        if (renamed && (walk.granted || walk.worldWritable)) this.#moveAside(dirFd, name, path);
         return;
       }
       // A file or link the sandbox may hold open or have aimed: trusted only when it leads into
@@ -601,27 +662,39 @@ export class GitGuard {
   /** Removes every sandbox grant from the entry `fd` alone; true when it is a directory. */
   #secureEntry(fd: number, st: Stat, walk: Walk): boolean {
     if (kind(st) === S_IF.LNK) return false;
-    if (st.mode & 0o002) walk.writable = true;
+    if (st.mode & 0o002) walk.worldWritable = true;
     if (this.#owners.isGid(st.gid)) {
-      if (st.mode & 0o020) walk.writable = true;
+      walk.granted = true;
       chownOf(fd, KEEP_IDS, walk.keeper.gid);
     }
-    if (this.#strip(fd, "access")) walk.writable = true;
+    if (this.#strip(fd, "access")) walk.granted = true;
     if (kind(st) === S_IF.REG && st.nlink > 1n) this.#links.add(`${st.dev}:${st.ino}`);
     if (kind(st) !== S_IF.DIR) return false;
     this.#strip(fd, "default");
     return true;
   }
 
-  /** Secures the entry `name` of a directory the sandbox did not make (`dirFd`). */
+  /**
+   * Secures the entry `name` of a directory the sandbox did not make (`dirFd`); in a late walk,
+   * a file that carried a sandbox grant is then moved aside.
+   */
   #secureChild(dirFd: number, name: string, fd: number, st: Stat, walk: Walk): void {
+    const granted = walk.granted;
+    walk.granted = false;
     if (this.#owners.isUid(st.uid)) this.#takeBack(dirFd, name, fd, st, walk);
     else this.#secure(fd, st, walk);
+    if (walk.late && walk.granted && kind(st) !== S_IF.DIR) {
+      this.#moveAside(dirFd, name, `${walk.path} (${name} in it)`);
+    }
+    walk.granted ||= granted;
   }
 
-  /** Notes that `walk` is about to list the directory `fd`, see {@link #listed}. */
+  /**
+   * Notes that `walk` is about to list the directory `fd`, see {@link #listed}; a late walk's
+   * directories are kept at once (what lands in them is judged as late too).
+   */
   #list(fd: number, walk: Walk): void {
-    this.#listed.set(this.#watch.dirKey(fd), walk);
+    (walk.late ? this.#kept : this.#listed).set(this.#watch.dirKey(fd), walk);
     this.#listings++;
   }
 
@@ -635,12 +708,12 @@ export class GitGuard {
     const own = this.#owners.isUid(st.uid);
     if (own) {
       walk.taken++;
-      walk.writable = true;
+      walk.granted = true;
       adopt(fd, st, walk.keeper);
     }
     const remove = walk.planted === "remove";
     if (kind(st) === S_IF.DIR) {
-      if (this.#strip(fd, "access")) walk.writable = true;
+      if (this.#strip(fd, "access")) walk.granted = true;
       this.#strip(fd, "default");
       if (!remove) this.#list(fd, walk);
       eachChild(
@@ -659,12 +732,15 @@ export class GitGuard {
     }
   }
 
-  /** Removes the sandbox's entries from an ACL of `fd`; true when they let it write. */
+  /**
+   * Removes the sandbox's entries from an ACL of `fd`; true when an access ACL had one (whatever
+   * it allows now: a mask narrowed by a chmod does not close what was opened while it was wide).
+   */
   #strip(fd: number, which: AclKind): boolean {
     const acl = readAclOf(fd, which);
     const kept = acl && withoutSandbox(acl, this.#owners);
     if (!kept) return false;
     writeAclOf(fd, which, kept);
-    return which === "access" && grantsWrite(acl, this.#owners);
+    return which === "access";
   }
 }

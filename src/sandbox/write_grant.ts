@@ -19,7 +19,9 @@
  * write; this only makes the permissions agree for that one uid.
  *
  * Taking it back: each entry that got an entry loses it again (another session's grant on the
- * same entry stays), and what the session made is given to the granted directory's owner;
+ * same entry stays), and what the session made is given to the granted directory's owner; each
+ * granted directory is reached through the descriptor held since the grant, so renaming it (or
+ * a directory above it) meanwhile does not hide it;
  * inside a protected directory as git_guard.ts adopts what the sandbox made (no write for group
  * and others, no execute bits on files), so no hook it planted runs when the operator runs git.
  * A grant a killed server held is taken back by the next start from its record
@@ -133,6 +135,8 @@ export class WriteGrant {
   readonly #granted = new Set<string>();
   /** A grant a dead server made (grant_journal.ts): which entries got an ACL entry is unknown. */
   readonly #recovered: boolean;
+  /** Each granted root, held open since it was granted (see {@link revoke}). */
+  #held = new Map<GrantedRoot, number>();
   #revoked = false;
   /** Entries the grant looked at. */
   #seen = 0;
@@ -161,7 +165,7 @@ export class WriteGrant {
     try {
       for (const root of roots) {
         let top = true;
-        const found = grant.#walkRoot(root, (fd, st) => {
+        const found = grant.#walkRoot(root, true, (fd, st) => {
           if (top && !grant.#reads(st, readAclOf(fd, "access"))) {
             throw new Error(
               `its uid cannot read ${root.path} (owner ${st.uid}:${st.gid}, mode ` +
@@ -200,7 +204,7 @@ export class WriteGrant {
       try {
         // The root's owner gets what the session made; the walk visits the root first.
         let keeper: Keeper | undefined;
-        this.#walkRoot(root, (fd, st, inShared) => {
+        this.#walkRoot(root, false, (fd, st, inShared) => {
           const first = keeper === undefined;
           keeper ??= keeperOf(st, this.#opts.owners);
           const enter = this.#takeBack(fd, st, keeper, root.protected);
@@ -213,6 +217,8 @@ export class WriteGrant {
         errors.push(`${root.path}: ${(err as Error).message}`);
       }
     }
+    for (const fd of this.#held.values()) closeFd(fd);
+    this.#held.clear();
     if (errors.length > 0) {
       console.error(`uexec: taking back write access failed: ${errors.join("; ")}`);
     }
@@ -223,15 +229,18 @@ export class WriteGrant {
    * Calls `visit` with each entry of `root` the grant covers, top-down (a directory before what
    * it holds; `visit` returns whether to enter it, and is told whether the entry is in a sticky
    * world-writable directory). Directories with a protected name beneath the root are entered
-   * only if the uid made them. False when the root is gone or reached through a symlink.
+   * only if the uid made them. The root is the one held since the grant, else opened by path
+   * (then held on with `hold`). False when it is gone or reached through a symlink.
    */
-  #walkRoot(root: GrantedRoot, visit: Visit): boolean {
-    const fd = openCanonical(root.path);
+  #walkRoot(root: GrantedRoot, hold: boolean, visit: Visit): boolean {
+    const held = this.#held.get(root);
+    const fd = held ?? openCanonical(root.path);
     if (fd === null) return false;
+    if (hold) this.#held.set(root, fd);
     try {
       this.#walk(fd, statOf(fd), visit, false);
     } finally {
-      closeFd(fd);
+      if (!hold && held === undefined) closeFd(fd);
     }
     return true;
   }
