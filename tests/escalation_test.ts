@@ -369,6 +369,21 @@ function sessionMadeOrRunnable(path: string): string[] {
   return found;
 }
 
+/** The operator's script in a working tree: the sandbox may change it, as any file there. */
+async function script(dir: string): Promise<void> {
+  await Deno.writeTextFile(`${dir}/build.sh`, "#!/bin/sh\necho build\n");
+  await Deno.chmod(`${dir}/build.sh`, 0o775);
+}
+
+/** The hook a session made of that script in `git` (.git): moved aside, runnable by nobody. */
+function scriptAside(git: string): void {
+  assert.throws(() => Deno.statSync(`${git}/hooks/pre-push`), Deno.errors.NotFound);
+  const [aside] = [...Deno.readDirSync(`${git}/hooks`)].filter((e) =>
+    e.name.startsWith("pre-push.untrusted-")
+  );
+  assert.equal(Deno.statSync(`${git}/hooks/${aside.name}`).mode! & 0o111, 0);
+}
+
 Deno.test("a commit: the denied .git is asked for whole, granted for the run, taken back", async (t) => {
   const { server, events } = await setUp({ UEXEC_APPROVAL_POLICY: "on-failure" });
   const ws = await Deno.realPath(server.workspace);
@@ -378,13 +393,15 @@ Deno.test("a commit: the denied .git is asked for whole, granted for the run, ta
   git(repo, "init", "-q");
   git(repo, "add", "a");
   git(repo, "commit", "-qm", "one");
+  await script(repo);
   const commit = (dir: string, msg: string) =>
     `cd ${dir} && echo ${msg} >> a && ` +
     `git -c user.name=Agent -c user.email=agent@example.com commit -qam ${msg} && ` +
     `printf '#!/bin/sh\\necho planted\\n' > .git/hooks/post-commit && ` +
-    // Made in the working tree, so it carries the workspace grant into .git.
+    // Made in the working tree, so it carries the workspace grant into .git; and the operator's
+    // script there, which the sandbox may change, made a hook.
     "chmod +x .git/hooks/post-commit && echo x > moved && mv moved .git/info/ && " +
-    "git log --format=%s";
+    "echo 'echo forged' >> build.sh && mv build.sh .git/hooks/pre-push && git log --format=%s";
   let n = 0;
   try {
     await t.step("a nested repository: the retry asks for its .git and commits", async () => {
@@ -409,6 +426,7 @@ Deno.test("a commit: the denied .git is asked for whole, granted for the run, ta
       assert.deepEqual(sandboxAclEntries(`${repo}/.git`), []);
       assert.deepEqual(sessionMadeOrRunnable(`${repo}/.git`), []);
       assert.ok(Deno.statSync(`${repo}/.git/hooks/post-commit`).isFile);
+      scriptAside(`${repo}/.git`);
     });
 
     await t.step("without an approval the .git stays read-only (control)", async () => {
@@ -427,6 +445,7 @@ Deno.test("a commit: the denied .git is asked for whole, granted for the run, ta
       git(ws, "init", "-q");
       git(ws, "add", "a");
       git(ws, "commit", "-qm", "one");
+      await script(ws);
       // Readable by others, as a repository usually is (the test workspace's default ACL gives
       // them nothing, and the guard takes the sandbox group's entry off a .git).
       assert.equal(
@@ -441,6 +460,7 @@ Deno.test("a commit: the denied .git is asked for whole, granted for the run, ta
       assert.equal(r.body.output, "top\r\none\r\n");
       assert.deepEqual(sandboxAclEntries(`${ws}/.git`), []);
       assert.deepEqual(sessionMadeOrRunnable(`${ws}/.git`), []);
+      scriptAside(`${ws}/.git`);
     });
   } finally {
     await events.close();

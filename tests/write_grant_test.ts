@@ -118,8 +118,12 @@ Deno.test("a write grant inside a protected directory: what the session made run
   const dir = await tree();
   const git = `${dir}/sub/.git`;
   try {
+    await Deno.mkdir(`${git}/samples`, { mode: 0o755 });
+    await Deno.writeTextFile(`${git}/samples/pre-commit.sample`, "#!/bin/sh\n", { mode: 0o755 });
     const grant = WriteGrant.grant([{ path: git, protected: true }], options);
     assert.ok(may(git, 7) && may(`${git}/HEAD`, PERM.W));
+    // A script (one the session could rename into hooks/) gets no write: what it runs stays.
+    assert.ok(!may(`${git}/samples/pre-commit.sample`, PERM.W));
     await Deno.mkdir(`${git}/hooks`, { mode: 0o777 });
     await Deno.writeTextFile(`${git}/hooks/post-commit`, "#!/bin/sh\n", { mode: 0o777 });
     await Deno.chmod(`${git}/hooks/post-commit`, 0o777);

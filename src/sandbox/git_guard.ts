@@ -242,8 +242,11 @@ export class GitGuard {
   #pruneAt = PRUNE_AT_LEAST;
   /** Protected directories a write grant holds (path -> how many grants): left to them. */
   #lent = new Map<string, number>();
-  /** Lent directories given back, each held open since it was lent, waiting to be walked. */
-  #returned: { path: string; fd: number }[] = [];
+  /**
+   * Lent directories given back (by `dev:ino`), each held open since it was lent, waiting to be
+   * walked until no grant holds them.
+   */
+  #returned = new Map<string, { path: string; fd: number }>();
   /** How many directories walks have listed, ever. */
   #listings = 0;
 
@@ -337,6 +340,8 @@ export class GitGuard {
   close(): void {
     this.#reactor.remove(this.#registration);
     this.#watch.close();
+    for (const { fd } of this.#returned.values()) closeFd(fd);
+    this.#returned.clear();
   }
 
   #watchDir(path: string, info: Deno.FileInfo): void {
@@ -458,14 +463,19 @@ export class GitGuard {
         if (left > 0) this.#lent.set(path, left);
         else this.#lent.delete(path);
       }
-      this.#returned.push(...held);
+      for (const h of held) {
+        const st = statAt(h.fd, "", AT.EMPTY_PATH);
+        const key = st === null ? `fd:${h.fd}` : `${st.dev}:${st.ino}`;
+        if (this.#returned.has(key)) closeFd(h.fd);
+        else this.#returned.set(key, h);
+      }
       const lent = [...this.#lent.keys()];
-      this.#returned = this.#returned.filter(({ path, fd }) => {
-        if (lent.some((other) => isWithin(other, path) || isWithin(path, other))) return true;
+      for (const [key, { path, fd }] of this.#returned) {
+        if (lent.some((other) => isWithin(other, path) || isWithin(path, other))) continue;
+        this.#returned.delete(key);
         this.#reprotect(fd, path);
         closeFd(fd);
-        return false;
-      });
+      }
     };
   }
 
@@ -479,10 +489,15 @@ export class GitGuard {
     }
   }
 
-  /** Walks the lent directory `fd` (once at `path`) again, as when the workspace was prepared. */
+  /**
+   * Walks the lent directory `fd` (once at `path`) again once the grant's uid entries are gone,
+   * as a late walk: what the session moved in from the working tree still carries the sandbox
+   * group's grant, and a file of it goes aside (its content may be forged, a root-owned script
+   * included); what git made for the session carries none and stays.
+   */
   #reprotect(fd: number, path: string): void {
     try {
-      this.#secureTree(fd, path, "adopt");
+      this.#secureTree(fd, path, "adopt", true);
     } catch (e) {
       this.#failed.set(path, { why: (e as Error).message, planted: "adopt" });
     }
@@ -492,7 +507,12 @@ export class GitGuard {
    * Secures the protected entry `fd` (at `path`) and everything beneath it, unless the sandbox
    * made it or this guard wrote it (null then).
    */
-  #secureTree(fd: number, path: string, planted: Planted): { st: Stat; walk: Walk } | null {
+  #secureTree(
+    fd: number,
+    path: string,
+    planted: Planted,
+    late = false,
+  ): { st: Stat; walk: Walk } | null {
     const st = statOf(fd);
     if (this.#owners.isUid(st.uid) || this.#renewed.has(`${st.dev}:${st.ino}`)) return null;
     const keeper = keeperOf(st, this.#owners);
@@ -503,7 +523,7 @@ export class GitGuard {
       taken: 0,
       granted: false,
       worldWritable: false,
-      late: false,
+      late,
     };
     this.#secure(fd, st, walk);
     this.#reportTaken(path, walk);
@@ -620,7 +640,9 @@ export class GitGuard {
 
   /** Renames an untrusted `name` out of the way, so git will not use it. */
   #moveAside(dirFd: number, name: string, path: string): void {
-    const aside = `${name}.untrusted-${crypto.randomUUID().slice(0, 8)}`;
+    const mark = `untrusted-${crypto.randomUUID().slice(0, 8)}`;
+    // Named after it while the name still fits (a file name is at most 255 bytes).
+    const aside = new TextEncoder().encode(name).length > 200 ? mark : `${name}.${mark}`;
     checkedSyscall(
       `rename(${path})`,
       SYS.renameat2,
@@ -684,6 +706,8 @@ export class GitGuard {
     if (this.#owners.isUid(st.uid)) this.#takeBack(dirFd, name, fd, st, walk);
     else this.#secure(fd, st, walk);
     if (walk.late && walk.granted && kind(st) !== S_IF.DIR) {
+      // Nothing of it runs even under its new name.
+      if (kind(st) === S_IF.REG) chmodOf(fd, statOf(fd).mode & 0o7666);
       this.#moveAside(dirFd, name, `${walk.path} (${name} in it)`);
     }
     walk.granted ||= granted;

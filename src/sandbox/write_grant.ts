@@ -14,6 +14,7 @@
  * entries whose ACL mask holds another entry back (the uid's entry would need it widened),
  * what another session's uid owns, what is in a sticky world-writable directory such as `/tmp`
  * (every user's: the uid may already make its own entries there, the others' stay theirs),
+ * executable files inside a protected directory (hooks: they run as whoever runs git next),
  * and, beneath the granted directory, directories with a protected name (a nested `.git`).
  * More than `MAX_ENTRIES` entries is refused. Landlock still decides where the session may
  * write; this only makes the permissions agree for that one uid.
@@ -173,7 +174,7 @@ export class WriteGrant {
             );
           }
           top = false;
-          return grant.#give(fd, st);
+          return grant.#give(fd, st, root.protected);
         });
         if (!found) throw new Error(`${root.path} is gone or is reached through a symlink`);
       }
@@ -266,12 +267,15 @@ export class WriteGrant {
   }
 
   /** Gives the uid write access to one entry it can read; returns whether to enter it. */
-  #give(fd: number, st: Stat): boolean {
+  #give(fd: number, st: Stat, inProtected: boolean): boolean {
     const max = this.#opts.maxEntries ?? MAX_ENTRIES;
     if (++this.#seen > max) throw new Error(`more than ${max} entries; grant a smaller directory`);
     const type = kind(st);
     if (this.#foreign(st) || (type !== S_IF.DIR && type !== S_IF.REG)) return false;
     if (type === S_IF.REG && (st.nlink > 1n || (st.mode & 0o6000) !== 0)) return false;
+    // A script in a `.git` (a hook, a sample one can rename into place) runs as whoever runs git
+    // next: the session may rename it, never change what it runs.
+    if (type === S_IF.REG && inProtected && (st.mode & 0o111) !== 0) return false;
     // A sticky world-writable directory (/tmp) is every user's: the uid may already make its
     // own entries there, and the others' are theirs.
     if (shared(st)) return false;
