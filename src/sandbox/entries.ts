@@ -118,8 +118,12 @@ export function openCanonical(path: string): number | null {
   let fd = openEntry(AT_FDCWD, "/");
   for (const part of path.split("/").filter(Boolean)) {
     if (fd === null) return null;
-    const next = openEntry(fd, part);
-    closeFd(fd);
+    let next: number | null;
+    try {
+      next = openEntry(fd, part);
+    } finally {
+      closeFd(fd);
+    }
     fd = next !== null && kind(statOf(next)) === S_IF.LNK ? (closeFd(next), null) : next;
   }
   return fd;
