@@ -82,9 +82,6 @@ function fsidOf(fd: number): string {
   return buf.subarray(STATFS_FSID_OFFSET, STATFS_FSID_OFFSET + 8).join(",");
 }
 
-const hex = (bytes: Uint8Array): string =>
-  Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
-
 function procPath(fd: number): string | null {
   const buf = new Uint8Array(4096);
   const n = rawSyscall(SYS.readlink, cString(`/proc/self/fd/${fd}`), buf, buf.length);
@@ -173,7 +170,7 @@ export class EntryWatch {
       AT.EMPTY_PATH | AT_HANDLE_FID,
     );
     const bytes = new DataView(handle.buffer).getUint32(0, true);
-    return `${fsidOf(fd)}:${hex(handle.subarray(0, 8 + bytes))}`;
+    return `${fsidOf(fd)}:${handle.subarray(0, 8 + bytes).toHex()}`;
   }
 
   /**
@@ -184,8 +181,7 @@ export class EntryWatch {
     const at = key.lastIndexOf(":");
     const mountFd = this.#mounts.get(key.slice(0, at));
     if (mountFd === undefined) return true;
-    const hexHandle = key.slice(at + 1);
-    const handle = Uint8Array.from(hexHandle.match(/../g) ?? [], (b) => parseInt(b, 16));
+    const handle = Uint8Array.fromHex(key.slice(at + 1));
     const fd = rawSyscall(SYS.open_by_handle_at, mountFd, handle, O.PATH | O.CLOEXEC);
     if (fd < 0) {
       const code = errno();
@@ -252,7 +248,7 @@ export class EntryWatch {
     const nameStart = info + HANDLE_OFFSET + 8 + handleBytes;
     const nameEnd = this.#buf.indexOf(0, nameStart);
     const handle = this.#buf.subarray(info + HANDLE_OFFSET, nameStart);
-    const key = wanted.dirs.size > 0 ? `${fsid}:${hex(handle)}` : "";
+    const key = wanted.dirs.size > 0 ? `${fsid}:${handle.toHex()}` : "";
     const dirKey = wanted.dirs.has(key) ? key : undefined;
     if (changed && dirKey === undefined) return;
     // Most entries are neither: not worth decoding.

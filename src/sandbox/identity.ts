@@ -399,9 +399,7 @@ function makeDir(path: string, mode: number): void {
 /** A new directory `prefix<16 random hex digits>` in `base`. */
 function makeUniqueDir(base: string, prefix: string, mode: number): string {
   for (;;) {
-    const random = crypto.getRandomValues(new Uint8Array(8));
-    const hex = [...random].map((b) => b.toString(16).padStart(2, "0")).join("");
-    const path = `${base}/${prefix}${hex}`;
+    const path = `${base}/${prefix}${crypto.getRandomValues(new Uint8Array(8)).toHex()}`;
     try {
       makeDir(path, mode);
       return path;

@@ -199,13 +199,9 @@ const CTRL_D = "\u0004";
 /** Splits input around ^C and ^D, keeping them (pipes act on them instead of writing them). */
 const CONTROL_KEYS = new RegExp(`(${CTRL_C}|${CTRL_D})`);
 
-const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
-
 /** A 128-bit random chunk id in hex. */
 export function chunkId(): string {
-  let id = "";
-  for (const b of crypto.getRandomValues(new Uint8Array(16))) id += HEX[b];
-  return id;
+  return crypto.getRandomValues(new Uint8Array(16)).toHex();
 }
 
 /**
