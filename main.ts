@@ -76,7 +76,13 @@ export async function main(
     Deno.exit(2);
   }
   if (stopping) return void shutDown(server);
-  const { addr, tokens } = server;
+  const { addr, tokens, uids } = server;
+  if (uids) {
+    const from = uids.poolBlock === undefined
+      ? "UEXEC_UID_RANGE"
+      : `block ${uids.poolBlock} of the default pool`;
+    console.log(`uexec: sandbox uids ${uids.range}, group ${uids.gid} (${from})`);
+  }
   if ("path" in addr) console.log(`uexec listening on unix:${addr.path}`);
   else {
     const host = addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname;

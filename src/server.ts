@@ -29,6 +29,8 @@ export interface Server {
    * stdout only); absent when the dashboard is off or the server listens on a unix socket.
    */
   dashboardUrl?: string;
+  /** The uids sessions run as, for the start-up line (a root server): "first-last", group, block. */
+  uids?: { range: string; gid: number; poolBlock?: number };
   /** Kill every session, stop listening and release everything. */
   shutdown(): Promise<void>;
   /** SIGKILL every session's processes now, without waiting (a shutdown past its limit). */
@@ -107,6 +109,7 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
     addr,
     tokens: runtime.tokens,
     dashboardUrl: config.dashboard ? signInUrl(addr, runtime.operatorToken()) : undefined,
+    uids: startUids(),
     async shutdown() {
       await runtime.stopSessions();
       await websocket?.shutdown();
@@ -115,6 +118,18 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
     },
     killNow: () => runtime.killNow(),
   };
+}
+
+/** The session uids for the start-up line; none when the server is not root or has none. */
+function startUids(): Server["uids"] {
+  let ids;
+  try {
+    ids = sandboxIds();
+  } catch {
+    return undefined; // /healthz says why.
+  }
+  if (!ids) return undefined;
+  return { range: `${ids.first}-${ids.last}`, gid: ids.gid, poolBlock: ids.pooled?.index };
 }
 
 /**

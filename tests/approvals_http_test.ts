@@ -14,14 +14,14 @@ import assert from "node:assert/strict";
 import { startServer, type TestServer } from "./helpers/server.ts";
 import { connectSse, type SseClient, type SseEvent } from "./helpers/sse.ts";
 
-/** A uid of the default session range (2000000001-2000065535). */
-const SESSION_UID = /^20000\d{5}$/;
+/** A session uid (each server leases its own block of the default pool: 2000000000 and up). */
+const SESSION_UID = /^20\d{8}$/;
 /** A file holding what `id -u` printed in a session. */
-const SESSION_UID_FILE = /^20000\d{5}\n$/;
+const SESSION_UID_FILE = /^20\d{8}\n$/;
 
 /** `output` with a leading session uid line replaced by "UID". */
 function uidLine(output: string): string {
-  return output.replace(/^20000\d{5}\r\n/, "UID\r\n");
+  return output.replace(/^20\d{8}\r\n/, "UID\r\n");
 }
 const RETRY_REASON = "command failed in the sandbox; retry it with the access shown?";
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;

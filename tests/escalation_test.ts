@@ -16,8 +16,8 @@ import { sandboxAclEntries } from "./helpers/fs.ts";
 import { connectSse, type SseClient } from "./helpers/sse.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
 
-/** A line holding a uid of the default session range (2000000001-2000065535). */
-const SESSION_UID = "20000\\d{5}\\r\\n";
+/** A line holding a session uid (each server leases a block of the default pool). */
+const SESSION_UID = "20\\d{8}\\r\\n";
 
 // deno-lint-ignore no-explicit-any
 type Body = any;
@@ -327,20 +327,25 @@ Deno.test("without cgroups too, a grant is taken back before the exit or the kil
 Deno.test("a grant record that cannot be read keeps its uid out of use", async () => {
   const state = await Deno.makeTempDir({ prefix: "uexec-state-" });
   await Deno.mkdir(`${state}/grants`, { mode: 0o700 });
-  // The first session uid of the default range, as a power cut may leave its record.
-  await Deno.writeTextFile(`${state}/grants/2000000001.json`, "", { mode: 0o600 });
-  const server = await startServer({ UEXEC_STATE_DIR: state });
+  // The first session uid of an explicit range, as a power cut may leave its record (a range
+  // outside the default pool, so no other server on the host holds it).
+  const base = 2_100_000_000 + (Deno.pid % 100_000) * 100;
+  await Deno.writeTextFile(`${state}/grants/${base + 1}.json`, "", { mode: 0o600 });
+  const server = await startServer({
+    UEXEC_STATE_DIR: state,
+    UEXEC_UID_RANGE: `${base}-${base + 99}`,
+  });
   let stderr = "";
   try {
     const r = await server.post("/v1/exec_command", { cmd: "id -u", login: false });
-    assert.equal(r.body.output, "2000000002\r\n");
+    assert.equal(r.body.output, `${base + 2}\r\n`);
   } finally {
     stderr = (await server.stop()).stderr;
     await Deno.remove(state, { recursive: true });
   }
   assert.match(
     stderr,
-    /"msg":"dead_grant_failed".*2000000001\.json: not a grant record; uid retired/,
+    new RegExp(`"msg":"dead_grant_failed".*${base + 1}\\.json: not a grant record; uid retired`),
   );
 });
 

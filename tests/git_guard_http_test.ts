@@ -16,11 +16,6 @@ import { startServer, type TestServer } from "./helpers/server.ts";
 import { TAG } from "../src/sandbox/acl.ts";
 import { withoutSandbox } from "../src/sandbox/git_guard.ts";
 
-/** The default session uid range and the sandbox group (its first id). */
-const FIRST_UID = 2000000001;
-const LAST_UID = 2000065535;
-const SANDBOX_GID = 2000000000;
-
 // deno-lint-ignore no-explicit-any
 type Body = any;
 
@@ -128,8 +123,10 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
   const legacyHook = `${workspace}/legacy/.git/hooks/pre-commit`;
   await Deno.writeTextFile(legacyHook, "#!/bin/sh\necho planted\n");
   await Deno.chmod(legacyHook, 0o755);
-  await Deno.chown(legacyHook, FIRST_UID + 7, SANDBOX_GID);
   const server = await startServer({ UEXEC_WORKSPACE: workspace });
+  // The server's uids are its own block's; its guard first walks at the first command.
+  const { first: FIRST_UID, last: LAST_UID, gid: SANDBOX_GID } = server.uids;
+  await Deno.chown(legacyHook, FIRST_UID + 7, SANDBOX_GID);
   const ws = await Deno.realPath(workspace);
 
   try {
@@ -353,7 +350,10 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
         await Deno.mkdir(`${stage}/big`, { recursive: true });
         for (let i = 0; i < 20_000; i++) Deno.writeFileSync(`${stage}/big/${i}`, new Uint8Array());
         Deno.writeTextFileSync(`${stage}/big/late`, "[core]\n");
-        assert.match(sandboxAclEntries(`${stage}/big/late`).join(), /group:2000000000/);
+        assert.match(
+          sandboxAclEntries(`${stage}/big/late`).join(),
+          new RegExp(`group:${SANDBOX_GID}`),
+        );
         const big = watchAttributes(`${stage}/big`);
         try {
           await Deno.rename(stage, `${ws}/moved/.git`);
@@ -383,7 +383,7 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
         // Written where the sandbox may write it (it inherits the workspace grant), and held
         // open for writing by a session: stripping its ACL alone would not stop that descriptor.
         await Deno.writeTextFile(`${ws}/hook`, "#!/bin/sh\necho reviewed\n");
-        assert.match(sandboxAclEntries(`${ws}/hook`).join(), /group:2000000000/);
+        assert.match(sandboxAclEntries(`${ws}/hook`).join(), new RegExp(`group:${SANDBOX_GID}`));
         const held = await lineRunner(server, "exec 3>>hook; ");
         await Deno.rename(`${ws}/hook`, `${hooks}/pre-commit`);
         // The guard has judged it before the next command is spawned.

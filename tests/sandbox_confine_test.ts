@@ -156,7 +156,7 @@ async function run(
 ): Promise<CommandResult[]> {
   const reply = await runSandboxed({
     policy,
-    opts: {},
+    opts: { uid: IDS.spawner, gid: IDS.gid },
     uid: UID,
     cwd: f.ws,
     env: { PATH: "/usr/bin:/bin", ...privateEnv(f.priv) },

@@ -89,7 +89,8 @@ function sandboxed(
 ): Promise<WorkerReply> {
   return runSandboxed({
     policy,
-    opts,
+    // The worker is told the ids: on its own it would lease another block of the pool.
+    opts: { uid: IDS.spawner, gid: IDS.gid, ...opts },
     uid: UID,
     cwd: f.ws,
     env: { PATH: "/usr/bin:/bin", ...privateEnv(f.priv) },
@@ -180,8 +181,8 @@ Deno.test("sandbox enforcement on the real kernel", async (t) => {
         landlock_abi: landlockAbi(),
         seccomp: true,
         drops_uid: true,
-        uid_range: "2000000001-2000065535",
-        gid: 2000000000,
+        uid_range: `${IDS.first}-${IDS.last}`,
+        gid: IDS.gid,
         loopback: true,
         enforceable: true,
       });

@@ -14,15 +14,23 @@ import dgram from "node:dgram";
 import { startServer, type TestServer } from "./helpers/server.ts";
 import { connectSse } from "./helpers/sse.ts";
 
-/** The default session uid range and the group every session runs in. */
-const FIRST_UID = 2000000001;
-const LAST_UID = 2000065535;
-const GID = 2000000000;
+/**
+ * The session uid range and group of the server under test (each server leases a block of its
+ * own, so none is assumed); set by {@link start}.
+ */
+let RANGE = { first: 0, last: 0, gid: 0 };
+
+/** {@link startServer}, noting the new server's uids. */
+async function start(...args: Parameters<typeof startServer>): Promise<TestServer> {
+  const server = await start(...args);
+  RANGE = server.uids;
+  return server;
+}
 
 /** The session uid a command printed first (with `id -u`), checked to be in the range. */
 function sessionUid(output: string): number {
   const uid = Number(/^(\d+)\r\n/.exec(output)?.[1]);
-  assert.ok(uid >= FIRST_UID && uid <= LAST_UID, output);
+  assert.ok(uid >= RANGE.first && uid <= RANGE.last, output);
   return uid;
 }
 
@@ -158,7 +166,7 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
     }),
     ports: (p) => ({ ...p, network: "all", tcp_ports: [tcp.greeter.port] }),
   });
-  const server = await startServer({ UEXEC_PROFILES_DIR: dir, UEXEC_WORKSPACE: workspace });
+  const server = await start({ UEXEC_PROFILES_DIR: dir, UEXEC_WORKSPACE: workspace });
   const ws = await Deno.realPath(workspace);
 
   try {
@@ -180,8 +188,8 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
         drops_uid: true,
         loopback: true,
         enforceable: true,
-        uid_range: `${FIRST_UID}-${LAST_UID}`,
-        gid: GID,
+        uid_range: `${RANGE.first}-${RANGE.last}`,
+        gid: RANGE.gid,
         default_profile: "workspace-write",
         approval_policy: "on-request",
         profiles: {
@@ -208,7 +216,7 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
               profile,
             },
           );
-          assert.equal(uidLine(r.output), `UID\r\n${GID}\r\nprivate\r\n`, profile);
+          assert.equal(uidLine(r.output), `UID\r\n${RANGE.gid}\r\nprivate\r\n`, profile);
           assert.deepEqual(r.sandbox, { profile, denied: false });
         }
       },
@@ -589,7 +597,7 @@ Deno.test("resource limits stop a fork bomb and a huge file without harming the 
   const dir = await profilesDir({
     tight: (p) => ({ ...p, limits: { max_processes: 20, max_file_size_bytes: 1048576 } }),
   });
-  const server = await startServer({ UEXEC_PROFILES_DIR: dir });
+  const server = await start({ UEXEC_PROFILES_DIR: dir });
   try {
     await t.step("the fork bomb stops at max_processes", async () => {
       const control = await run(server, `id -u; python3 ${FIXTURES}fork_many.py 40`);
@@ -630,7 +638,7 @@ Deno.test("resource limits stop a fork bomb and a huge file without harming the 
 const BAD_RANGE = 'UEXEC_UID_RANGE=0-10 is not a range "first-last" of at least two non-root uids';
 
 Deno.test("fail closed: a sandbox that cannot be applied runs nothing", async (t) => {
-  const server = await startServer({ UEXEC_UID_RANGE: "0-10" });
+  const server = await start({ UEXEC_UID_RANGE: "0-10" });
   try {
     await t.step("sandboxed requests answer 500 sandbox_unavailable", async () => {
       for (const profile of SHIPPED) {
@@ -670,7 +678,7 @@ Deno.test("fail closed: a sandbox that cannot be applied runs nothing", async (t
 Deno.test("domains follow the workspace: read-only first, late .git and .uexec, outside workdirs", async (t) => {
   const allowed = await Deno.makeTempDir({ prefix: "uexec-allowed-" });
   await Deno.chmod(allowed, 0o755);
-  const server = await startServer({ UEXEC_ALLOWED_ROOTS: allowed });
+  const server = await start({ UEXEC_ALLOWED_ROOTS: allowed });
   const ws = await Deno.realPath(server.workspace);
   try {
     await t.step(
@@ -726,9 +734,9 @@ Deno.test("domains follow the workspace: read-only first, late .git and .uexec, 
           assert.equal(r.body.error.code, "sandbox_unavailable");
           assert.equal(
             r.body.error.message,
-            `workdir ${outside} cannot be used by the sandbox group ${GID}: the directory ${outside} ` +
-              `(owner 0:0, mode 0700) does not let group ${GID} search it. Fix: move the workspace ` +
-              `elsewhere, or allow search with "setfacl -m g:${GID}:x ${outside}" (or "chmod o+x ${outside}")`,
+            `workdir ${outside} cannot be used by the sandbox group ${RANGE.gid}: the directory ${outside} ` +
+              `(owner 0:0, mode 0700) does not let group ${RANGE.gid} search it. Fix: move the workspace ` +
+              `elsewhere, or allow search with "setfacl -m g:${RANGE.gid}:x ${outside}" (or "chmod o+x ${outside}")`,
           );
           assert.equal((await Deno.stat(outside)).mode! & 0o777, 0o700);
           await Deno.chmod(outside, 0o755);

@@ -15,9 +15,6 @@ import assert from "node:assert/strict";
 import { startServer, type TestServer } from "./helpers/server.ts";
 
 const FIXTURES = new URL("./fixtures/http/", import.meta.url).pathname;
-const FIRST_UID = 2000000001;
-const LAST_UID = 2000065535;
-const GID = 2000000000;
 
 // deno-lint-ignore no-explicit-any
 type Body = any;
@@ -95,6 +92,7 @@ Deno.test("sessions of one domain and of different domains cannot reach each oth
   assert.equal(Deno.uid(), 0, "this test needs a root server");
   const profiles = await profilesDir();
   const server = await startServer({ UEXEC_PROFILES_DIR: profiles });
+  const { first: FIRST_UID, last: LAST_UID, gid: GID } = server.uids;
   try {
     await t.step("a child runs as its session's uid with no capabilities at all", async () => {
       const r = await exec(
@@ -417,8 +415,10 @@ Deno.test("a uid range that holds existing users is refused before anything runs
 });
 
 Deno.test("two servers never share session uids: an overlapping range is refused", async () => {
-  const first = await startServer({ UEXEC_UID_RANGE: "2000070000-2000070100" });
-  const second = await startServer({ UEXEC_UID_RANGE: "2000070050-2000070200" });
+  // Explicit ranges outside the default pool, apart from any other test run's on this host.
+  const base = 2_200_000_000 + (Deno.pid % 100_000) * 300;
+  const first = await startServer({ UEXEC_UID_RANGE: `${base}-${base + 100}` });
+  const second = await startServer({ UEXEC_UID_RANGE: `${base + 50}-${base + 200}` });
   try {
     const live = await first.post("/v1/exec_command", {
       cmd: "cat",
@@ -430,8 +430,8 @@ Deno.test("two servers never share session uids: an overlapping range is refused
     assert.equal(refused.status, 500);
     assert.deepEqual(refused.body.error, {
       code: "sandbox_unavailable",
-      message: "sandbox uids 2000070050-2000070200 overlap 2000070000-2000070100, which another " +
-        "uexec server on this host uses; give each server its own UEXEC_UID_RANGE",
+      message: `sandbox uids ${base + 50}-${base + 200} overlap ${base}-${base + 100}, which ` +
+        "another uexec server on this host uses; give each server its own UEXEC_UID_RANGE",
     });
     const echo = await first.post("/v1/write_stdin", {
       session_id: live.body.session_id,
@@ -439,6 +439,29 @@ Deno.test("two servers never share session uids: an overlapping range is refused
       until: "still here\\r\\n.*still here",
     });
     assert.equal(echo.body.output, "still here\r\nstill here\r\n");
+  } finally {
+    await second.stop();
+    await first.stop();
+  }
+});
+
+Deno.test("servers without a range lease distinct blocks of the default pool and run side by side", async () => {
+  const first = await startServer();
+  const second = await startServer();
+  try {
+    assert.notEqual(first.uids.first, second.uids.first);
+    for (const server of [first, second]) {
+      const { first: low, last: high, gid } = server.uids;
+      // A block of 65,536 ids: the first rests the spawners and is the group, the rest are sessions'.
+      assert.equal(high - low, 65_534);
+      assert.equal(gid, low - 1);
+      assert.equal((low - 1 - 2_000_000_000) % 65_536, 0);
+    }
+    const [a, b] = await Promise.all([first, second].map((s) => exec(s, "id -u", { tty: false })));
+    const uidA = Number(a.output);
+    const uidB = Number(b.output);
+    assert.ok(uidA >= first.uids.first && uidA <= first.uids.last, a.output);
+    assert.ok(uidB >= second.uids.first && uidB <= second.uids.last, b.output);
   } finally {
     await second.stop();
     await first.stop();

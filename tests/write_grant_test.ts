@@ -13,11 +13,14 @@ import { GrantJournal } from "../src/sandbox/grant_journal.ts";
 import { GrantThread } from "../src/sandbox/grant_thread.ts";
 import { UidPool } from "../src/sandbox/uids.ts";
 import { GrantError, WriteGrant } from "../src/sandbox/write_grant.ts";
+import { sandboxIds } from "../src/sandbox/identity.ts";
 
-const UID = 2000000123;
-const GID = 2000000000;
+/** This test process's own block of session uids (never the default range a server may hold). */
+const IDS = sandboxIds()!;
+const UID = IDS.first + 122;
+const GID = IDS.gid;
 const owners = {
-  isUid: (uid: number) => uid >= 2000000000 && uid <= 2000065535,
+  isUid: (uid: number) => uid >= IDS.spawner && uid <= IDS.last,
   isGid: (gid: number) => gid === GID,
 };
 const options = { uid: UID, gid: GID, owners, protectedNames: new Set([".git", ".uexec"]) };
@@ -60,7 +63,7 @@ async function tree(): Promise<string> {
   await Deno.mkdir(`${dir}/sub/.git`, { mode: 0o755 });
   await Deno.writeTextFile(`${dir}/sub/.git/HEAD`, "ref\n", { mode: 0o644 });
   await Deno.mkdir(`${dir}/other`, { mode: 0o755 });
-  await Deno.chown(`${dir}/other`, 2000000999, GID);
+  await Deno.chown(`${dir}/other`, IDS.first + 998, GID);
   await Deno.symlink("/etc", `${dir}/etc-link`);
   await Deno.mkdir(`${dir}/shared`);
   await Deno.chmod(`${dir}/shared`, 0o1777);
@@ -304,7 +307,7 @@ Deno.test("grants on their own thread: made, taken back exactly, and failing clo
   const thread = new GrantThread();
   const spec = {
     uid: UID,
-    ids: { spawner: 2000000000, first: 2000000001, last: 2000065535, gid: GID },
+    ids: IDS,
     protectedNames: [".git", ".uexec"],
   };
   try {

@@ -46,7 +46,7 @@ import {
 import { type Launch, launch, type ShellCommand } from "./launch.ts";
 import type { ResolvedPolicy } from "./policy.ts";
 import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
-import { leaseUidRange, type UidLease } from "./uid_lease.ts";
+import { claimPooledBlock, leaseUidRange, type UidLease } from "./uid_lease.ts";
 import { UidPool } from "./uids.ts";
 import { canonical, widen, type Widening } from "./widening.ts";
 import { SocketListing, socketsToHide } from "./unix_sockets.ts";
@@ -514,7 +514,9 @@ export class SandboxDomains {
     if (this.#range !== undefined) return this.#range;
     const ids = sandboxIds();
     if (!ids) return this.#range = null;
-    const lease = leaseUidRange(ids.spawner, ids.last);
+    const lease = ids.pooled
+      ? claimPooledBlock({ first: ids.spawner, last: ids.last, index: ids.pooled.index })
+      : leaseUidRange(ids.spawner, ids.last);
     return this.#range = { ids, lease, reaper: new Spawner() };
   }
 

@@ -2,7 +2,8 @@
  * Who sandboxed children run as, and the files they need to own or reach.
  *
  * When the server runs as root, every session runs as a uid of its own, taken from
- * `UEXEC_UID_RANGE` (default 2000000000-2000065535), in one shared group (`UEXEC_SANDBOX_GID`,
+ * `UEXEC_UID_RANGE` (default: the first free block of the default pool, see uid_lease.ts), in
+ * one shared group (`UEXEC_SANDBOX_GID`,
  * default: the range's first id) with no supplementary groups and no capabilities. The range's
  * first uid is never a session's: it is what spawning threads rest as between spawns. A
  * spawning worker keeps only CAP_SETUID and CAP_SETGID, permitted but not effective, and
@@ -33,6 +34,7 @@ import { checkedSyscall, prctl, SYS, threadEuid } from "./syscalls.ts";
 import { LOGIN_PATH } from "../sessions/env.ts";
 import { INSTANCE_NAME, instanceName, instanceRuns } from "./instance.ts";
 import { gitConfigText } from "./git_config.ts";
+import { pooledBlock } from "./uid_lease.ts";
 
 /** The credentials one sandboxed session runs as. */
 export interface SandboxIdentity {
@@ -49,6 +51,8 @@ export interface SandboxIds {
   last: number;
   /** The group every session runs in; the workspace ACL grants it. */
   gid: number;
+  /** Set when the range is this process's block of the default pool (no explicit range). */
+  pooled?: { index: number };
 }
 
 /** Which ids are the sandbox's: files it made, ACL entries that grant it. */
@@ -64,9 +68,6 @@ export function sandboxOwners(ids: SandboxIds): SandboxOwners {
     isGid: (gid) => gid === ids.gid,
   };
 }
-
-/** The default uid range: above systemd's container ranges, below its "foreign" range. */
-export const DEFAULT_UID_RANGE = "2000000000-2000065535";
 
 function validId(raw: string): number | undefined {
   if (!/^\d+$/.test(raw)) return undefined;
@@ -97,12 +98,28 @@ function idsInFile(path: string, first: number, last: number): string[] {
  * which has no privileges to lose, and sessions are not isolated from each other). Reads
  * `UEXEC_UID_RANGE` ("first-last", at least two ids) and `UEXEC_SANDBOX_GID`, and refuses a
  * range that holds a user of /etc/passwd, or a default group id that /etc/group already uses.
+ * Without `UEXEC_UID_RANGE`, the range is the process's block of the default pool, leased on
+ * the first call (so the main thread must call it before its workers need ids).
  */
 export function sandboxIds(
   env: (name: string) => string | undefined = Deno.env.get,
 ): SandboxIds | null {
   if (threadEuid() !== 0) return null;
-  const rawRange = env("UEXEC_UID_RANGE") || DEFAULT_UID_RANGE;
+  const rawRange = env("UEXEC_UID_RANGE");
+  if (!rawRange) {
+    const block = pooledBlock((first, last) =>
+      idsInFile("/etc/passwd", first, last).length === 0 &&
+      idsInFile("/etc/group", first, first).length === 0
+    );
+    const gid = sandboxGid(env, block.first);
+    return {
+      spawner: block.first,
+      first: block.first + 1,
+      last: block.last,
+      gid,
+      pooled: { index: block.index },
+    };
+  }
   const m = /^(\d+)-(\d+)$/.exec(rawRange);
   const first = m ? validId(m[1]) : undefined;
   const last = m ? validId(m[2]) : undefined;
@@ -117,6 +134,11 @@ export function sandboxIds(
       `UEXEC_UID_RANGE=${rawRange} overlaps existing users: ${users.slice(0, 3).join(", ")}`,
     );
   }
+  return { spawner: first, first: first + 1, last, gid: sandboxGid(env, first) };
+}
+
+/** `UEXEC_SANDBOX_GID`, or the range's first id when /etc/group does not use it. */
+function sandboxGid(env: (name: string) => string | undefined, first: number): number {
   const rawGid = env("UEXEC_SANDBOX_GID");
   let gid = first;
   if (rawGid) {
@@ -133,7 +155,7 @@ export function sandboxIds(
       );
     }
   }
-  return { spawner: first, first: first + 1, last, gid };
+  return gid;
 }
 
 /**
@@ -141,9 +163,10 @@ export function sandboxIds(
  * `explicit` says otherwise; null when the server is not root.
  */
 export function sandboxIdentity(explicit: Partial<SandboxIdentity> = {}): SandboxIdentity | null {
-  const ids = sandboxIds();
-  if (!ids) return null;
-  const identity = { uid: explicit.uid ?? ids.spawner, gid: explicit.gid ?? ids.gid };
+  if (threadEuid() !== 0) return null;
+  // A worker is told both; asking sandboxIds() there would lease a pool block of its own.
+  const ids = explicit.uid !== undefined && explicit.gid !== undefined ? undefined : sandboxIds();
+  const identity = { uid: explicit.uid ?? ids!.spawner, gid: explicit.gid ?? ids!.gid };
   if (identity.uid === 0 || identity.gid === 0) {
     throw new SandboxUnavailableError("the sandbox uid and gid must not be 0");
   }

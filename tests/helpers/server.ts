@@ -28,6 +28,11 @@ export interface TestServer extends Client {
   stateDir: string;
   operatorToken: string;
   agentToken: string;
+  /**
+   * The uids its sessions run as and their group, from its start-up line (a root server; never
+   * assumed: each server leases a block of its own unless the test gave UEXEC_UID_RANGE).
+   */
+  uids: { first: number; last: number; gid: number };
   /** Calls with the operator's token. */
   operator: Client;
   /** Calls with any token. */
@@ -126,6 +131,7 @@ export async function startServer(
     if (!env.UEXEC_STATE_DIR) await Deno.remove(stateDir, { recursive: true });
   };
   let url = "";
+  let uids = { first: 0, last: 0, gid: 0 };
   const stdout: string[] = [];
   let stopped: ReturnType<TestServer["stop"]> | undefined;
   for (;;) {
@@ -136,6 +142,8 @@ export async function startServer(
       await cleanUp();
       throw new Error(`server exited ${status.code} before listening: ${await stderrText}`);
     }
+    const ids = /^uexec: sandbox uids (\d+)-(\d+), group (\d+) /.exec(value);
+    if (ids) uids = { first: Number(ids[1]), last: Number(ids[2]), gid: Number(ids[3]) };
     const m = /^uexec listening on (http:\/\/\S+)$/.exec(value);
     if (m) {
       url = m[1];
@@ -182,6 +190,7 @@ export async function startServer(
     stateDir,
     operatorToken,
     agentToken,
+    uids,
     ...as(agentToken),
     operator: as(operatorToken),
     as,
