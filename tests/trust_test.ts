@@ -536,8 +536,10 @@ Deno.test("UEXEC_LISTEN=unix:PATH serves on a 0600 socket", async () => {
   try {
     const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
     let out = "";
-    while (!out.includes("\n")) out += (await reader.read()).value ?? "";
-    assert.equal(out.split("\n")[0], `uexec listening on unix:${path}`);
+    // The listening line, after the sandbox uids line of a root server.
+    while (!/uexec listening on .*\n/.test(out)) out += (await reader.read()).value ?? "";
+    assert.match(out, /^(uexec: sandbox uids .*\n)?uexec listening on (.*)\n/);
+    assert.equal(/uexec listening on (.*)\n/.exec(out)![1], `unix:${path}`);
     assert.equal((await Deno.lstat(path)).mode! & 0o777, 0o600);
     const client = Deno.createHttpClient({ proxy: { transport: "unix", path } });
     const call = (auth: string) =>
