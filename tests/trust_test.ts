@@ -393,6 +393,123 @@ Deno.test("per-agent limits: pruning stays within an agent, max_profile caps wha
   }
 });
 
+Deno.test("max_profile and max_widening cap every widening: beyond them, 403 and nothing pending", async () => {
+  const server = await startServer({ UEXEC_APPROVAL_POLICY: "on-request" });
+  const outside = await Deno.makeTempDir({ prefix: "uexec-widen-" });
+  try {
+    const reader = await server.operator.post("/v1/agents", {
+      name: "reader",
+      max_profile: "read-only",
+    });
+    assert.equal(reader.status, 201);
+    assert.equal(reader.body.max_widening, null);
+    const r = server.as(reader.body.token);
+    const refused = [
+      { escalate: { write: [server.workspace] } },
+      { escalate: { tcp_ports: [443] } },
+      { escalate: { profile: "workspace-write" } },
+      { profile: "read-only", escalate: { write: [outside], tcp_ports: [80] } },
+    ];
+    for (const extra of refused) {
+      const res = await r.post("/v1/exec_command", {
+        cmd: "true",
+        sandbox_permissions: "require_escalated",
+        ...extra,
+      });
+      assert.equal(res.status, 403, JSON.stringify(extra));
+      assert.equal(res.body.error.code, "forbidden");
+    }
+    const write = await r.post("/v1/exec_command", {
+      cmd: "true",
+      sandbox_permissions: "require_escalated",
+      escalate: { write: [outside] },
+    });
+    assert.equal(
+      write.body.error.message,
+      `escalate: agent reader may not ask to run sandboxed under read-only, plus write access to ${await Deno
+        .realPath(outside)}; it is capped at read-only (max_profile, max_widening)`,
+    );
+    assert.deepEqual((await server.operator.get("/v1/approvals")).body.approvals, []);
+
+    // max_widening names what it may ask for beyond its profile; still only through approval.
+    const bad = await server.operator.post("/v1/agents", {
+      name: "nocap",
+      max_widening: { tcp_ports: [443] },
+    });
+    assert.equal(bad.status, 400);
+    const relative = await server.operator.post("/v1/agents", {
+      name: "rel",
+      max_profile: "read-only",
+      max_widening: { write: ["tmp"] },
+    });
+    assert.equal(relative.status, 400);
+    const porter = await server.operator.post("/v1/agents", {
+      name: "porter",
+      max_profile: "read-only",
+      max_widening: { tcp_ports: [8443, 443] },
+    });
+    assert.equal(porter.status, 201);
+    assert.deepEqual(porter.body.max_widening, { tcp_ports: [443, 8443] });
+    const listed = (await server.operator.get("/v1/agents")).body.agents
+      .find((a: { name: string }) => a.name === "porter");
+    assert.deepEqual(listed.max_widening, { tcp_ports: [443, 8443] });
+    const p = server.as(porter.body.token);
+    const beyond = await p.post("/v1/exec_command", {
+      cmd: "true",
+      sandbox_permissions: "require_escalated",
+      escalate: { tcp_ports: [22] },
+    });
+    assert.equal(beyond.status, 403);
+    const events = await connectSse(`${server.url}/v1/events`, server.operator.auth);
+    const within = p.post("/v1/exec_command", {
+      cmd: "true",
+      login: false,
+      sandbox_permissions: "require_escalated",
+      escalate: { tcp_ports: [443] },
+      justification: "fetch a package",
+    });
+    const asked = await events.until((evs) => evs.some((e) => e.event === "approval_requested"));
+    await events.close();
+    const pending = asked.find((e) => e.event === "approval_requested")!.data.approval;
+    assert.equal(pending.agent, "porter");
+    assert.deepEqual(pending.escalation, { tcp_ports: [443] });
+    const decided = await server.operator.post(`/v1/approvals/${pending.id}`, {
+      decision: "approved",
+    });
+    assert.equal(decided.status, 200);
+    const done = await within;
+    assert.equal(done.status, 200);
+    assert.equal(done.body.exit_code, 0);
+  } finally {
+    await server.stop();
+    await Deno.remove(outside, { recursive: true });
+  }
+});
+
+Deno.test("on-failure never proposes a retry beyond the agent's cap", async () => {
+  const server = await startServer({ UEXEC_APPROVAL_POLICY: "on-failure" });
+  try {
+    const reader = await server.operator.post("/v1/agents", {
+      name: "reader",
+      max_profile: "read-only",
+    });
+    const r = await server.as(reader.body.token).post("/v1/exec_command", {
+      cmd: "echo x > denied.txt",
+      login: false,
+    });
+    assert.equal(r.status, 200);
+    assert.equal(r.body.sandbox.denied, true);
+    assert.equal(
+      r.body.sandbox.message,
+      "the retry this denial needs is beyond the agent's max_profile and max_widening, " +
+        "so it was not proposed",
+    );
+    assert.deepEqual((await server.operator.get("/v1/approvals")).body.approvals, []);
+  } finally {
+    await server.stop();
+  }
+});
+
 Deno.test("a sandboxed command cannot use the API, even with stolen tokens", async () => {
   const server = await startServer({ UEXEC_APPROVAL_POLICY: "on-request" });
   const marker = `${server.workspace}/escalated-ran`;

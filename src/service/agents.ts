@@ -10,7 +10,13 @@
  * @module
  */
 
-import { type Agent, OPERATOR, OPERATOR_OWNER, type Principal } from "./principal.ts";
+import {
+  type Agent,
+  type AgentWidening,
+  OPERATOR,
+  OPERATOR_OWNER,
+  type Principal,
+} from "./principal.ts";
 import type { StateDir } from "./state_dir.ts";
 import { digestBytes, matchToken, newToken, sameToken, tokenDigest } from "./tokens.ts";
 
@@ -26,6 +32,8 @@ const NAME = /^[a-z0-9][a-z0-9_.-]{0,63}$/;
 export interface AgentInfo {
   name: string;
   max_profile: string | null;
+  /** What it may ask for beyond max_profile in a narrow escalation. */
+  max_widening: AgentWidening | null;
   max_sessions: number | null;
   created_at: string;
 }
@@ -38,6 +46,7 @@ interface Stored extends AgentInfo {
 export interface NewAgent {
   name: string;
   maxProfile?: string;
+  maxWidening?: AgentWidening;
   maxSessions?: number;
 }
 
@@ -205,6 +214,7 @@ export class AgentRegistry {
     return {
       name: spec.name,
       max_profile: spec.maxProfile ?? null,
+      max_widening: spec.maxWidening ?? null,
       max_sessions: spec.maxSessions ?? null,
       created_at: this.#now().toISOString(),
       token_sha256: tokenDigest(token),
@@ -238,6 +248,7 @@ export class AgentRegistry {
       role: "agent",
       name: record.name,
       ...(record.max_profile === null ? {} : { maxProfile: record.max_profile }),
+      ...(record.max_widening ? { maxWidening: record.max_widening } : {}),
       ...(record.max_sessions === null ? {} : { maxSessions: record.max_sessions }),
     });
     this.#issued.set(principal, record);
@@ -248,6 +259,16 @@ export class AgentRegistry {
 function info(record: Stored): AgentInfo {
   const { token_sha256: _, ...rest } = record;
   return rest;
+}
+
+function isWidening(w: unknown): w is AgentWidening {
+  if (w === null || typeof w !== "object" || Array.isArray(w)) return false;
+  const { write, tcp_ports, ...rest } = w as Record<string, unknown>;
+  return Object.keys(rest).length === 0 &&
+    (write === undefined ||
+      (Array.isArray(write) && write.every((p) => typeof p === "string" && p.startsWith("/")))) &&
+    (tcp_ports === undefined ||
+      (Array.isArray(tcp_ports) && tcp_ports.every((n) => Number.isInteger(n))));
 }
 
 function parseRegistry(text: string, file: string): Stored[] {
@@ -263,9 +284,11 @@ function parseRegistry(text: string, file: string): Stored[] {
     const ok = a && typeof a.name === "string" && NAME.test(a.name) &&
       typeof a.token_sha256 === "string" && /^[0-9a-f]{64}$/.test(a.token_sha256) &&
       (a.max_profile === null || typeof a.max_profile === "string") &&
+      (a.max_widening === undefined || a.max_widening === null || isWidening(a.max_widening)) &&
       (a.max_sessions === null || Number.isInteger(a.max_sessions)) &&
       typeof a.created_at === "string";
     if (!ok) throw new Error(`${file}: agents[${i}] is malformed`);
-    return a as Stored;
+    // Records written before max_widening existed have none.
+    return { ...a, max_widening: a.max_widening ?? null } as Stored;
   });
 }

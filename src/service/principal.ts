@@ -17,8 +17,19 @@ export interface Agent {
   name: string;
   /** The widest profile it may ask for; undefined: no cap beyond the approval policy. */
   maxProfile?: string;
+  /**
+   * What it may ask for beyond `maxProfile` in a narrow escalation (writable directories, TCP
+   * ports); with `maxProfile` only. Every widening beyond the two together is refused.
+   */
+  maxWidening?: AgentWidening;
   /** Its own live-session limit (pruning happens among its own sessions). */
   maxSessions?: number;
+}
+
+/** The parts of a narrow escalation an agent's cap may allow beyond its widest profile. */
+export interface AgentWidening {
+  write?: string[];
+  tcp_ports?: number[];
 }
 
 /** An authenticated caller. */

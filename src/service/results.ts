@@ -227,6 +227,10 @@ export const ApprovalSchema = z.object({
 export const AgentSchema = z.object({
   name: z.string(),
   max_profile: z.string().nullable(),
+  max_widening: z.object({
+    write: z.array(z.string()).optional(),
+    tcp_ports: z.array(z.number().int()).optional(),
+  }).nullable(),
   max_sessions: z.number().int().nullable(),
   created_at: z.string(),
 });

@@ -153,6 +153,16 @@ export const DecisionBody = z.strictObject({
 export const AgentBody = z.strictObject({
   name: z.string().min(1).max(64),
   max_profile: z.string().min(1).max(128).optional(),
+  max_widening: z.strictObject({
+    write: z.array(z.string().min(1).max(4096).refine(noNul, "must not contain NUL")).max(64)
+      .optional()
+      .describe("Directories (absolute) it may ask to write, with what is beneath them."),
+    tcp_ports: z.array(z.number().int().min(1).max(65535)).max(64).optional()
+      .describe("TCP ports it may ask to reach."),
+  }).optional().describe(
+    "What the agent may ask for beyond max_profile in a narrow escalation (needs max_profile); " +
+      "anything wider is refused 403 before it reaches the operator.",
+  ),
   max_sessions: z.number().int().min(1).max(100_000).optional(),
 });
 

@@ -18,8 +18,8 @@ import type { LifecycleEvent } from "../events/bus.ts";
 import type { EventBus } from "../events/bus.ts";
 import { SIGNALS } from "../pty/signals.ts";
 import { FULL_ACCESS, type SandboxDomains } from "../sandbox/domains.ts";
-import { isWithin } from "../sandbox/profiles.ts";
-import { canonical, fitsWithin, type Widening } from "../sandbox/widening.ts";
+import { isWithin, type Profile } from "../sandbox/profiles.ts";
+import { canonical, describe, fitsWithin, widen, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError, RejectedError, RevokedError } from "../sessions/errors.ts";
 import type { CallResult, KillResult, OutputWatcher, SessionManager } from "../sessions/manager.ts";
 import type { HistoryRead } from "../output/history.ts";
@@ -174,6 +174,8 @@ export class Service {
     const escalation = this.#escalation(principal, body);
     const escalating = Object.keys(escalation).length > 0;
     const profile = this.#profile(principal, body.profile);
+    const cap = this.#cap(principal);
+    if (cap && escalating) this.#escalationWithinCap(principal, profile, escalation, cap);
     const workdir = this.#workdir(body.workdir, escalating);
     const shell = findShell(body.shell ?? this.#deps.shell);
     const serverShell = shell === findShell(this.#deps.shell);
@@ -217,6 +219,7 @@ export class Service {
       },
       profile,
       escalation,
+      cap,
       serverShell,
       justification: body.justification,
     }).then(
@@ -343,18 +346,30 @@ export class Service {
   createAgent(
     principal: Principal,
     body: z.output<typeof AgentBody>,
-  ): { name: string; token: string; max_profile: string | null; max_sessions: number | null } {
+  ): Omit<AgentInfo, "created_at"> & { token: string } {
     requireOperator(principal, "managing agents");
     if (body.max_profile !== undefined) this.#deps.domains.profile(body.max_profile);
+    if (body.max_widening !== undefined) {
+      if (body.max_profile === undefined) {
+        throw new InvalidRequestError("max_widening: widens max_profile; give max_profile too");
+      }
+      const relative = body.max_widening.write?.find((path) => !path.startsWith("/"));
+      if (relative !== undefined) {
+        throw new InvalidRequestError(`max_widening.write: ${relative} is not absolute`);
+      }
+    }
+    const maxWidening = body.max_widening && canonical(body.max_widening);
     const { agent, token } = this.#deps.agents.create({
       name: body.name,
       maxProfile: body.max_profile,
+      maxWidening: maxWidening && Object.keys(maxWidening).length > 0 ? maxWidening : undefined,
       maxSessions: body.max_sessions,
     });
     return {
       name: agent.name,
       token,
       max_profile: agent.max_profile,
+      max_widening: agent.max_widening,
       max_sessions: agent.max_sessions,
     };
   }
@@ -433,6 +448,36 @@ export class Service {
     }
     this.#withinCap(principal, requested, "profile");
     return supervisor.profileFor(requested);
+  }
+
+  /**
+   * The widest an agent may ever run under: its max_profile widened by its max_widening;
+   * undefined for the operator and an agent without max_profile.
+   */
+  #cap(principal: Principal): Profile | undefined {
+    if (principal.role !== "agent" || principal.maxProfile === undefined) return undefined;
+    const { domains } = this.#deps;
+    const lookup = (name: string) => domains.profile(name);
+    return widen(lookup(principal.maxProfile), principal.maxWidening ?? {}, lookup, FULL_ACCESS);
+  }
+
+  /** 403 unless `profile` widened by `escalation` stays within the agent's `cap`. */
+  #escalationWithinCap(
+    principal: Principal,
+    profile: string,
+    escalation: Widening,
+    cap: Profile,
+  ): void {
+    const { domains } = this.#deps;
+    const lookup = (name: string) => domains.profile(name);
+    if (fitsWithin(widen(lookup(profile), escalation, lookup, FULL_ACCESS), cap)) return;
+    const agent = principal as Agent;
+    throw new ForbiddenError(
+      `escalate: agent ${agent.name} may not ask to run ${describe(profile, escalation)}; ` +
+        `it is capped at ${agent.maxProfile}` +
+        (agent.maxWidening ? ` plus ${JSON.stringify(agent.maxWidening)}` : "") +
+        " (max_profile, max_widening)",
+    );
   }
 
   #withinCap(principal: Principal, name: string, field: string): void {

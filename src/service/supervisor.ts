@@ -18,7 +18,7 @@ import { type Denial, urlDestinations } from "../sandbox/denial.ts";
 import { FULL_ACCESS, type SandboxChoice, type SandboxDomains } from "../sandbox/domains.ts";
 import { protectedAncestor } from "../sandbox/git_guard.ts";
 import type { Profile } from "../sandbox/profiles.ts";
-import { combine, fitsWithin, isEmpty, type Widening } from "../sandbox/widening.ts";
+import { combine, fitsWithin, isEmpty, widen, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
 import type { CallResult, ExecRequest, SessionManager } from "../sessions/manager.ts";
 
@@ -29,6 +29,11 @@ export interface SupervisedExec {
   profile?: string;
   /** What the agent asks for beyond the profile; `{}` for a plain sandboxed run. */
   escalation: Widening;
+  /**
+   * The widest the agent may ever run under (its max_profile and max_widening); a retry
+   * beyond it is never proposed. Undefined: no cap.
+   */
+  cap?: Profile;
   /** Whether `request.shell` is the server's own shell rather than one the agent named. */
   serverShell: boolean;
   justification?: string;
@@ -117,11 +122,17 @@ export class Supervisor {
     // A directory holding the server's state cannot be granted: only no sandbox would do.
     const grantable = narrowest.write?.every((path) => domains.writable(path)) ?? true;
     const proposal = combine(granted, grantable ? narrowest : { unsandboxed: true });
+    if (frozen.cap && !this.#fits(profile, proposal, frozen.cap)) {
+      const message = "the retry this denial needs is beyond the agent's max_profile and " +
+        "max_widening, so it was not proposed";
+      return { ...first, sandbox: { ...first.sandbox, message } };
+    }
     const decision = await this.#ask(frozen, profile, {
       escalation: proposal,
       reason: RETRY_REASON,
       denial,
-      allowUnsandboxed: true,
+      // The approver may pick no sandbox instead, unless the agent is capped below that.
+      allowUnsandboxed: !frozen.cap?.enforce,
     });
     if (!decision.approved) {
       return { ...first, sandbox: { ...first.sandbox, message: decision.message } };
@@ -150,6 +161,13 @@ export class Supervisor {
       return wider.enforce && wider.network === "all" && wider.tcpPorts === undefined &&
         fitsWithin(base, wider) && fitsWithin(offline, base) && rest(wider) === baseRest;
     });
+  }
+
+  /** Whether `profile` widened by `w` stays within `cap`. */
+  #fits(profile: string, w: Widening, cap: Profile): boolean {
+    const { domains } = this.#opts;
+    const lookup = (name: string) => domains.profile(name);
+    return fitsWithin(widen(lookup(profile), w, lookup, FULL_ACCESS), cap);
   }
 
   #choose(input: SupervisedExec, profile: string, granted: Widening): SandboxChoice {
