@@ -53,8 +53,13 @@ export interface Config {
   history: boolean;
   /** `UEXEC_HISTORY_DAYS`: history rows older than this many days are deleted (default 30). */
   historyDays: number;
-  /** `UEXEC_HISTORY_MAX_ROWS`: the newest this many rows are kept (default 100000). */
+  /** `UEXEC_HISTORY_MAX_ROWS`: the newest this many rows of each agent are kept (default 10000). */
   historyMaxRows: number;
+  /**
+   * `UEXEC_HISTORY_MAX_BYTES`: the newest rows of each agent up to this many bytes (command and
+   * output tail, plus 512 a row) are kept (default 268435456, 256 MiB).
+   */
+  historyMaxBytes: number;
   /** `UEXEC_LOG`: json (default), pretty or off. */
   log: LogFormat;
   // Dashboard settings.
@@ -245,9 +250,15 @@ function observability(env: Record<string, string | undefined>) {
     historyDays: integer("UEXEC_HISTORY_DAYS", env.UEXEC_HISTORY_DAYS ?? "30", 1, 36_500),
     historyMaxRows: integer(
       "UEXEC_HISTORY_MAX_ROWS",
-      env.UEXEC_HISTORY_MAX_ROWS ?? "100000",
+      env.UEXEC_HISTORY_MAX_ROWS ?? "10000",
       1,
       100_000_000,
+    ),
+    historyMaxBytes: integer(
+      "UEXEC_HISTORY_MAX_BYTES",
+      env.UEXEC_HISTORY_MAX_BYTES ?? String(256 * 1024 * 1024),
+      4096,
+      Number.MAX_SAFE_INTEGER,
     ),
     log: log as LogFormat,
   };

@@ -214,7 +214,11 @@ function openState(config: Config): { state: StateDir; agents: AgentRegistry } {
 /** The history in the state directory; a database that cannot be opened is a warning. */
 function openHistory(config: Config, state: StateDir, bus: EventBus, log: Logger) {
   const path = state.file("history.db");
-  const retention = { days: config.historyDays, maxRows: config.historyMaxRows };
+  const retention = {
+    days: config.historyDays,
+    maxRows: config.historyMaxRows,
+    maxBytes: config.historyMaxBytes,
+  };
   let store: HistoryStore;
   try {
     store = new HistoryStore(path, retention);

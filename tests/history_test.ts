@@ -313,15 +313,31 @@ Deno.test("history: rows, tails, filters, pages, scoping, approvals, restart", a
   }
 });
 
-Deno.test("history: UEXEC_HISTORY_MAX_ROWS keeps the newest rows", async () => {
-  const server = await startServer({ UEXEC_HISTORY_MAX_ROWS: "5" });
+Deno.test("history: retention is per agent: one agent's flood keeps another's history", async () => {
+  const server = await startServer({
+    UEXEC_HISTORY_MAX_ROWS: "5",
+    // Room for about three rows of `head -c 20000` (output tail plus 512 bytes each).
+    UEXEC_HISTORY_MAX_BYTES: String(3 * (20_000 + 512 + 40)),
+  });
   try {
+    const other = await server.operator.post("/v1/agents", { name: "other" });
+    const o = server.as(other.body.token);
+    for (let i = 1; i <= 2; i++) assert.equal((await exec(o, `echo mine-${i}`)).status, 200);
     for (let i = 1; i <= 8; i++) assert.equal((await exec(server, `echo keep-${i}`)).status, 200);
-    const items = (await server.operator.get("/v1/history?limit=500")).body.items;
+    const commands = async (agent: string) =>
+      (await server.operator.get(`/v1/history?agent=${agent}&limit=500`)).body.items
+        .map((i: Body) => i.command);
+    assert.deepEqual(await commands("default"), [8, 7, 6, 5, 4].map((i) => `echo keep-${i}`));
+    assert.deepEqual(await commands("other"), ["echo mine-2", "echo mine-1"]);
+    // Bytes: big outputs push out the agent's own oldest rows, and only those.
+    for (let i = 1; i <= 4; i++) {
+      assert.equal((await exec(server, `head -c 20000 /dev/zero | tr '\\0' ${i}`)).status, 200);
+    }
     assert.deepEqual(
-      items.map((i: Body) => i.command),
-      [8, 7, 6, 5, 4].map((i) => `echo keep-${i}`),
+      await commands("default"),
+      [4, 3, 2].map((i) => `head -c 20000 /dev/zero | tr '\\0' ${i}`),
     );
+    assert.deepEqual(await commands("other"), ["echo mine-2", "echo mine-1"]);
   } finally {
     await server.stop();
   }

@@ -1,7 +1,8 @@
 /**
  * The command history database: one SQLite file (`history.db`, 0600, WAL) in the state
  * directory holding a row per command with its approvals and the tail of its output, the
- * queries behind `GET /v1/history`, and retention by age and row count.
+ * queries behind `GET /v1/history`, and retention by age and, per agent, by rows and bytes (so
+ * no agent's commands ever evict another's).
  *
  * Every call is synchronous (`node:sqlite`) and may throw (a full disk, a database another
  * process holds locked): the caller decides what a failure means. The server reads through one
@@ -112,8 +113,18 @@ export interface HistoryFilter {
 /** How long and how much history is kept. */
 export interface Retention {
   days: number;
+  /** The newest this many rows of each agent are kept. */
   maxRows: number;
+  /** The newest rows of each agent whose sizes ({@link ROW_BYTES}) add up to at most this. */
+  maxBytes: number;
 }
+
+/**
+ * What a row weighs against its agent's byte budget: its command and output tail, plus this
+ * much for the rest of the row and its approvals.
+ */
+export const ROW_OVERHEAD_BYTES = 512;
+const ROW_BYTES = `length(command) + coalesce(length(output_tail), 0) + ${ROW_OVERHEAD_BYTES}`;
 
 /** Rows one pruning pass deletes at most, so no pass holds the event loop long. */
 const PRUNE_BATCH = 1000;
@@ -170,6 +181,7 @@ export class HistoryStore {
   #retention: Retention;
   #upsertCommand: StatementSync;
   #upsertApproval: StatementSync;
+  #pruneAgent: StatementSync;
 
   /**
    * Open the database at `path`; unless `existing`, create it first (0600, its WAL files too)
@@ -204,6 +216,16 @@ export class HistoryStore {
          output_bytes = excluded.output_bytes, cpu_ms = excluded.cpu_ms,
          peak_memory_bytes = excluded.peak_memory_bytes, denial = excluded.denial,
          output_tail = coalesce(excluded.output_tail, output_tail)`,
+    );
+    // Newest first through the (agent, started_ms, id) index: a row goes once it is past the
+    // agent's row count or its running total of bytes passes the budget.
+    this.#pruneAgent = this.#db.prepare(
+      `DELETE FROM commands WHERE rowid IN (
+         SELECT rowid FROM (
+           SELECT rowid, row_number() OVER newest AS n, sum(${ROW_BYTES}) OVER newest AS total
+           FROM commands WHERE agent = ?
+           WINDOW newest AS (ORDER BY started_ms DESC, id DESC ROWS UNBOUNDED PRECEDING)
+         ) WHERE n > ? OR total > ? LIMIT ?)`,
     );
     this.#upsertApproval = this.#db.prepare(
       `INSERT INTO approvals (id, command_id, status, reason, runs, escalation, denial,
@@ -282,23 +304,32 @@ export class HistoryStore {
   }
 
   /**
-   * Delete commands older than the retention's days and beyond its row count (oldest first),
-   * at most {@link PRUNE_BATCH} of each per call; returns how many were deleted.
+   * Delete commands older than the retention's days, and of each agent in `agents` (every
+   * agent when absent) those beyond its newest `maxRows` or `maxBytes` (oldest first), at most
+   * {@link PRUNE_BATCH} of each per call; returns how many were deleted. One agent's commands
+   * never count against another's.
    */
-  prune(nowMs: number): number {
+  prune(nowMs: number, agents?: Iterable<string>): number {
     const cutoff = nowMs - this.#retention.days * 86_400_000;
-    const old = this.#db.prepare(
-      `DELETE FROM commands WHERE id IN
-         (SELECT id FROM commands WHERE started_ms < ? ORDER BY started_ms LIMIT ?)`,
-    ).run(cutoff, PRUNE_BATCH);
-    // Rows are inserted in start order and never move, so the newest `maxRows` are those
-    // within `maxRows` of the highest rowid: found through the rowid, without counting.
-    const excess = this.#db.prepare(
-      `DELETE FROM commands WHERE rowid IN
-         (SELECT rowid FROM commands
-          WHERE rowid <= (SELECT max(rowid) FROM commands) - ? ORDER BY rowid LIMIT ?)`,
-    ).run(this.#retention.maxRows, PRUNE_BATCH);
-    return Number(old.changes) + Number(excess.changes);
+    let deleted = Number(
+      this.#db.prepare(
+        `DELETE FROM commands WHERE id IN
+           (SELECT id FROM commands WHERE started_ms < ? ORDER BY started_ms LIMIT ?)`,
+      ).run(cutoff, PRUNE_BATCH).changes,
+    );
+    const names = agents ??
+      this.#db.prepare("SELECT DISTINCT agent FROM commands").all().map((r) => String(r.agent));
+    for (const agent of names) {
+      deleted += Number(
+        this.#pruneAgent.run(
+          agent,
+          this.#retention.maxRows,
+          this.#retention.maxBytes,
+          PRUNE_BATCH,
+        ).changes,
+      );
+    }
+    return deleted;
   }
 
   /** One page of commands, newest first, and the position after its last one if more remain. */

@@ -24,7 +24,8 @@ self.onmessage = (event: MessageEvent<WriterRequest>) => {
       store = new HistoryStore(req.path, req.retention, true);
     } else if (req.type === "write") {
       store!.write(req.commands, req.approvals);
-      store!.prune(Date.now());
+      // Only the agents this batch wrote for can have grown past their budget.
+      store!.prune(Date.now(), new Set(req.commands.map((c) => c.agent)));
     } else {
       store?.close();
       store = undefined;
