@@ -294,6 +294,35 @@ Deno.test("output_mode screen: the terminal as a person sees it", async (t) => {
   await server.stop();
 });
 
+Deno.test("screen: huge counts in control sequences stall no screen (fuzz finding)", async () => {
+  const server = await startServer();
+  try {
+    // A bystander's screen, open before the flood: it must keep answering.
+    const bystander = await live(server, {
+      cmd: "printf 'calm'; read x",
+      output_mode: "screen",
+      until: "calm",
+    });
+    const r = await server.post("/v1/exec_command", {
+      ...SH,
+      cmd: "printf 'a\\e[999999999Lb\\n'; for i in 1 2 3; do printf 'x\\e[999999999b\\n'; done; " +
+        "printf '\\e[999999999S\\e[999999999@\\e[999999999Mend'",
+      output_mode: "screen",
+      rows: 5,
+      cols: 10,
+    });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.equal(r.body.exit_code, 0);
+    assert.deepEqual(r.body.screen.lines, ["", "", "", "", "end"]);
+    const other = await server.get(`/v1/sessions/${bystander.id}/screen`);
+    assert.equal(other.status, 200);
+    assert.equal(other.body.lines[0], "calm");
+    await server.del(`/v1/sessions/${bystander.id}`);
+  } finally {
+    await server.stop();
+  }
+});
+
 Deno.test("screen: who may look, and sessions without a screen", async (t) => {
   const server = await startServer();
   const minted = await server.operator.post("/v1/agents", { name: "agent-b" });

@@ -13,6 +13,7 @@
 
 import xterm from "@xterm/headless";
 import { rawSyscall } from "../ffi/libc.ts";
+import { CsiClamp } from "./csi_clamp.ts";
 import type { ScreenReply, ScreenRequest, ScreenSnapshot } from "./screen.ts";
 
 type Terminal = InstanceType<typeof xterm.Terminal>;
@@ -24,6 +25,8 @@ type Work = Uint8Array | { resize: [number, number] } | { snapshot: number };
 /** One session's emulator. */
 interface Emulator {
   term: Terminal;
+  /** Bounds the counts of control sequences before `term` parses them (see csi_clamp.ts). */
+  clamp: CsiClamp;
   /** Work in arrival order; a chunk is parsed before anything after it runs. */
   queue: Work[];
   busy: boolean;
@@ -113,7 +116,7 @@ function pump(id: number, emu: Emulator): void {
       emu.term.resize(...work.resize);
     } else {
       emu.busy = true;
-      emu.term.write(work, () => {
+      emu.term.write(emu.clamp.filter(work, emu.term.cols, emu.term.rows), () => {
         emu.busy = false;
         emu.unreported += work.length;
         if (emu.queue.length === 0 || emu.unreported >= REPORT_BYTES) {
@@ -145,6 +148,7 @@ self.onmessage = (e: MessageEvent<ScreenRequest>) => {
       });
       emulators.set(msg.id, {
         term,
+        clamp: new CsiClamp(),
         queue: [],
         busy: false,
         scrollback: msg.scrollback,
