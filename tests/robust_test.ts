@@ -165,6 +165,26 @@ Deno.test("robustness over HTTP", async (t) => {
       past.body.error.message,
       /^Last-Event-ID: offset 15 is past the end of the output \(14\)$/,
     );
+    // One spelling of a number only (fuzz finding: Number() takes all of these).
+    // (fetch trims a header's spaces: those spellings are tried in the query only.)
+    for (const spelling of ["0x4", "+4", " 4", "4 ", "4e0", "04", "4.0", "", "-0"]) {
+      if (spelling.trim() === spelling && spelling !== "") {
+        const header = await server.get(`/v1/sessions/${id}/stream`, {
+          "last-event-id": spelling,
+        });
+        assert.equal(header.status, 400, JSON.stringify(spelling));
+        assert.match(header.body.error.message, /^Last-Event-ID: must be a byte offset/);
+      }
+      const query = await server.get(
+        `/v1/sessions/${id}/output?since=${encodeURIComponent(spelling)}`,
+      );
+      assert.equal(query.status, 400, JSON.stringify(spelling));
+      assert.match(query.body.error.message, /^since: must be a byte offset/);
+    }
+    for (const path of [`+${id}`, `0x${id.toString(16)}`, `${id}e0`, `%20${id}`, `0${id}`]) {
+      assert.equal((await server.get(`/v1/sessions/${path}`)).status, 400, path);
+      assert.equal((await server.get(`/v1/sessions/${path}/output`)).status, 400, path);
+    }
     await server.del(`/v1/sessions/${id}`);
   });
 

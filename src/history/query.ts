@@ -10,6 +10,7 @@
  */
 
 import { z } from "zod";
+import { decimalText } from "../decimal_text.ts";
 import { HISTORY_STATUSES } from "./store.ts";
 
 /** The query string of `GET /v1/history`. */
@@ -18,7 +19,7 @@ export const HistoryQuery = z.strictObject({
   status: z.enum(HISTORY_STATUSES).optional(),
   q: z.string().max(1000).optional(),
   since: z.iso.datetime({ offset: true }).optional(),
-  limit: z.coerce.number().int().min(1).max(500).default(50),
+  limit: decimalText(1, 500).default(50),
   cursor: z.string().max(500).optional(),
 });
 

@@ -9,7 +9,7 @@
  */
 
 import type { Context, Hono } from "hono";
-import { z } from "zod";
+import { decimalText } from "../decimal_text.ts";
 import { describeIssues, SessionIdParam } from "../service/schemas.ts";
 import type { Principal } from "../service/principal.ts";
 import type { Service } from "../service/service.ts";
@@ -17,11 +17,11 @@ import { completeLength } from "../output/utf8.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
 import { encodeBase64, outputStream } from "./output_stream.ts";
 
-const Offset = z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER);
+const Offset = decimalText(0, Number.MAX_SAFE_INTEGER);
 
 function offset(raw: string | undefined, field: string): number | undefined {
   if (raw === undefined) return undefined;
-  const parsed = Offset.safeParse(raw.trim() === "" ? "x" : raw);
+  const parsed = Offset.safeParse(raw);
   if (!parsed.success) {
     throw new InvalidRequestError(`${field}: must be a byte offset (an integer >= 0)`);
   }

@@ -8,6 +8,7 @@
  */
 
 import { z } from "zod";
+import { decimalText } from "../decimal_text.ts";
 import { approvalDecisionSchema } from "../approvals/store.ts";
 import { compileUntil, UntilPatternError } from "../sessions/until.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
@@ -190,7 +191,7 @@ export const ResizeBody = z.strictObject({ cols: size, rows: size });
 export const SignalBody = z.strictObject({ signal: z.string().min(1).max(32) });
 
 /** A session id in a path. */
-export const SessionIdParam = z.coerce.number().int().min(0).max(2 ** 31);
+export const SessionIdParam = decimalText(0, 2 ** 31);
 
 /** Clamp the exec yield: default 10 s, within 250 ms..30 s. */
 export function execYield(requested?: number): number {
