@@ -25,15 +25,6 @@ import { startServer, type TestServer } from "./helpers/server.ts";
 
 const root = new URL("../", import.meta.url).pathname;
 
-/**
- * Session uids of their own for each server: servers on one host with overlapping ranges reap
- * each other's sessions (or are refused), and other test runs may share this host.
- */
-function uidRange(): string {
-  const first = 2_001_000_000 + Math.floor(Math.random() * 20_000) * 4096;
-  return `${first}-${first + 4095}`;
-}
-
 /** A tool call's result, as the tests read it. */
 interface ToolResult {
   isError?: boolean;
@@ -101,7 +92,7 @@ function comparable(result: CallResult) {
 }
 
 Deno.test("mcp: five tools, with the HTTP API's input schemas and an output schema each", async () => {
-  const server = await startServer({ UEXEC_UID_RANGE: uidRange() });
+  const server = await startServer();
   const mcp = await connect(server, server.agentToken);
   try {
     const { tools } = await mcp.client.listTools();
@@ -153,7 +144,7 @@ Deno.test("mcp: five tools, with the HTTP API's input schemas and an output sche
 });
 
 Deno.test("mcp: an interactive session over two calls, then killed", async () => {
-  const server = await startServer({ UEXEC_UID_RANGE: uidRange() });
+  const server = await startServer();
   const mcp = await connect(server, server.agentToken);
   try {
     const started = await mcp.call("exec_command", {
@@ -198,7 +189,7 @@ Deno.test("mcp: an interactive session over two calls, then killed", async () =>
 });
 
 Deno.test("mcp: structuredContent is the HTTP API's JSON, the text its text form", async () => {
-  const server = await startServer({ UEXEC_UID_RANGE: uidRange() });
+  const server = await startServer();
   const mcp = await connect(server, server.agentToken);
   try {
     const body = { cmd: "printf '\\033[1mbold\\033[0m\\n'; exit 3", login: false };
@@ -227,7 +218,7 @@ Deno.test("mcp: structuredContent is the HTTP API's JSON, the text its text form
 });
 
 Deno.test("mcp: failures are tool errors with the HTTP API's messages", async (t) => {
-  const server = await startServer({ UEXEC_UID_RANGE: uidRange() });
+  const server = await startServer();
   const mcp = await connect(server, server.agentToken);
   const other = (await server.operator.post("/v1/agents", { name: "other" })).body.token;
   const otherMcp = await connect(server, other);
@@ -341,7 +332,7 @@ Deno.test("mcp: failures are tool errors with the HTTP API's messages", async (t
 });
 
 Deno.test("mcp: a waiting call sends progress as output arrives, only when asked", async () => {
-  const server = await startServer({ UEXEC_UID_RANGE: uidRange() });
+  const server = await startServer();
   const mcp = await connect(server, server.agentToken);
   try {
     const started = await mcp.call("exec_command", {
@@ -412,7 +403,6 @@ Deno.test("mcp: a waiting call sends progress as output arrives, only when asked
 Deno.test("mcp: who may reach /mcp", async (t) => {
   const server = await startServer({
     UEXEC_APPROVAL_POLICY: "on-request",
-    UEXEC_UID_RANGE: uidRange(),
   });
   try {
     await t.step("no or a wrong token: 401", async () => {
@@ -522,6 +512,100 @@ function alive(pid: number): boolean {
   }
 }
 
+Deno.test("mcp: malformed messages are the client's errors, and bodies stay within 1 MiB (fuzz findings)", async () => {
+  const server = await startServer();
+  const post = async (body: string) => {
+    const r = await server.raw("/mcp", {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        accept: "application/json, text/event-stream",
+      },
+      body,
+    });
+    return { status: r.status, body: JSON.parse(r.text) };
+  };
+  const init = (params: unknown, id: unknown = 1) =>
+    JSON.stringify({ jsonrpc: "2.0", id, method: "initialize", params });
+  const call = (args: unknown, id = 2) => ({
+    jsonrpc: "2.0",
+    id,
+    method: "tools/call",
+    params: { name: "list_sessions", arguments: args },
+  });
+  const invalidParams = (id: unknown, message: string) => ({
+    jsonrpc: "2.0",
+    id,
+    error: { code: -32602, message },
+  });
+  try {
+    assert.deepEqual(
+      await post(
+        init({ protocolVersion: 5, capabilities: {}, clientInfo: { name: "x", version: "1" } }),
+      ),
+      {
+        status: 400,
+        body: invalidParams(1, "initialize: params.protocolVersion must be a string"),
+      },
+    );
+    assert.deepEqual(await post(init("2025-06-18", "a")), {
+      status: 400,
+      body: invalidParams("a", "initialize: params must be an object"),
+    });
+    for (const args of ["x", [1], 7, null]) {
+      assert.deepEqual(await post(JSON.stringify(call(args))), {
+        status: 400,
+        body: invalidParams(2, "tools/call: params.arguments must be an object"),
+      });
+    }
+    assert.deepEqual(await post("[]"), {
+      status: 400,
+      body: {
+        jsonrpc: "2.0",
+        id: null,
+        error: { code: -32600, message: "Invalid Request: an empty batch" },
+      },
+    });
+    // In a batch with a bad message nothing runs, and every request is answered.
+    assert.deepEqual(
+      await post(JSON.stringify([{ jsonrpc: "2.0", id: 9, method: "ping" }, call("x", 10)])),
+      {
+        status: 400,
+        body: [
+          {
+            jsonrpc: "2.0",
+            id: 9,
+            error: { code: -32600, message: "not run: another message of its batch was invalid" },
+          },
+          invalidParams(10, "tools/call: params.arguments must be an object"),
+        ],
+      },
+    );
+    assert.deepEqual(await post("{"), {
+      status: 400,
+      body: {
+        jsonrpc: "2.0",
+        id: null,
+        error: { code: -32700, message: "Parse error: body: malformed JSON" },
+      },
+    });
+    const big = JSON.stringify({ ...call({}), pad: "x".repeat(1024 * 1024) });
+    assert.deepEqual(await post(big), {
+      status: 413,
+      body: {
+        jsonrpc: "2.0",
+        id: null,
+        error: { code: -32600, message: "Invalid Request: request body exceeds 1 MiB" },
+      },
+    });
+    // A good call still works (the SDK gets the body read here).
+    const ok = await server.raw("/mcp", initialize(server.auth));
+    assert.equal(ok.status, 200, ok.text);
+  } finally {
+    await server.stop();
+  }
+});
+
 Deno.test("mcp: deno task mcp over stdio; closing stdin ends it and its sessions", async () => {
   const workspace = await Deno.makeTempDir({ prefix: "uexec-ws-" });
   const stateDir = await Deno.makeTempDir({ prefix: "uexec-state-" });
@@ -537,7 +621,6 @@ Deno.test("mcp: deno task mcp over stdio; closing stdin ends it and its sessions
       SHELL: "/bin/bash",
       UEXEC_WORKSPACE: workspace,
       UEXEC_STATE_DIR: stateDir,
-      UEXEC_UID_RANGE: uidRange(),
     },
     stderr: "pipe",
   });

@@ -91,11 +91,13 @@ function asFailure(err: unknown): Failure | undefined {
   return undefined;
 }
 
+/** A request's JSON body, within the 1 MiB every front door of this app allows. */
+function readBody(req: Request): Promise<unknown> {
+  return readJson(req, MAX_BODY_BYTES, "request body exceeds 1 MiB");
+}
+
 async function parseBody<T extends z.ZodType>(c: Context, schema: T): Promise<z.output<T>> {
-  return parseInput(
-    schema,
-    await readJson(c.req.raw, MAX_BODY_BYTES, "request body exceeds 1 MiB"),
-  );
+  return parseInput(schema, await readBody(c.req.raw));
 }
 
 /**
@@ -232,7 +234,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
     return c.json(await service.revokeAgent(principal, c.req.param("name")));
   });
 
-  mcpRoutes(app, service, who);
+  mcpRoutes(app, service, who, readBody);
   registerHistoryRoutes(app, service, who);
   docsRoutes(app);
   wsRoutes(app, service, who);
