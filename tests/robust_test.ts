@@ -212,6 +212,34 @@ Deno.test("robustness over HTTP", async (t) => {
     await stream.close();
   });
 
+  await t.step("as text, a gap counts the character it cut: every byte accounted for", async () => {
+    // "xx" then 600,000 two-byte characters: the 1 MiB ring begins inside one of them.
+    const id = await execLive(
+      server,
+      "printf xx; python3 -c \"import sys; sys.stdout.write('\\u00e9' * 600000)\"; echo; echo fin; read x",
+      { tty: false, until: "fin", max_output_tokens: 16 },
+    );
+    const end = (await server.get(`/v1/sessions/${id}/output?since=0`)).body.end;
+    assert.equal(end, 2 + 1_200_000 + 5);
+    const ringStart = end - 1024 * 1024;
+    assert.equal((ringStart - 2) % 2, 1, "the ring begins on a continuation byte");
+    const stream = await connectSse(`${server.url}/v1/sessions/${id}/stream`, {
+      ...server.auth,
+      "last-event-id": "0",
+    });
+    await server.del(`/v1/sessions/${id}`);
+    const got = await stream.until((evs) => evs.some((e) => e.event === "exit"));
+    await stream.close();
+    assert.equal(got[0].event, "gap");
+    assert.deepEqual(got[0].data, { bytes: ringStart + 1 });
+    assert.equal(got[0].id, String(ringStart + 1));
+    const text = outputText(got);
+    assert.ok(!text.includes("\ufffd"), "no character decoded from a part");
+    assert.equal(Number(got[0].id) + new TextEncoder().encode(text).length, end);
+    const outputs = got.filter((e) => e.event === "output");
+    assert.equal(outputs.at(-1)!.id, String(end));
+  });
+
   await t.step("GET output?since=N reads the history without taking it", async () => {
     const id = await execLive(server, "echo one; read x; echo two; read y", {
       tty: false,

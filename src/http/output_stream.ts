@@ -2,7 +2,9 @@
  * A session's output as a resumable Server-Sent Events stream. Every `output` event carries as
  * its `id:` the byte offset after its bytes; a client that reconnects with `Last-Event-ID` gets
  * exactly the bytes after that offset while the session's history still holds them, and
- * otherwise one `gap` event (`{ bytes }`, the number lost) and then what follows. The stream
+ * otherwise one `gap` event (`{ bytes }`, the number lost) and then what follows (as text, the
+ * gap also counts the parts of characters it cut, on either side, so every byte is accounted
+ * for: an output event's id plus the next gap's bytes is that gap's id). The stream
  * pulls from the history only as fast as the client reads, so a slow client costs no memory
  * beyond the history's ring: when it falls more than the ring behind, it gets a `gap` event.
  * The stream ends with an `exit` event once the child closed and everything was sent.
@@ -14,6 +16,7 @@
  */
 
 import { CharCarry } from "../output/carry.ts";
+import { nextBoundary } from "../output/utf8.ts";
 import type { Session } from "../sessions/session.ts";
 
 /** Most bytes in one `output` event. */
@@ -74,8 +77,13 @@ export function outputStream(session: Session, opts: OutputStreamOptions): Respo
         const got = history.read(sent, EVENT_BYTES);
         sent = got.from + got.bytes.length;
         if (got.lost > 0) {
+          // As text, a character cut by the gap is lost whole: what was carried of it before
+          // the gap and its continuation bytes after it are counted in the gap.
+          const cut = opts.base64 ? 0 : nextBoundary(got.bytes, 0);
+          const bytes = got.lost + carry.rest.length + cut;
           carry.drop();
-          controller.enqueue(frame("gap", { bytes: got.lost }, got.from));
+          got.bytes = got.bytes.subarray(cut);
+          controller.enqueue(frame("gap", { bytes }, got.from + cut));
         }
         const final = ended && sent === history.end;
         if (got.bytes.length > 0 || (final && carry.rest.length > 0)) {
