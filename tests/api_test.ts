@@ -128,7 +128,7 @@ Deno.test("request validation and error codes", async (t) => {
     }
     assert.deepEqual(
       (await server.get("/v1/sessions/abc")).body,
-      invalid("id: Invalid input: expected number, received NaN"),
+      invalid("id: must be a whole number in plain decimal"),
     );
   });
 

@@ -10,7 +10,12 @@
 
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { compileUntil, UntilMatcher } from "../src/sessions/until.ts";
+import {
+  compileUntil,
+  maxMatchLength,
+  UntilMatcher,
+  type UntilPattern,
+} from "../src/sessions/until.ts";
 import { startServer } from "./helpers/server.ts";
 
 Deno.test("until: constructs the linear engine refuses are named in a 400", async (t) => {
@@ -178,4 +183,83 @@ Deno.test("until: a pattern without syntax matches exactly where its RegExp woul
     { numRuns: 2000, seed: 7 },
   );
   assert.ok(substrings > 100, `only ${substrings} substring patterns were tried`);
+});
+
+Deno.test("until: the longest match a pattern can make, or no bound", () => {
+  const cases: [string, number | undefined][] = [
+    ["abc", 3],
+    [">>> $", 4],
+    ["\\$ $", 2],
+    ["^done\\r?\\n", 6],
+    ["a|bcd|ef", 3],
+    ["(?:ab){3}x?", 7],
+    ["x\\d{2,5}", 6],
+    ["[a-z\\]]{4}", 4],
+    ["(?<name>ab)(?<=b)c\\b", 3],
+    ["\\u00e9\\x41\\cJ", 3],
+    ["a{2,}", undefined],
+    ["a.*b", undefined],
+    ["(ab)+", undefined],
+    ["x*?", undefined],
+  ];
+  for (const [source, longest] of cases) assert.equal(maxMatchLength(source), longest, source);
+  // Never less than a real match: checked with the backtracking engine on small random input.
+  const char = fc.constantFrom(..."ab.|?*+()[]{}^$\\d2,:");
+  fc.assert(
+    fc.property(
+      fc.array(char, { minLength: 1, maxLength: 10 }).map((cs) => cs.join("")),
+      fc.array(fc.constantFrom(..."ab2 \n"), { maxLength: 30 }).map((cs) => cs.join("")),
+      (source, text) => {
+        let regexp;
+        try {
+          regexp = new RegExp(source, "g");
+        } catch {
+          return;
+        }
+        const longest = maxMatchLength(source);
+        if (longest === undefined) return;
+        for (const m of text.matchAll(regexp)) {
+          assert.ok(m[0].length <= longest, `${source} ${m[0]}`);
+        }
+      },
+    ),
+    { numRuns: 3000, seed: 11 },
+  );
+});
+
+Deno.test("until: a flood in small chunks tests each character about twice, and finds what spans chunks", async () => {
+  /** A pattern stand-in that counts the characters it is tested over. */
+  const counting = (regexp: RegExp, maxLength: number | undefined) => {
+    const pattern = {
+      window: 16 * 1024,
+      maxLength,
+      tested: 0,
+      test(text: string) {
+        pattern.tested += text.length;
+        return regexp.test(text);
+      },
+    };
+    return pattern;
+  };
+  const chunk = new TextEncoder().encode("x".repeat(4096));
+  const flood = 256;
+  // A bounded pattern: only the new text and its length - 1 before it.
+  const bounded = counting(/>>> $/, 4);
+  const a = new UntilMatcher(bounded as unknown as UntilPattern);
+  for (let i = 0; i < flood; i++) assert.equal(a.feed(chunk), false);
+  assert.ok(bounded.tested <= flood * (4096 + 3), `${bounded.tested}`);
+  assert.equal(a.feed(new TextEncoder().encode(">>")), false);
+  assert.equal(a.feed(new TextEncoder().encode("> ")), true, "a match across two chunks");
+  // An unbounded one: the window at most once per half window, and when the burst ends.
+  const open = counting(/done.*!/, undefined);
+  let late = 0;
+  const b = new UntilMatcher(open as unknown as UntilPattern, () => late++);
+  for (let i = 0; i < flood; i++) assert.equal(b.feed(chunk), false);
+  assert.ok(open.tested <= 2.5 * flood * 4096, `${open.tested}`);
+  assert.equal(b.feed(new TextEncoder().encode("done")), false);
+  assert.equal(b.feed(new TextEncoder().encode(" now!")), false, "put off to the burst's end");
+  await new Promise<void>((resolve) => setTimeout(resolve, 0));
+  assert.equal(late, 1);
+  assert.equal(b.matched, true);
+  b.close();
 });

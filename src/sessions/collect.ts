@@ -48,10 +48,14 @@ function taken(session: Session): Collected {
 export function collect(session: Session, opts: CollectOptions): Promise<Collected> {
   const { signal } = opts;
   if (signal?.aborted) return Promise.reject(new CallAbandonedError());
-  const matcher = opts.until ? new UntilMatcher(opts.until) : undefined;
-  if (session.exit || matcher?.feed(session.peekBytes())) return Promise.resolve(taken(session));
+  const matcher = opts.until ? new UntilMatcher(opts.until, () => finish()) : undefined;
+  if (session.exit || matcher?.feed(session.peekBytes())) {
+    matcher?.close();
+    return Promise.resolve(taken(session));
+  }
   const { promise, resolve, reject } = Promise.withResolvers<Collected>();
   const stop = () => {
+    matcher?.close();
     deadline.cancel();
     waits?.cancel();
     unlisten();

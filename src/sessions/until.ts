@@ -6,7 +6,11 @@
  * building a linear-engine RegExp costs several microseconds a request. Output is written by the
  * command, so a pattern that backtracks would let a repository's output stall the server; this
  * module must never run a pattern on the backtracking engine, and never match over unbounded
- * text.
+ * text. As output arrives, only what a new match could span is tested: the new text and, for a
+ * pattern whose matches are at most L characters long, the L - 1 before it; a pattern whose
+ * matches have no bound (`.*`, `+`) is tested over its whole window once per half a window of
+ * new text, and once more when the burst of output ends, so a flood costs each character about
+ * two tests, not one per chunk.
  *
  * @module
  */
@@ -109,23 +113,32 @@ export class UntilPattern {
   readonly #test: (text: string) => boolean;
   /** How many of the latest characters of a call's output it is matched against. */
   readonly window: number;
+  /** The longest match it can make, in UTF-16 code units; undefined when there is no bound. */
+  readonly maxLength: number | undefined;
 
   private constructor(
     readonly source: string,
     size: number,
     test: (text: string) => boolean,
+    maxLength: number | undefined,
   ) {
     this.#test = test;
     this.window = windowFor(size);
+    this.maxLength = maxLength;
   }
 
   /** `source` compiled: as a substring when it has no syntax, else for the linear engine. */
   static compile(source: string): UntilPattern {
     if (!SYNTAX.test(source)) {
-      return new UntilPattern(source, bounded(source), (text) => text.includes(source));
+      return new UntilPattern(
+        source,
+        bounded(source),
+        (text) => text.includes(source),
+        source.length,
+      );
     }
     const { regexp, size } = linear(source);
-    return new UntilPattern(source, size, (text) => regexp.test(text));
+    return new UntilPattern(source, size, (text) => regexp.test(text), maxMatchLength(source));
   }
 
   /** Whether `text` holds a match. */
@@ -210,25 +223,143 @@ function windowFor(size: number): number {
 
 const decoder = new TextDecoder();
 
-/** A call's output, decoded and kept to the pattern's window, tested as it arrives. */
+/**
+ * A call's output, decoded and kept to the pattern's window, tested as it arrives (see the module
+ * doc for how much is tested when).
+ */
 export class UntilMatcher {
   #text = "";
   /** A trailing incomplete UTF-8 sequence, decoded once the rest of it arrives. */
   #carry = new CharCarry();
   #matched = false;
+  /** Characters at the end of `#text` that no test has covered yet. */
+  #untested = 0;
+  /** Whether the window was tested once (the first feed, what a call starts with, is at once). */
+  #tested = false;
+  #later?: ReturnType<typeof setTimeout>;
 
-  constructor(readonly pattern: UntilPattern) {}
+  /**
+   * `onLateMatch` is called when a test put off until the end of a burst of output matches (a
+   * pattern without a bound on its matches' length); without it every feed tests at once.
+   */
+  constructor(readonly pattern: UntilPattern, readonly onLateMatch?: () => void) {}
 
   get matched(): boolean {
     return this.#matched;
   }
 
-  /** Add output and test the window; returns whether the pattern has matched. */
+  /** Add output and test what a new match could span; returns whether the pattern matched. */
   feed(bytes: Uint8Array): boolean {
     if (this.#matched) return true;
-    this.#text += decoder.decode(this.#carry.complete(bytes));
-    const { window } = this.pattern;
+    const added = decoder.decode(this.#carry.complete(bytes));
+    this.#text += added;
+    this.#untested += added.length;
+    const { window, maxLength } = this.pattern;
     if (this.#text.length > window) this.#text = this.#text.slice(-window);
+    if (maxLength !== undefined) {
+      const span = this.#untested + maxLength - 1;
+      this.#untested = 0;
+      return this.#matched = this.pattern.test(
+        span >= this.#text.length ? this.#text : this.#text.slice(-span),
+      );
+    }
+    if (this.onLateMatch && this.#tested && this.#untested < window / 2) {
+      // Put off until this burst of output ends (the timer runs once the reads queued now are
+      // handled): a flood of small chunks is then tested about twice a character, not per chunk.
+      this.#later ??= setTimeout(() => {
+        this.#later = undefined;
+        if (this.#testWindow()) this.onLateMatch!();
+      }, 0);
+      return false;
+    }
+    return this.#testWindow();
+  }
+
+  /** Stop any test put off (the call ended). */
+  close(): void {
+    clearTimeout(this.#later);
+    this.#later = undefined;
+  }
+
+  #testWindow(): boolean {
+    if (this.#matched || (this.#tested && this.#untested === 0)) return this.#matched;
+    this.#untested = 0;
+    this.#tested = true;
     return this.#matched = this.pattern.test(this.#text);
   }
+}
+
+/**
+ * The longest match of a (non-unicode) JavaScript pattern in UTF-16 code units, or undefined
+ * when a `*`, `+` or open `{n,}` lets it grow without bound. Over-estimates are safe (more is
+ * tested); it is used only on patterns the linear engine accepted.
+ */
+export function maxMatchLength(source: string): number | undefined {
+  let i = 0;
+  /** An alternation up to `)` or the end: the longest of its branches. */
+  const alternation = (): number => {
+    let longest = 0;
+    for (;;) {
+      longest = Math.max(longest, sequence());
+      if (source[i] !== "|") return longest;
+      i++;
+    }
+  };
+  const sequence = (): number => {
+    let total = 0;
+    while (i < source.length && source[i] !== "|" && source[i] !== ")") {
+      const atomLength = atom();
+      const count = quantifier();
+      total += atomLength === 0 ? 0 : atomLength * count;
+    }
+    return total;
+  };
+  const atom = (): number => {
+    const c = source[i++];
+    if (c === "^" || c === "$") return 0;
+    if (c === "\\") {
+      const e = source[i++];
+      if (e === "b" || e === "B") return 0;
+      if (e === "u" && /^[0-9a-fA-F]{4}/.test(source.slice(i))) i += 4;
+      else if (e === "x" && /^[0-9a-fA-F]{2}/.test(source.slice(i))) i += 2;
+      else if (e === "c" && /^[a-zA-Z]/.test(source.slice(i))) i += 1;
+      return 1;
+    }
+    if (c === "[") {
+      while (i < source.length && source[i] !== "]") i += source[i] === "\\" ? 2 : 1;
+      i++;
+      return 1;
+    }
+    if (c === "(") {
+      const head = /^(?:\?(?:<[=!]|[=!]|<[^>]*>|[a-zA-Z]*(?:-[a-zA-Z]*)?:))?/.exec(
+        source.slice(i),
+      )![0];
+      i += head.length;
+      const inner = alternation();
+      i++; // ")"
+      return head === "?<=" || head === "?<!" || head === "?=" || head === "?!" ? 0 : inner;
+    }
+    return 1;
+  };
+  /** The most copies the quantifier after an atom allows: Infinity when unbounded. */
+  const quantifier = (): number => {
+    const c = source[i];
+    let most = 1;
+    if (c === "*" || c === "+") {
+      most = Infinity;
+      i++;
+    } else if (c === "?") {
+      i++;
+    } else if (c === "{") {
+      const m = /^\{(\d+)(?:(,)(\d*))?\}/.exec(source.slice(i));
+      if (m) {
+        most = m[2] === undefined ? Number(m[1]) : m[3] === "" ? Infinity : Number(m[3]);
+        i += m[0].length;
+      }
+    }
+    if (most !== 1 && source[i] === "?") i++; // lazy
+    return most;
+  };
+  const longest = alternation();
+  return Number.isFinite(longest) ? longest : undefined;
 }
