@@ -393,6 +393,30 @@ Deno.test("per-agent limits: pruning stays within an agent, max_profile caps wha
   }
 });
 
+Deno.test("a 429 at the session limit says why nothing could be pruned", async () => {
+  const server = await startServer();
+  try {
+    const two = await server.operator.post("/v1/agents", { name: "two", max_sessions: 2 });
+    const c = server.as(two.body.token);
+    await liveCat(c);
+    await liveCat(c);
+    const third = await c.post("/v1/exec_command", {
+      cmd: "cat",
+      login: false,
+      yield_time_ms: 250,
+    });
+    assert.equal(third.status, 429);
+    assert.deepEqual(third.body.error, {
+      code: "session_limit",
+      message: "session limit of 2 for agent two reached (2 live, 0 starting) and none may be " +
+        "pruned: the 8 most recently used live sessions never are; end one with " +
+        "DELETE /v1/sessions/{id}, or raise max_sessions",
+    });
+  } finally {
+    await server.stop();
+  }
+});
+
 Deno.test("max_profile and max_widening cap every widening: beyond them, 403 and nothing pending", async () => {
   const server = await startServer({ UEXEC_APPROVAL_POLICY: "on-request" });
   const outside = await Deno.makeTempDir({ prefix: "uexec-widen-" });

@@ -470,10 +470,13 @@ export class SessionManager {
     if (live + starting >= maxSessions) {
       const victim = pickPruneVictim(this.#owned(owner));
       if (!victim) {
+        // Nothing to prune only while the live ones are all among the protected most recent.
         throw new SessionLimitError(
           `session limit of ${maxSessions} for agent ${owner} reached ` +
-            `(${live} live, ${starting} starting) and every one is in recent use; ` +
-            "end one with DELETE /v1/sessions/{id}",
+            `(${live} live, ${starting} starting) and none may be pruned: the ` +
+            `${PROTECTED_RECENT} most recently used live sessions never are` +
+            (starting > 0 ? ", nor sessions still starting" : "") +
+            "; end one with DELETE /v1/sessions/{id}, or raise max_sessions",
         );
       }
       this.#remove(victim);
