@@ -16,6 +16,7 @@ import { Reactor } from "./io/reactor.ts";
 import { Truncator } from "./output/truncator.ts";
 import { SandboxDomains } from "./sandbox/domains.ts";
 import { AgentRegistry, type TokenSources } from "./service/agents.ts";
+import { OPERATOR_OWNER } from "./service/principal.ts";
 import { Service } from "./service/service.ts";
 import { StateDir, StateDirError } from "./service/state_dir.ts";
 import { WebSessions } from "./service/web_sessions.ts";
@@ -121,6 +122,8 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     bus,
     sessions: () => manager.list(),
     workers: () => pool.workers(),
+    agents: () => [OPERATOR_OWNER, ...agents.list().map((agent) => agent.name)],
+    profiles: [...config.profiles.keys()],
   });
   const domains = new SandboxDomains({
     profiles: config.profiles,

@@ -1,6 +1,7 @@
 /**
  * The OpenAPI document and its docs page: the document is valid OpenAPI 3.1 (checked by an
- * OpenAPI validator), documents exactly the routes the app serves, names only error codes the
+ * OpenAPI validator) and clean in Redocly's recommended lint rules, documents exactly the routes
+ * the app serves, names only error codes the
  * code gives, and shares its request schemas with `/v1/tools`; a real server serves it without a
  * token behind the Host/Origin guard, and `/docs` renders it in headless Chromium with every
  * file from the server itself.
@@ -10,6 +11,7 @@
 
 import assert from "node:assert/strict";
 import { validate } from "@readme/openapi-parser";
+import { createConfig, lintFromString } from "@redocly/openapi-core";
 import puppeteer from "puppeteer-core";
 import { createApp } from "../src/http/routes.ts";
 import {
@@ -43,6 +45,31 @@ Deno.test("the validator refuses a broken document (so the check above can fail)
   doc.paths["/v1/exec_command"].post.responses["200"] = 5;
   const result = await validate(doc);
   assert.equal(result.valid, false);
+});
+
+/** What Redocly's recommended rules find in `doc`: severity, rule and where, one a line. */
+async function redocly(doc: unknown): Promise<string[]> {
+  const problems = await lintFromString({
+    source: JSON.stringify(doc),
+    absoluteRef: "/openapi.json",
+    config: await createConfig({ extends: ["recommended"] }),
+  });
+  return problems.map((p) => `${p.severity} ${p.ruleId} ${p.location[0]?.pointer}`);
+}
+
+Deno.test("Redocly's recommended rules: no error, one warning, which is justified", async () => {
+  assert.deepEqual(await redocly(apiDocument()), [
+    // GET /v1/ws succeeds with 101 Switching Protocols, no 2xx: the truth, see its operation.
+    "warn operation-2xx-response #/paths/~1v1~1ws/get/responses",
+  ]);
+  // And the linter does find what it should (so the check above can fail).
+  const doc: Json = structuredClone(apiDocument());
+  delete doc.servers;
+  doc.tags[0].description = undefined;
+  assert.deepEqual((await redocly(doc)).slice(0, 2), [
+    "error no-empty-servers #/openapi",
+    "warn tag-description #/tags/0/description",
+  ]);
 });
 
 Deno.test("every route the app serves is documented, and nothing else is", () => {

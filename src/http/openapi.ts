@@ -102,12 +102,38 @@ export type ErrorCode = keyof typeof ERRORS;
  */
 export type Caller = "anyone" | "agent" | "operator";
 
+/**
+ * The document's tags, each with what its operations are for (Redocly's `tag-description`): an
+ * operation's tag must be one of these, so a new tag cannot go undescribed.
+ */
+export const TAGS = {
+  server: "Health, this document and the Prometheus metrics.",
+  commands: "Run commands in sandboxed PTYs and talk to them: the two tools an agent uses.",
+  sessions: "Live sessions: list, inspect, resize, signal and kill them, read their output, " +
+    "follow their events.",
+  approvals: "Commands that wait for a person to allow them, and the decisions.",
+  agents: "The agents the operator made, each with its own token (operator only).",
+  history: "The commands that ran, kept after their sessions end.",
+  websocket: "The same operations over one WebSocket connection (JSON-RPC 2.0).",
+  mcp: "The same operations as MCP tools, over Streamable HTTP.",
+  dashboard: "The operator's web dashboard: its browser session.",
+} as const;
+
+/**
+ * The licence the document names (Redocly's `info-license`): the repository carries no licence
+ * file, so none is granted; say so rather than name one nobody chose.
+ */
+const LICENSE = {
+  name: "None granted: all rights reserved",
+  identifier: "LicenseRef-uexec-all-rights-reserved",
+};
+
 /** One route of the API. */
 export interface Operation {
   method: "get" | "post" | "delete";
   /** The path as Hono registers it (`:name` parameters). */
   path: string;
-  tag: string;
+  tag: keyof typeof TAGS;
   summary: string;
   description?: string;
   caller: Caller;
@@ -119,8 +145,11 @@ export interface Operation {
   body?: z.ZodType;
   /** A JSON body the route hands on as it is (to the MCP transport). */
   passBody?: z.ZodType;
-  /** The success status (200 unless said); none for an operation without a result. */
-  status?: 200 | 201 | 204;
+  /**
+   * The success status (200 unless said): 204 for an operation without a result, 101 for a
+   * WebSocket upgrade (its messages are in the description).
+   */
+  status?: 101 | 200 | 201 | 204;
   /** The JSON result. */
   result?: z.ZodType;
   /** A `text/plain` form of the result, and when it is given. */
@@ -441,9 +470,12 @@ export const OPERATIONS: readonly Operation[] = [
     summary: "The same operations over one WebSocket (JSON-RPC 2.0)",
     description: "Served on the WebSocket port that /healthz names (`websocket`); on the HTTP " +
       "port it answers 426 with that URL. Methods: exec_command, write_stdin, kill, resize, " +
-      "signal, subscribe, unsubscribe; output is pushed while subscribed.",
+      "signal, subscribe, unsubscribe; output is pushed while subscribed. After the upgrade: " +
+      "JSON-RPC responses, and `output`, `gap` and `exit` notifications.",
     caller: "agent",
-    events: "After the upgrade: JSON-RPC responses, and `output`, `gap` and `exit` notifications.",
+    // Its one success is 101: the only warning Redocly's recommended rules give on the document
+    // (operation-2xx-response). A 2xx would be a lie a generated client believes.
+    status: 101,
     errors: ["upgrade_required", "too_many_requests"],
   },
   {
@@ -458,22 +490,6 @@ export const OPERATIONS: readonly Operation[] = [
     events: "With Accept: text/event-stream, progress notifications and then the response.",
   },
   {
-    method: "get",
-    path: "/mcp",
-    tag: "mcp",
-    summary: "Not served: the MCP endpoint is stateless",
-    caller: "agent",
-    errors: ["method_not_allowed"],
-  },
-  {
-    method: "delete",
-    path: "/mcp",
-    tag: "mcp",
-    summary: "Not served: the MCP endpoint is stateless",
-    caller: "agent",
-    errors: ["method_not_allowed"],
-  },
-  {
     method: "post",
     path: "/dashboard/sign-out",
     tag: "dashboard",
@@ -485,13 +501,16 @@ export const OPERATIONS: readonly Operation[] = [
 
 /**
  * Routes the app serves that are not API operations, each with the reason it is not in the
- * document: pages and their static files, which a browser loads.
+ * document: pages and their static files, which a browser loads, and methods that only ever
+ * refuse (an operation without a success would only mislead a generated client).
  */
 export const NOT_API: ReadonlyMap<string, string> = new Map([
   ["GET /", "the dashboard's HTML page (and its one-time ?token= sign-in exchange)"],
   ["GET /dashboard/:file", "the dashboard's static files (scripts, styles)"],
   ["GET /docs", "the HTML page that renders this document"],
   ["GET /docs/:file", "that page's static files (Swagger UI, its init script)"],
+  ["GET /mcp", "always 405 method_not_allowed: the MCP endpoint is stateless (no stream to open)"],
+  ["DELETE /mcp", "always 405 method_not_allowed: stateless MCP has no session to end"],
 ]);
 
 /** `/v1/sessions/:id` as OpenAPI writes it: `/v1/sessions/{id}`. */
@@ -551,10 +570,13 @@ function success(op: Operation): Record<string, unknown> {
     content["text/event-stream"] = { schema: { type: "string", description: op.events } };
   }
   const status = op.status ?? 200;
-  if (status !== 204 && Object.keys(content).length === 0) return {}; // it only ever fails
+  const bare = { 101: "Switching Protocols: the connection is a WebSocket.", 204: "Done." };
+  if (status !== 101 && status !== 204 && Object.keys(content).length === 0) {
+    throw new Error(`${op.method} ${op.path}: a ${status} needs a result, text or events`);
+  }
   return {
     [String(status)]: {
-      description: status === 204 ? "Done; no content." : op.summary,
+      description: status === 101 || status === 204 ? bare[status] : op.summary,
       ...(Object.keys(content).length ? { content } : {}),
     },
   };
@@ -623,8 +645,17 @@ export function apiDocument(
       version: VERSION,
       description: "Shell commands for AI agents in real PTYs under a Linux kernel sandbox. " +
         "Every route is behind the Host/Origin guard; see each operation for who may call it.",
+      license: LICENSE,
     },
-    tags: [...new Set(operations.map((op) => op.tag))].map((name) => ({ name })),
+    servers: [{
+      url: "/",
+      description: "The server that serves this document (GET /v1/ws: the WebSocket port that " +
+        "/healthz names).",
+    }],
+    tags: [...new Set(operations.map((op) => op.tag))].map((name) => ({
+      name,
+      description: TAGS[name],
+    })),
     security: [{ bearer: [] }, { dashboard: [] }],
     components: {
       securitySchemes: {

@@ -1,24 +1,27 @@
 /**
- * The server's Prometheus metrics (`GET /metrics`), all named `uexec_*`, in a registry of its
- * own (never prom-client's global one): live sessions, commands started and ended, denials,
- * approvals and their wait, `exec_command` latency, output bytes, spawner workers, the
- * process's RSS and event-loop lag.
+ * The server's Prometheus metrics (`GET /metrics`), in a registry of its own (never
+ * prom-client's global one): the standard `process_*` metrics (process.ts), and, named
+ * `uexec_*`, the build, live sessions, commands started and ended, denials, approvals and their
+ * wait, `exec_command` latency, output bytes, spawner workers and event-loop lag.
  *
- * Counters are fed by the lifecycle bus and by session hooks; gauges are read when scraped. RSS
- * comes from `Deno.memoryUsage()` (prom-client's process metrics read 0 under Deno without
- * `-A`). Event-loop lag is measured by one repeating, unreferenced timer (how late it fires),
- * since `perf_hooks.monitorEventLoopDelay` reports nonsense under Deno. It must never hold a
- * label with a command, a path or output (unbounded and possibly secret).
+ * Counters are fed by the lifecycle bus and by session hooks; gauges are read when scraped.
+ * Every labelled counter has a series at 0 for each label value known before its first event
+ * (each reason, kind and decision; each agent with each profile), so a dashboard shows 0, not
+ * "no data". Event-loop lag is measured by one repeating, unreferenced timer (how late it
+ * fires), since `perf_hooks.monitorEventLoopDelay` reports nonsense under Deno. It must never
+ * hold a label with a command, a path or output (unbounded and possibly secret).
  *
  * @module
  */
 
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
-import type { ApprovalRecord } from "../approvals/store.ts";
-import type { EventBus } from "../events/bus.ts";
-import type { Denial } from "../sandbox/denial.ts";
+import type { ApprovalRecord, ApprovalStatus } from "../approvals/store.ts";
+import type { EndReason, EventBus } from "../events/bus.ts";
+import type { Denial, DenialKind } from "../sandbox/denial.ts";
 import type { SessionInfo } from "../sessions/session.ts";
 import type { Session } from "../sessions/session.ts";
+import { VERSION } from "../version.ts";
+import { registerProcessMetrics } from "./process.ts";
 
 /** What the metrics read when scraped. */
 export interface MetricsSources {
@@ -27,7 +30,38 @@ export interface MetricsSources {
   sessions(): SessionInfo[];
   /** Spawner workers: warm ones and ones bound to a sandbox domain. */
   workers(): { warm: number; bound: number };
+  /** The owners sessions can have now: every agent's name, and the operator's own. */
+  agents(): string[];
+  /** The sandbox profiles a command can run under. */
+  profiles: readonly string[];
 }
+
+/** Every value of a label, as the keys of a record of them all (the compiler checks it). */
+function values<T extends string>(all: Record<T, null>): T[] {
+  return Object.keys(all) as T[];
+}
+
+const END_REASONS = values<EndReason>({
+  exit: null,
+  kill: null,
+  prune: null,
+  timeout: null,
+  shutdown: null,
+  revoke: null,
+});
+const DENIAL_KINDS = values<DenialKind>({
+  "fs-read": null,
+  "fs-write": null,
+  network: null,
+  signal: null,
+  syscall: null,
+});
+const DECISIONS = values<Exclude<ApprovalStatus, "pending">>({
+  approved: null,
+  approved_for_session: null,
+  denied: null,
+  timed_out: null,
+});
 
 /** How often the event-loop lag is sampled. */
 const LAG_INTERVAL_MS = 500;
@@ -49,6 +83,16 @@ export class Metrics {
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
+    registerProcessMetrics(this.registry);
+    new Gauge({
+      name: "uexec_build_info",
+      help: "Always 1; its labels say which uexec and which Deno run.",
+      labelNames: ["version", "deno"] as const,
+      registers,
+    }).set({ version: VERSION, deno: Deno.version.deno }, 1);
+    /** Each known owner with each profile: the series that exist before any session. */
+    const owners = () =>
+      sources.agents().flatMap((agent) => sources.profiles.map((profile) => ({ agent, profile })));
     new Gauge({
       name: "uexec_sessions_live",
       help: "Live sessions, by profile and agent.",
@@ -56,6 +100,7 @@ export class Metrics {
       registers,
       collect() {
         this.reset();
+        for (const labels of owners()) this.set(labels, 0);
         for (const s of sources.sessions()) this.inc({ profile: s.profile, agent: s.agent });
       },
     });
@@ -64,6 +109,9 @@ export class Metrics {
       help: "Commands started (each run of a command, retries included), by agent and profile.",
       labelNames: ["agent", "profile"] as const,
       registers,
+      collect() {
+        for (const labels of owners()) this.inc(labels, 0); // agents come and go: each scrape
+      },
     });
     this.#ended = new Counter({
       name: "uexec_commands_ended_total",
@@ -118,14 +166,6 @@ export class Metrics {
         this.set({ state: "bound" }, bound);
       },
     });
-    new Gauge({
-      name: "uexec_process_resident_memory_bytes",
-      help: "Resident set size of the server process.",
-      registers,
-      collect() {
-        this.set(Deno.memoryUsage().rss);
-      },
-    });
     this.#lag = new Gauge({
       name: "uexec_event_loop_lag_seconds",
       help: `How late a ${LAG_INTERVAL_MS} ms timer last fired (event-loop lag).`,
@@ -138,6 +178,12 @@ export class Metrics {
       expected = now + LAG_INTERVAL_MS;
     }, LAG_INTERVAL_MS);
     Deno.unrefTimer(this.#lagTimer);
+    for (const reason of END_REASONS) this.#ended.inc({ reason }, 0);
+    for (const kind of DENIAL_KINDS) this.#denials.inc({ kind }, 0);
+    for (const decision of DECISIONS) {
+      this.#approvals.inc({ decision }, 0);
+      this.#approvalWait.zero({ decision });
+    }
     this.#unsubscribe = sources.bus.subscribe((event) => {
       if (event.type === "approval_decided") {
         const record = event.approval as ApprovalRecord;
