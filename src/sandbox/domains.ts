@@ -279,6 +279,10 @@ export class SandboxDomains {
       domain = this.#create(profile, workdir, uids, widening);
       this.#domains.set(id, domain);
     }
+    this.#guard?.writable([
+      ...domain.policy.writableRoots,
+      ...domain.grants.map((root) => root.path),
+    ]);
     this.#guard?.settle();
     const protectedNow = this.#guard?.protectedAmong(domain.policy.readOnlySubpaths) ??
       existingPaths(domain.policy.readOnlySubpaths);
