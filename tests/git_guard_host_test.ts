@@ -15,6 +15,7 @@
 import assert from "node:assert/strict";
 import { exists, privateFs } from "./helpers/fs.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
+import { findHostGit } from "../src/sandbox/host_git.ts";
 
 // deno-lint-ignore no-explicit-any
 type Body = any;
@@ -153,5 +154,32 @@ Deno.test("the operator's nested .git renamed by a sandboxed command is put back
   } finally {
     await server.stop();
     await fs.close();
+  }
+});
+
+Deno.test("the server's own git runs come from a path no other user can write", async () => {
+  const fs = await privateFs();
+  // A PATH directory any local user could plant a `git` in, first (as npx puts a checkout's
+  // node_modules/.bin first, under a world-writable directory).
+  const planted = `${fs.path}/bin`;
+  const marker = `${fs.path}/ran`;
+  await Deno.mkdir(planted);
+  await Deno.chmod(fs.path, 0o1777);
+  await Deno.chmod(planted, 0o777);
+  await Deno.writeTextFile(`${planted}/git`, `#!/bin/sh\necho "$@" >> ${marker}\n`);
+  await Deno.chmod(`${planted}/git`, 0o755);
+  assert.equal(findHostGit(`${planted}:/usr/bin:/bin`, 0), Deno.realPathSync("/usr/bin/git"));
+  assert.equal(findHostGit(`${planted}`, 0), Deno.realPathSync("/usr/bin/git"));
+  const server = await startServer({ PATH: `${planted}:/usr/bin:/bin` });
+  try {
+    await run(server, "true");
+  } finally {
+    const { stderr } = await server.stop();
+    await Deno.chmod(fs.path, 0o755);
+    const ran = exists(marker);
+    await fs.close();
+    assert.equal(ran, false, "the server ran the planted git");
+    // It found the real one, and asked it about bare repositories.
+    assert.match(stderr, /safe\.bareRepository/);
   }
 });
