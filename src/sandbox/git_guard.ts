@@ -290,6 +290,8 @@ export class GitGuard {
   #writable = new Set<string>();
   /** Protected directories secured where they are (by `dev:ino`): put back when moved. */
   #homes = new Map<string, Home>();
+  /** Repositories without a protected name kept read-only (bare ones), by `dev:ino`. */
+  #repositories = new Set<string>();
   /** The names reported anywhere: the protected ones and a repository's shape's. */
   #reported: ReadonlySet<string>;
   /**
@@ -365,8 +367,10 @@ export class GitGuard {
     if (info.isDirectory) this.#watchDir(path, info);
     const slash = path.lastIndexOf("/");
     const name = path.slice(slash + 1);
-    if (this.#names.has(name) || (info.isDirectory && this.#isRepository(path))) {
+    const bare = !this.#names.has(name) && info.isDirectory && this.#isRepository(path);
+    if (this.#names.has(name) || bare) {
       if (this.#owners.isUid(info.uid ?? 0)) return false;
+      if (bare) this.#repositories.add(`${info.dev}:${info.ino}`);
       this.#protectPath(path.slice(0, slash) || "/", name, "adopt");
       return true;
     }
@@ -494,6 +498,8 @@ export class GitGuard {
 
   /** Whether the directory `path` has a repository's shape ({@link SHAPE}). */
   #isRepository(path: string): boolean {
+    // Most directories have no HEAD: one system call for them.
+    if (statAt(AT_FDCWD, `${path}/HEAD`, AT.SYMLINK_NOFOLLOW) === null) return false;
     const fd = openEntry(AT_FDCWD, path);
     if (fd === null) return false;
     try {
@@ -508,6 +514,8 @@ export class GitGuard {
    * module doc, (6). A plant that cannot be moved aside is logged (the next event retries).
    */
   #onShapePart(entry: NewEntry): void {
+    // Inside a protected directory the walks judge it (a write grant's git writes HEAD there).
+    if (protectedAncestor(entry.dir, this.#names, null) !== null) return;
     try {
       const dir = statOf(entry.dirFd);
       // git refuses, as root, a repository whose directory another user owns.
@@ -541,7 +549,24 @@ export class GitGuard {
   #onRepository(dir: string): void {
     const slash = dir.lastIndexOf("/");
     if (!this.#roots.some((root) => isWithin(dir, root) && dir !== root)) return;
+    const st = statAt(AT_FDCWD, dir, AT.SYMLINK_NOFOLLOW);
+    if (st) this.#repositories.add(`${st.dev}:${st.ino}`);
     this.#protectPath(dir.slice(0, slash), dir.slice(slash + 1), "remove", false);
+  }
+
+  /**
+   * Whether `path` (canonical) is, or lies in, a repository without a protected name that the
+   * guard keeps read-only (a bare one): a write grant there is a protected one (see
+   * {@link lend}).
+   */
+  inRepository(path: string): boolean {
+    if (this.#repositories.size === 0) return false;
+    const parts = path.split("/");
+    for (let i = parts.length; i > 1; i--) {
+      const st = statAt(AT_FDCWD, parts.slice(0, i).join("/"), AT.SYMLINK_NOFOLLOW);
+      if (st && this.#repositories.has(`${st.dev}:${st.ino}`)) return true;
+    }
+    return false;
   }
 
   /**
