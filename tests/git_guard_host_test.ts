@@ -118,6 +118,27 @@ Deno.test("a bare-repository plant never runs as the operator's git", async (t) 
         );
       });
     }
+    await t.step("assembled from the operator's own files and directories, too", async () => {
+      // Root owns every part (made after the grant, so the sandbox may write and move them):
+      // git's ownership check would pass, and no part is the sandbox's to judge by.
+      const dir = `${ws}/assembled`;
+      for (const sub of ["", "/a", "/b"]) await Deno.mkdir(`${dir}${sub}`);
+      for (const file of ["h", "c"]) await Deno.writeTextFile(`${dir}/${file}`, "");
+      const marker = `${markers}/assembled`;
+      const r = await run(
+        server,
+        `cd assembled && echo 'ref: refs/heads/main' > h && ` +
+          `printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n` +
+          `\\tworktree = .\\n\\tfsmonitor = "touch ${marker}"\\n' > c && ` +
+          "mv a objects && mv b refs && mv c config && mv h HEAD && echo planted",
+      );
+      assert.equal(r.output, "planted\n");
+      await run(server, "true");
+      for (const args of [["status"], ["diff"]]) {
+        await operatorGit(dir, home, args);
+        assert.equal(exists(marker), false, `git ${args[0]} ran the plant`);
+      }
+    });
   } finally {
     await server.stop();
     await fs.close();
