@@ -32,6 +32,7 @@ import { Logger } from "./log.ts";
 import { Metrics } from "./metrics/metrics.ts";
 import { type ContainmentReport, openContainment } from "./sandbox/cgroups.ts";
 import { operatorGitIdentity } from "./sandbox/git_config.ts";
+import { hostGitHint } from "./sandbox/host_git.ts";
 import { GrantJournal } from "./sandbox/grant_journal.ts";
 
 /** A running service. */
@@ -135,6 +136,8 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     gitIdentity: await operatorGitIdentity(),
     grantJournal: new GrantJournal(state.file("grants")),
   });
+  const gitHint = await hostGitHint();
+  if (gitHint !== null) log.warn("host_git", { hint: gitHint });
   // Before any session can be handed a uid a dead server's grant still names.
   const grants = await domains.takeBackDeadGrants();
   if (grants.takenBack > 0) log.warn("dead_grants_taken_back", { grants: grants.takenBack });

@@ -633,3 +633,35 @@ Deno.test("workdirs stay inside the workspace or an allowed root", async () => {
     await server.stop();
   }
 });
+
+Deno.test("a bare repository the operator keeps in the workspace: read-only, opened by an approved write", async () => {
+  const { server, events } = await setUp();
+  const ws = await Deno.realPath(server.workspace);
+  const bare = `${ws}/shared.git`;
+  try {
+    // Made after the workspace was granted: it inherited the grant, and the guard took it back.
+    assert.equal((await server.post("/v1/exec_command", { cmd: "true" })).status, 200);
+    git(ws, "init", "-q", "--bare", bare);
+    // The guard has secured it once the next command starts; only then is it made readable by
+    // others, as a shared repository is (see the workspace's .git above).
+    assert.equal((await server.post("/v1/exec_command", { cmd: "true" })).status, 200);
+    const chmod = new Deno.Command("chmod", { args: ["-R", "go+rX", bare] });
+    assert.equal((await chmod.output()).code, 0);
+    const cmd = `git config --file ${bare}/config core.fsmonitor 'touch /tmp/x' && echo set`;
+    const denied = await server.post("/v1/exec_command", { cmd, login: false });
+    assert.match(denied.body.output, /could not lock config file .*: Permission denied/);
+    assert.doesNotMatch(await Deno.readTextFile(`${bare}/config`), /fsmonitor/);
+    const { pending, approval } = await asked(server, events, {
+      cmd: `git config --file ${bare}/config uexec.test yes && echo set`,
+      escalate: { write: [bare] },
+    }, 1);
+    await server.operator.post(`/v1/approvals/${approval.id}`, { decision: "approved" });
+    const done = await pending;
+    assert.equal(done.body.output, "set\r\n", JSON.stringify(done.body));
+    assert.equal(git(bare, "config", "--get", "uexec.test"), "yes\n");
+    assert.deepEqual(sandboxAclEntries(bare), []);
+  } finally {
+    await events.close();
+    await server.stop();
+  }
+});

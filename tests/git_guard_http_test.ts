@@ -11,7 +11,7 @@
  */
 
 import assert from "node:assert/strict";
-import { sandboxAclEntries, watchAttributes } from "./helpers/fs.ts";
+import { privateFs, sandboxAclEntries, watchAttributes } from "./helpers/fs.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
 import { TAG } from "../src/sandbox/acl.ts";
 import { withoutSandbox } from "../src/sandbox/git_guard.ts";
@@ -114,8 +114,10 @@ Deno.test("withoutSandbox drops the sandbox's entries and never widens anyone el
 });
 
 Deno.test(".git is read-only for the sandbox at any depth and whenever it appeared", async (t) => {
-  // Not under /tmp: a default ACL there (left by anything) would make every file world-writable.
-  const workspace = await Deno.makeTempDir({ dir: "/var/tmp", prefix: "uexec-ws-" });
+  // A file system of its own, see privateFs.
+  const fs = await privateFs();
+  const workspace = `${fs.path}/ws`;
+  await Deno.mkdir(workspace);
   // Before the server starts: a nested repository, and one holding a hook a sandboxed command
   // wrote before this guard existed (owned by the sandbox uid, executable).
   await operatorRepo(`${workspace}/nested/sub`);
@@ -226,12 +228,32 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
     });
 
     await t.step(
+      "a repository the operator makes in the workspace is not writable by the sandbox",
+      async () => {
+        // A bare repository's shape, made by root (git's ownership check passes for root).
+        await Deno.mkdir(`${ws}/bare/objects`, { recursive: true });
+        await Deno.mkdir(`${ws}/bare/refs`);
+        await Deno.writeTextFile(`${ws}/bare/config`, "[core]\n");
+        await Deno.writeTextFile(`${ws}/bare/HEAD`, "ref: refs/heads/main\n");
+        const r = await run(
+          server,
+          "printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' > bare/config; mkdir bare/hooks",
+        );
+        assert.equal(
+          r.output,
+          `${denied("bare/config")}\r\nmkdir: cannot create directory ‘bare/hooks’: ` +
+            "Permission denied\r\n",
+        );
+        assert.equal(await Deno.readTextFile(`${ws}/bare/config`), "[core]\n");
+        assert.deepEqual(sandboxAclEntries(`${ws}/bare`), []);
+      },
+    );
+
+    await t.step(
       "a directory the sandbox could write is moved aside when renamed to .git",
       async () => {
         // Root owns every file in it, so git's ownership check would pass; the content is forged.
-        await Deno.mkdir(`${ws}/proj/docs/objects`, { recursive: true });
-        await Deno.mkdir(`${ws}/proj/docs/refs`);
-        await Deno.writeTextFile(`${ws}/proj/docs/HEAD`, "ref: refs/heads/main\n");
+        await Deno.mkdir(`${ws}/proj/docs`, { recursive: true });
         await Deno.writeTextFile(`${ws}/proj/docs/config`, "[core]\n");
         const plant = await run(
           server,
@@ -250,7 +272,7 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
             `touch: cannot touch 'proj/${aside}/x': Permission denied\r\n`,
         );
         const names = [...Deno.readDirSync(`${ws}/proj/${aside}`)].map((e) => e.name).sort();
-        assert.deepEqual(names, ["HEAD", "config", "objects", "refs"]);
+        assert.deepEqual(names, ["config"]);
       },
     );
 
@@ -296,7 +318,7 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
       },
     );
 
-    await t.step("a .git file still being written is judged once it is written", async () => {
+    await t.step("the operator's .git file is left as the operator writes it", async () => {
       await Deno.mkdir(`${ws}/wt4`);
       await Deno.writeTextFile(`${ws}/wt4/.git`, "");
       const { ino } = await Deno.lstat(`${ws}/wt4/.git`);
@@ -304,7 +326,7 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
       await Deno.writeTextFile(`${ws}/wt4/.git`, `gitdir: ${ws}/later/.git\n`);
       assert.equal((await run(server, "ls -A1 wt4")).output, ".git\r\n");
       assert.equal(await Deno.readTextFile(`${ws}/wt4/.git`), `gitdir: ${ws}/later/.git\n`);
-      assert.notEqual((await Deno.lstat(`${ws}/wt4/.git`)).ino, ino);
+      assert.equal((await Deno.lstat(`${ws}/wt4/.git`)).ino, ino);
     });
 
     await t.step("a repository made while a session runs is not writable by it", async () => {
@@ -454,7 +476,7 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
     await t.step(
       "a file the sandbox never could write stays where the operator moved it",
       async () => {
-        const clean = await Deno.makeTempFile({ dir: "/var/tmp", prefix: "uexec-clean-" });
+        const clean = await Deno.makeTempFile({ dir: fs.path, prefix: "uexec-clean-" });
         await Deno.writeTextFile(clean, "ref: refs/heads/main\n");
         await Deno.rename(clean, `${ws}/nested/sub/.git/ORIG_HEAD`);
         assert.equal((await run(server, "echo barrier")).output, "barrier\r\n");
@@ -467,6 +489,6 @@ Deno.test(".git is read-only for the sandbox at any depth and whenever it appear
     );
   } finally {
     await server.stop();
-    await Deno.remove(workspace, { recursive: true });
+    await fs.close();
   }
 });

@@ -279,6 +279,10 @@ export class SandboxDomains {
       domain = this.#create(profile, workdir, uids, widening);
       this.#domains.set(id, domain);
     }
+    this.#guard?.writable([
+      ...domain.policy.writableRoots,
+      ...domain.grants.map((root) => root.path),
+    ]);
     this.#guard?.settle();
     const protectedNow = this.#guard?.protectedAmong(domain.policy.readOnlySubpaths) ??
       existingPaths(domain.policy.readOnlySubpaths);
@@ -531,11 +535,13 @@ export class SandboxDomains {
 
   /**
    * The approved writable directories the sandbox group cannot write by itself: those outside
-   * the workspace (which it is granted as a whole) and protected ones (`.git`) inside it.
+   * the workspace (which it is granted as a whole) and protected ones (`.git`, a bare
+   * repository the guard keeps) inside it.
    */
   #grantsFor(widening: Widening): GrantedRoot[] {
     return (widening.write ?? []).flatMap((path) => {
-      const inProtected = protectedAncestor(path, this.#protectedNames, null) !== null;
+      const inProtected = protectedAncestor(path, this.#protectedNames, null) !== null ||
+        (this.#guard?.inRepository(path) ?? false);
       return !isWithin(path, this.#opts.workspace) || inProtected
         ? [{ path, protected: inProtected }]
         : [];

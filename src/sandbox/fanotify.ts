@@ -5,7 +5,9 @@
  * ACL); and, for single files asked for, each write. The owner names what it wants reported:
  * entries with given names anywhere (created or renamed), and every entry of given directories
  * (by {@link EntryWatch.dirKey}), the directories themselves included (as `.`), but not what
- * this process did there.
+ * this process did there; and, when asked, every directory renamed onto any name. Each entry
+ * carries the pid of the process that made it, as the kernel reported it (that process may have
+ * exited since).
  *
  * The events are queued by the kernel inside the system call that made the entry, so whoever
  * reads the queue after that call returned sees it. Reading never blocks: the owner wakes on
@@ -60,6 +62,8 @@ export interface NewEntry {
   changed: boolean;
   /** The directory's {@link EntryWatch.dirKey} when it is one of the directories asked for. */
   dirKey?: string;
+  /** The process (thread group) that made the change; 0 when outside this pid namespace. */
+  pid: number;
 }
 
 /** What {@link EntryWatch.drain} reports. */
@@ -68,6 +72,8 @@ export interface Wanted {
   names: ReadonlySet<string>;
   /** Every entry of the directories with these keys ({@link EntryWatch.dirKey}), and each one. */
   dirs: { has(key: string): boolean; readonly size: number };
+  /** Also every directory renamed onto any name (by another process). */
+  movedDirs: boolean;
 }
 
 /** What {@link EntryWatch.drain} found besides the entries. */
@@ -82,7 +88,8 @@ function fsidOf(fd: number): string {
   return buf.subarray(STATFS_FSID_OFFSET, STATFS_FSID_OFFSET + 8).join(",");
 }
 
-function procPath(fd: number): string | null {
+/** The path of the descriptor `fd` now, in this mount namespace; null when it has none. */
+export function pathOf(fd: number): string | null {
   const buf = new Uint8Array(4096);
   const n = rawSyscall(SYS.readlink, cString(`/proc/self/fd/${fd}`), buf, buf.length);
   if (n < 0) return null;
@@ -173,25 +180,34 @@ export class EntryWatch {
     return `${fsidOf(fd)}:${handle.subarray(0, 8 + bytes).toHex()}`;
   }
 
+  /** The directory with key `key` ({@link dirKey}) opened O_PATH, or null when it is gone. */
+  open(key: string): number | null {
+    const fd = this.#byHandle(key);
+    return fd < 0 ? null : fd;
+  }
+
   /**
    * Whether the directory with key `key` ({@link dirKey}) is gone: its handle is stale or finds
    * nothing, or leads to an inode no name links any more. Any other answer counts as still there.
    */
   isGone(key: string): boolean {
-    const at = key.lastIndexOf(":");
-    const mountFd = this.#mounts.get(key.slice(0, at));
-    if (mountFd === undefined) return true;
-    const handle = Uint8Array.fromHex(key.slice(at + 1));
-    const fd = rawSyscall(SYS.open_by_handle_at, mountFd, handle, O.PATH | O.CLOEXEC);
-    if (fd < 0) {
-      const code = errno();
-      return code === ESTALE || code === E.ENOENT;
-    }
+    const fd = this.#byHandle(key);
+    if (fd < 0) return fd === -ESTALE || fd === -E.ENOENT;
     try {
       return statOf(fd).nlink === 0n;
     } finally {
       closeFd(fd);
     }
+  }
+
+  /** `open_by_handle_at` for `key`: an O_PATH descriptor, or minus the error number. */
+  #byHandle(key: string): number {
+    const at = key.lastIndexOf(":");
+    const mountFd = this.#mounts.get(key.slice(0, at));
+    if (mountFd === undefined) return -E.ENOENT;
+    const handle = Uint8Array.fromHex(key.slice(at + 1));
+    const fd = rawSyscall(SYS.open_by_handle_at, mountFd, handle, O.PATH | O.CLOEXEC);
+    return fd < 0 ? -errno() : fd;
   }
 
   /**
@@ -239,7 +255,10 @@ export class EntryWatch {
     // Attributes matter only in the directories asked for, and this process's own changes there
     // (what it strips, grants and moves aside) not at all.
     const changed = (mask & (FAN_CREATE | FAN_MOVED_TO | FAN_MODIFY | FAN_CLOSE_WRITE)) === 0;
-    const own = view.getInt32(at + PID_OFFSET, true) === Deno.pid;
+    const pid = view.getInt32(at + PID_OFFSET, true);
+    const own = pid === Deno.pid;
+    const movedDir = wanted.movedDirs && !own && (mask & FAN_MOVED_TO) !== 0 &&
+      (mask & FAN_ONDIR) !== 0;
     if (changed && (wanted.dirs.size === 0 || own)) return;
     const info = at + view.getUint16(at + 6, true);
     if (info >= at + length || view.getUint8(info) !== INFO_DFID_NAME) return;
@@ -252,10 +271,10 @@ export class EntryWatch {
     const dirKey = wanted.dirs.has(key) ? key : undefined;
     if (changed && dirKey === undefined) return;
     // Most entries are neither: not worth decoding.
-    if (dirKey === undefined && !lengths.has(nameEnd - nameStart)) return;
+    if (dirKey === undefined && !movedDir && !lengths.has(nameEnd - nameStart)) return;
     const name = this.#decoder.decode(this.#buf.subarray(nameStart, nameEnd));
     const named = wanted.names.has(name);
-    if ((dirKey === undefined && !named) || (own && !named)) return;
+    if ((dirKey === undefined && !named && !movedDir) || (own && !named)) return;
     const mountFd = this.#mounts.get(fsid);
     if (mountFd === undefined) return;
     const dirFd = rawSyscall(SYS.open_by_handle_at, mountFd, handle.slice(), O.PATH | O.CLOEXEC);
@@ -265,9 +284,17 @@ export class EntryWatch {
       throw new OsError(`open_by_handle_at(${name})`, code);
     }
     try {
-      const dir = procPath(dirFd);
+      const dir = pathOf(dirFd);
       if (dir !== null) {
-        onEntry({ dir, dirFd, name, renamed: (mask & FAN_MOVED_TO) !== 0, changed, dirKey });
+        onEntry({
+          dir,
+          dirFd,
+          name,
+          renamed: (mask & FAN_MOVED_TO) !== 0,
+          changed,
+          dirKey,
+          pid,
+        });
       }
     } finally {
       closeFd(dirFd);

@@ -19,6 +19,8 @@
  * @module
  */
 
+import { hostGitValue } from "./host_git.ts";
+
 /** The operator's git identity; a field is absent when git has none. */
 export interface GitIdentity {
   name?: string;
@@ -50,24 +52,11 @@ export function gitConfigText(identity: GitIdentity): string {
   return `${lines.join("\n")}\n`;
 }
 
-/** One configuration value as the server's git reports it outside any repository. */
-async function gitValue(key: string): Promise<string | undefined> {
-  try {
-    const out = await new Deno.Command("git", {
-      args: ["config", "--get", key],
-      cwd: "/",
-      stdin: "null",
-      stderr: "null",
-    }).output();
-    const value = new TextDecoder().decode(out.stdout).replace(/\n$/, "");
-    return out.success && value !== "" ? value : undefined;
-  } catch {
-    return undefined; // no git on this host
-  }
-}
-
 /** The server's git identity (none when git is missing or has none). */
 export async function operatorGitIdentity(): Promise<GitIdentity> {
-  const [name, email] = await Promise.all([gitValue("user.name"), gitValue("user.email")]);
+  const [name, email] = await Promise.all([
+    hostGitValue("user.name"),
+    hostGitValue("user.email"),
+  ]);
   return { ...(name === undefined ? {} : { name }), ...(email === undefined ? {} : { email }) };
 }

@@ -19,8 +19,26 @@
  * (4) moves aside what cannot be trusted: a directory the sandbox could write before it was
  * renamed to `.git` (its files may be forged even if root owns them), and a `.git` file or
  * symlink that does not lead into a protected directory; (5) refuses workdirs inside protected
- * directories. What a sandbox uid owns is the sandbox's own and is left alone: git refuses to
- * run as root in a repository another user owns.
+ * directories; (6) takes a repository's shape away from what a sandbox uid made it in: a
+ * directory the sandbox does not own that gains `HEAD` with `objects/` and `refs/` (or with
+ * `commondir`) from this instance's sandbox, at any depth, has that `HEAD` (or the sandbox's
+ * parts) moved aside, since git run as the operator there would take it for a bare repository
+ * whose configuration (`core.fsmonitor`, hooks) it trusts; a repository the operator makes in
+ * the workspace (`git init --bare`) is kept read-only like a `.git`; (7) renames back a protected
+ * directory this instance's sandbox renamed (the repository must not vanish for its owner).
+ * What a sandbox uid owns is the sandbox's own and is left alone: git refuses to run as root in
+ * a repository another user owns.
+ *
+ * The guard watches whole file systems, where other users, the operator and other instances
+ * work too, so it acts only on what this instance's sandbox did: an entry a uid of this
+ * instance made, or one renamed (or linked) into place by a process running as one. When the
+ * process that renamed an entry has exited before the guard read the event, it cannot be told
+ * apart: inside this instance's writable roots (its workspace, profiles' writable roots, granted
+ * directories) the guard takes it for the sandbox's (fail-safe), anywhere else for someone
+ * else's. What is someone else's is at most stripped of this instance's own grants; it is never
+ * renamed, replaced, removed or given away, unless it was renamed into place carrying such a
+ * grant (this instance's sandbox could write it until then). Every entry moved aside is logged
+ * with both paths and the command that restores it.
  *
  * Every change happens through descriptors opened without following symlinks, so a sandboxed
  * process swapping entries cannot redirect it. This module must never widen anyone's access:
@@ -46,7 +64,7 @@ import {
   writeAclOf,
 } from "./entries.ts";
 import { SandboxUnavailableError } from "./errors.ts";
-import { EntryWatch, type NewEntry } from "./fanotify.ts";
+import { EntryWatch, type NewEntry, pathOf } from "./fanotify.ts";
 import type { SandboxOwners } from "./identity.ts";
 import { realPathOrSelf } from "./fsinfo.ts";
 import { isWithin, normalizeAbsolutePath } from "./profiles.ts";
@@ -59,6 +77,7 @@ import {
   libc,
   O,
   OsError,
+  rawSyscall,
   readSmallFile,
   S_IF,
 } from "../ffi/libc.ts";
@@ -92,6 +111,11 @@ const RENAME_NOREPLACE = 1;
 /** A `.git` file as git reads it: one line, trailing line breaks ignored. */
 const GITDIR_LINE = /^gitdir: (.+?)[\r\n]*$/;
 const O_TMPFILE = 0o20200000;
+/**
+ * The entries whose presence makes git take a directory for a repository (`is_git_directory`):
+ * `HEAD` with `objects/` and `refs/`, or with `commondir` leading to them.
+ */
+const SHAPE = new Set(["HEAD", "objects", "refs", "commondir"]);
 /** Who gets what the sandbox made inside a protected directory: its owner. */
 export interface Keeper {
   uid: number;
@@ -169,6 +193,40 @@ export function protectedAncestor(
   return null;
 }
 
+/** The parts of a repository's shape ({@link SHAPE}) the directory `dirFd` has, by name. */
+function shapeOf(dirFd: number): Map<string, Stat> | null {
+  const parts = new Map<string, Stat>();
+  for (const part of SHAPE) {
+    const st = statAt(dirFd, part, AT.SYMLINK_NOFOLLOW);
+    if (st) parts.set(part, st);
+  }
+  const whole = parts.has("HEAD") &&
+    (parts.has("commondir") || (parts.has("objects") && parts.has("refs")));
+  return whole ? parts : null;
+}
+
+/**
+ * The file-system uid of the process `pid` (as `/proc` tells), or null when it is gone or
+ * outside this pid namespace. A pid reused since the event is a limit: pids are not reused
+ * before the counter wraps, far longer than the guard takes to read its queue.
+ */
+function fsUidOf(pid: number): number | null {
+  if (pid <= 0) return null;
+  // Through libc: Deno asks for --allow-all to read another process's /proc files.
+  const status = readSmallFile(`/proc/${pid}/status`);
+  const uids = status && /^Uid:\s+\d+\s+\d+\s+\d+\s+(\d+)$/m.exec(status);
+  return uids ? Number(uids[1]) : null;
+}
+
+/** Who made an entry, as far as this instance can tell (see the module doc). */
+type Actor = "sandbox" | "other" | "unknown";
+
+/** A protected directory's place: its parent ({@link EntryWatch.dirKey}) and name. */
+interface Home {
+  parent: string;
+  name: string;
+}
+
 /** What happens to entries a sandbox uid made inside a protected directory it did not make. */
 type Planted =
   /** Found when the workspace is prepared, when no sandboxed process runs: they may be
@@ -223,8 +281,19 @@ export class GitGuard {
   #links = new Set<string>();
   /** `.git` files this guard wrote (dev:ino): already trusted when renamed into place. */
   #renewed = new Set<string>();
-  /** Protected paths that could not be secured yet: why, and what to do with planted entries. */
-  #failed = new Map<string, { why: string; planted: Planted }>();
+  /**
+   * Protected paths that could not be secured yet: why, what to do with planted entries, and
+   * whether the entry may be moved aside (see {@link #protect}; yes unless said).
+   */
+  #failed = new Map<string, { why: string; planted: Planted; acting?: boolean }>();
+  /** Where this instance's sandbox can write besides the guarded roots (profiles, grants). */
+  #writable = new Set<string>();
+  /** Protected directories secured where they are (by `dev:ino`): put back when moved. */
+  #homes = new Map<string, Home>();
+  /** Repositories without a protected name kept read-only (bare ones), by `dev:ino`. */
+  #repositories = new Set<string>();
+  /** The names reported anywhere: the protected ones and a repository's shape's. */
+  #reported: ReadonlySet<string>;
   /**
    * Directories walks listed since the last {@link settle} (by {@link EntryWatch.dirKey}), with
    * their walk. An entry that inherited a sandbox grant before its directory was stripped can be
@@ -253,6 +322,7 @@ export class GitGuard {
   /** Throws {@link SandboxUnavailableError} when new entries cannot be watched. */
   constructor(opts: GuardOptions) {
     this.#names = opts.names;
+    this.#reported = new Set([...opts.names, ...SHAPE]);
     this.#owners = opts.owners;
     this.#reactor = opts.reactor;
     try {
@@ -280,16 +350,27 @@ export class GitGuard {
   }
 
   /**
+   * Notes that this instance's sandbox can write beneath `paths` (canonical): a profile's
+   * writable roots, granted directories. See the module doc on telling who did what.
+   */
+  writable(paths: Iterable<string>): void {
+    for (const path of paths) this.#writable.add(path);
+  }
+
+  /**
    * The hook for the workspace grant, called with each path before it is granted: true when the
-   * grant must leave `path` alone. A protected directory (or `.git` file) is secured on the
-   * spot; so are file systems mounted inside the workspace, which get watched too.
+   * grant must leave `path` alone. A protected directory (or `.git` file), and a directory with
+   * a repository's shape the sandbox did not make, is secured on the spot; so are file systems
+   * mounted inside the workspace, which get watched too.
    */
   readonly claims = (path: string, info: Deno.FileInfo): boolean => {
     if (info.isDirectory) this.#watchDir(path, info);
     const slash = path.lastIndexOf("/");
     const name = path.slice(slash + 1);
-    if (this.#names.has(name)) {
+    const bare = !this.#names.has(name) && info.isDirectory && this.#isRepository(path);
+    if (this.#names.has(name) || bare) {
       if (this.#owners.isUid(info.uid ?? 0)) return false;
+      if (bare) this.#repositories.add(`${info.dev}:${info.ino}`);
       this.#protectPath(path.slice(0, slash) || "/", name, "adopt");
       return true;
     }
@@ -304,9 +385,9 @@ export class GitGuard {
   settle(): void {
     let listings = this.#listings;
     this.#drain();
-    for (const [path, { planted }] of this.#failed) {
+    for (const [path, { planted, acting = true }] of this.#failed) {
       const slash = path.lastIndexOf("/");
-      this.#protectPath(path.slice(0, slash), path.slice(slash + 1), planted);
+      this.#protectPath(path.slice(0, slash), path.slice(slash + 1), planted, acting);
     }
     // Again until a drain lists no directory: each sees what was renamed into those listed
     // before it began.
@@ -364,7 +445,7 @@ export class GitGuard {
         return listed.size + kept.size;
       },
     };
-    const wanted = { names: this.#names, dirs };
+    const wanted = { names: this.#reported, dirs, movedDirs: this.#homes.size > 0 };
     const { overflowed } = this.#watch.drain(wanted, (entry) => this.#onEntry(entry));
     if (overflowed) { for (const root of this.#roots) this.#sweep(root); }
   }
@@ -376,12 +457,164 @@ export class GitGuard {
       const kept = this.#kept.get(entry.dirKey);
       if (kept) return this.#onLateEntry(entry, kept);
     }
+    if (SHAPE.has(entry.name)) return this.#onShapePart(entry);
+    if (entry.renamed && this.#putBack(entry)) return;
+    if (!this.#names.has(entry.name)) return;
     const path = `${entry.dir}/${entry.name}`;
+    const acting = this.#mayAct(entry);
     try {
-      this.#protect(entry.dirFd, entry.name, "remove", path, entry.renamed);
+      this.#protect(entry.dirFd, entry.name, "remove", path, entry.renamed, acting);
       this.#failed.delete(path);
     } catch (e) {
-      this.#failed.set(path, { why: (e as Error).message, planted: "remove" });
+      this.#failed.set(path, { why: (e as Error).message, planted: "remove", acting });
+    }
+  }
+
+  /** Who made the entry `st`, `entry` (see the module doc). */
+  #actor(entry: NewEntry, st: Stat): Actor {
+    if (this.#owners.isUid(st.uid)) return "sandbox";
+    // A new inode is its maker's (the file system uid); a new link to an existing file is not.
+    if (!entry.renamed && (kind(st) === S_IF.DIR || st.nlink === 1n)) return "other";
+    const uid = fsUidOf(entry.pid);
+    if (uid === null) return "unknown";
+    return this.#owners.isUid(uid) ? "sandbox" : "other";
+  }
+
+  /** Whether this instance's sandbox can write beneath `path`. */
+  #writableHere(path: string): boolean {
+    return [...this.#roots, ...this.#writable].some((root) => isWithin(path, root));
+  }
+
+  /**
+   * Whether `entry` (with a protected name) may be this instance's sandbox's doing: then the
+   * guard may move it aside or replace it; otherwise it only takes back its own grants.
+   */
+  #mayAct(entry: NewEntry): boolean {
+    const st = statAt(entry.dirFd, entry.name, AT.SYMLINK_NOFOLLOW);
+    if (st === null) return false;
+    const actor = this.#actor(entry, st);
+    return actor === "sandbox" || (actor === "unknown" && this.#writableHere(entry.dir));
+  }
+
+  /** Whether the directory `path` has a repository's shape ({@link SHAPE}). */
+  #isRepository(path: string): boolean {
+    // Most directories have no HEAD: one system call for them.
+    if (statAt(AT_FDCWD, `${path}/HEAD`, AT.SYMLINK_NOFOLLOW) === null) return false;
+    const fd = openEntry(AT_FDCWD, path);
+    if (fd === null) return false;
+    try {
+      return shapeOf(fd) !== null;
+    } finally {
+      closeFd(fd);
+    }
+  }
+
+  /**
+   * Judges the directory of `entry`, which gained a part of a repository's shape: see the
+   * module doc, (6). A plant that cannot be moved aside is logged (the next event retries).
+   */
+  #onShapePart(entry: NewEntry): void {
+    // Inside a protected directory the walks judge it (a write grant's git writes HEAD there).
+    if (protectedAncestor(entry.dir, this.#names, null) !== null) return;
+    try {
+      const dir = statOf(entry.dirFd);
+      // git refuses, as root, a repository whose directory another user owns.
+      if (this.#owners.isUid(dir.uid)) return;
+      const parts = shapeOf(entry.dirFd);
+      if (parts === null) return;
+      const planted = [...parts].filter(([, st]) => this.#owners.isUid(st.uid)).map(([p]) => p);
+      const st = parts.get(entry.name);
+      // Parts the sandbox did not make may still be its doing: root's files and directories
+      // it could write, renamed into place (fail-safe when the renamer is gone: see above).
+      if (planted.length === 0 && st && this.#writableHere(entry.dir)) {
+        if (this.#actor(entry, st) === "other") return this.#onRepository(entry.dir);
+        planted.push(entry.name);
+      }
+      // Without its HEAD (or the parts the sandbox made), git does not see a repository there.
+      for (const part of planted.includes("HEAD") ? ["HEAD"] : planted) {
+        this.#moveAside(entry.dirFd, part, `${entry.dir}/${part}`);
+      }
+    } catch (e) {
+      console.error(
+        `uexec: ${entry.dir} has a repository's shape the sandbox made, and it stays: ` +
+          (e as Error).message,
+      );
+    }
+  }
+
+  /**
+   * Keeps `dir`, a repository that someone else (the operator's `git init --bare`) made inside
+   * a guarded root, read-only for the sandbox, as a `.git` is.
+   */
+  #onRepository(dir: string): void {
+    const slash = dir.lastIndexOf("/");
+    if (!this.#roots.some((root) => isWithin(dir, root) && dir !== root)) return;
+    const st = statAt(AT_FDCWD, dir, AT.SYMLINK_NOFOLLOW);
+    if (st) this.#repositories.add(`${st.dev}:${st.ino}`);
+    this.#protectPath(dir.slice(0, slash), dir.slice(slash + 1), "remove", false);
+  }
+
+  /**
+   * Whether `path` (canonical) is, or lies in, a repository without a protected name that the
+   * guard keeps read-only (a bare one): a write grant there is a protected one (see
+   * {@link lend}).
+   */
+  inRepository(path: string): boolean {
+    if (this.#repositories.size === 0) return false;
+    const parts = path.split("/");
+    for (let i = parts.length; i > 1; i--) {
+      const st = statAt(AT_FDCWD, parts.slice(0, i).join("/"), AT.SYMLINK_NOFOLLOW);
+      if (st && this.#repositories.has(`${st.dev}:${st.ino}`)) return true;
+    }
+    return false;
+  }
+
+  /**
+   * Puts a protected directory back where it was when this instance's sandbox renamed it (the
+   * repository must not vanish for its owner); true when `entry` was one and was put back. One
+   * that someone else renamed is known by its new place from then on (while it keeps a
+   * protected name). Something of the sandbox's own in its place goes aside first.
+   */
+  #putBack(entry: NewEntry): boolean {
+    const st = statAt(entry.dirFd, entry.name, AT.SYMLINK_NOFOLLOW);
+    const key = st && `${st.dev}:${st.ino}`;
+    const home = key === null ? undefined : this.#homes.get(key);
+    if (!st || !key || !home) return false;
+    const here: Home = { parent: this.#watch.dirKey(entry.dirFd), name: entry.name };
+    if (here.parent === home.parent && here.name === home.name) return false;
+    const parent = this.#watch.open(home.parent);
+    const was = `${(parent !== null && pathOf(parent)) || "(a directory now gone)"}/${home.name}`;
+    try {
+      const actor = this.#actor(entry, st);
+      if (actor === "other" || (actor === "unknown" && !this.#writableHere(was))) {
+        if (this.#names.has(entry.name)) this.#homes.set(key, here);
+        else this.#homes.delete(key);
+        return false;
+      }
+      const now = `${entry.dir}/${entry.name}`;
+      if (parent !== null) {
+        const there = statAt(parent, home.name, AT.SYMLINK_NOFOLLOW);
+        if (there && this.#owners.isUid(there.uid)) this.#moveAside(parent, home.name, was);
+        const moved = rawSyscall(
+          SYS.renameat2,
+          entry.dirFd,
+          cString(entry.name),
+          parent,
+          cString(home.name),
+          RENAME_NOREPLACE,
+        );
+        if (moved >= 0) {
+          console.error(`uexec: ${was} was renamed to ${now} by a sandboxed command; put back`);
+          return true;
+        }
+      }
+      const why = parent === null ? "" : `: ${new OsError("rename", errno()).message}`;
+      console.error(
+        `uexec: ${was} was renamed to ${now} by a sandboxed command and cannot be put back${why}`,
+      );
+      return true;
+    } finally {
+      if (parent !== null) closeFd(parent);
     }
   }
 
@@ -538,29 +771,48 @@ export class GitGuard {
     }
   }
 
-  #protectPath(dir: string, name: string, planted: Planted): void {
+  #protectPath(dir: string, name: string, planted: Planted, acting = true): void {
     const path = `${dir}/${name}`;
     let dirFd: number | null = null;
     try {
       dirFd = openEntry(AT_FDCWD, dir);
       if (dirFd === null) return void this.#failed.delete(path);
-      this.#protect(dirFd, name, planted, path);
+      this.#protect(dirFd, name, planted, path, false, acting);
       this.#failed.delete(path);
     } catch (e) {
-      this.#failed.set(path, { why: (e as Error).message, planted });
+      this.#failed.set(path, { why: (e as Error).message, planted, acting });
     } finally {
       if (dirFd !== null) closeFd(dirFd);
     }
   }
 
-  /** Secures the protected entry `name` of the directory `dirFd`, unless the sandbox made it. */
-  #protect(dirFd: number, name: string, planted: Planted, path: string, renamed = false): void {
+  /**
+   * Secures the protected entry `name` of the directory `dirFd`, unless the sandbox made it. A
+   * directory is remembered where it is (see {@link #putBack}). Unless `acting` (the entry may
+   * be this instance's sandbox's doing) or it was renamed into place carrying this instance's
+   * grant, nothing more is done to it than that.
+   */
+  #protect(
+    dirFd: number,
+    name: string,
+    planted: Planted,
+    path: string,
+    renamed = false,
+    acting = true,
+  ): void {
     const fd = openEntry(dirFd, name);
     if (fd === null) return;
     try {
       const secured = this.#secureTree(fd, path, planted);
-      if (secured === null || planted === "adopt") return;
+      if (secured === null) return;
       const { st, walk } = secured;
+      if (kind(st) === S_IF.DIR) {
+        this.#homes.set(`${st.dev}:${st.ino}`, { parent: this.#watch.dirKey(dirFd), name });
+      }
+      if (planted === "adopt") return;
+      // Whoever renamed it into place, this instance's sandbox could write it until then: what
+      // it holds may be the sandbox's.
+      if (!acting && !(renamed && walk.granted)) return;
       const keeper = walk.keeper;
       if (kind(st) === S_IF.DIR) {
         if (renamed && (walk.granted || walk.worldWritable)) this.#moveAside(dirFd, name, path);
@@ -638,11 +890,16 @@ export class GitGuard {
     }
   }
 
-  /** Renames an untrusted `name` out of the way, so git will not use it. */
+  /**
+   * Renames an untrusted `name` out of the way, so git will not use it; logs where it went and
+   * how to put it back (`path` names it in the log when the directory's path is unknown).
+   */
   #moveAside(dirFd: number, name: string, path: string): void {
     const mark = `untrusted-${crypto.randomUUID().slice(0, 8)}`;
     // Named after it while the name still fits (a file name is at most 255 bytes).
     const aside = new TextEncoder().encode(name).length > 200 ? mark : `${name}.${mark}`;
+    const st = statAt(dirFd, name, AT.SYMLINK_NOFOLLOW);
+    if (st) this.#homes.delete(`${st.dev}:${st.ino}`);
     checkedSyscall(
       `rename(${path})`,
       SYS.renameat2,
@@ -652,9 +909,11 @@ export class GitGuard {
       cString(aside),
       RENAME_NOREPLACE,
     );
+    const dir = pathOf(dirFd);
+    const [from, to] = dir === null ? [path, aside] : [`${dir}/${name}`, `${dir}/${aside}`];
     console.error(
-      `uexec: ${path} appeared where sandboxed commands could have forged what it holds; ` +
-        `moved aside to ${aside}`,
+      `uexec: ${from} appeared where sandboxed commands could have forged what it holds; ` +
+        `moved aside to ${to} (to restore it: mv -n '${to}' '${from}')`,
     );
   }
 

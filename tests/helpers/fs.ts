@@ -69,3 +69,26 @@ export function watchAttributes(path: string): { changed(ms: number): void; clos
     close: () => closeAll([fd]),
   };
 }
+
+/**
+ * Mounts a fresh tmpfs on a new directory under /var/tmp (where no default ACL is left) for a
+ * test's workspaces: the `.git` guards of servers that other test runs on this host started
+ * (perhaps older ones) watch the file systems of their own workspaces, and must not act on
+ * what this test checks. `close` unmounts it and removes the directory.
+ */
+export async function privateFs(): Promise<{ path: string; close(): Promise<void> }> {
+  const path = await Deno.makeTempDir({ dir: "/var/tmp", prefix: "uexec-fs-" });
+  const run = (args: string[]) => new Deno.Command(args[0], { args: args.slice(1) }).output();
+  const mounted = await run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=64m", "none", path]);
+  if (mounted.code !== 0) {
+    await Deno.remove(path);
+    throw new Error(`mount tmpfs: ${new TextDecoder().decode(mounted.stderr)}`);
+  }
+  return {
+    path,
+    close: async () => {
+      await run(["umount", path]);
+      await Deno.remove(path);
+    },
+  };
+}

@@ -100,7 +100,7 @@ export async function startServer(
       "--allow-read",
       "--allow-write",
       "--allow-sys",
-      "--allow-run=git",
+      "--allow-run=git,/usr/bin/git",
       "--v8-flags=--enable-experimental-regexp-engine",
       `${root}${entry}`,
       "--port",
