@@ -29,6 +29,7 @@ import { HistoryStore } from "./history/store.ts";
 import { HistoryWriter } from "./history/writer.ts";
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics/metrics.ts";
+import { DiskFloor } from "./service/disk_floor.ts";
 import { type ContainmentReport, openContainment } from "./sandbox/cgroups.ts";
 import { operatorGitIdentity } from "./sandbox/git_config.ts";
 import { GrantJournal } from "./sandbox/grant_journal.ts";
@@ -86,6 +87,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     config.containment,
     config.cgroupRoot,
     descriptors,
+    config.memoryMax,
   );
   if (containment.reaped > 0) {
     log.warn("dead_instance_reaped", { cgroups: containment.reaped });
@@ -131,6 +133,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     reactor,
     gitIdentity: await operatorGitIdentity(),
     grantJournal: new GrantJournal(state.file("grants")),
+    tmpBytes: config.memoryMax,
   });
   // Before any session can be handed a uid a dead server's grant still names.
   const grants = await domains.takeBackDeadGrants();
@@ -156,6 +159,14 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     allowedRoots: config.allowedRoots,
     shell: config.shell,
     maxSessions: config.maxSessions,
+    memory: { max: config.memoryMax, session: config.sessionMemoryMax },
+    diskFloor: new DiskFloor(
+      [{ what: "workspace", path: config.workspace }, {
+        what: "state directory",
+        path: state.path,
+      }],
+      config.diskFloorBytes,
+    ),
     history: history?.recorder,
     metrics,
     webSessions: config.dashboard

@@ -72,6 +72,11 @@ export const ERRORS = {
   overloaded: [503, "The server is out of connections or file descriptors."],
   out_of_resources: [503, "The server is out of file descriptors; nothing was started."],
   shutting_down: [503, "The server is shutting down; nothing new is started."],
+  insufficient_storage: [
+    507,
+    "The workspace's or the state directory's file system has less free space than " +
+    "UEXEC_DISK_FLOOR_BYTES; nothing was started.",
+  ],
   spawner_failed: [
     503,
     "The worker starting the command died; nothing of it runs. A retry gets a fresh worker.",
@@ -229,6 +234,7 @@ export const OPERATIONS: readonly Operation[] = [
       "idempotency_conflict",
       "shutting_down",
       "out_of_resources",
+      "insufficient_storage",
       "spawner_failed",
       "client_gone",
     ],

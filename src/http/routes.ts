@@ -69,7 +69,7 @@ export interface AppDeps {
 const MAX_BODY_BYTES = 1024 * 1024;
 
 interface Failure {
-  status: 400 | 401 | 403 | 404 | 408 | 409 | 413 | 422 | 429 | 500 | 503;
+  status: 400 | 401 | 403 | 404 | 408 | 409 | 413 | 422 | 429 | 500 | 503 | 507;
   code: string;
   message: string;
 }

@@ -38,6 +38,7 @@ import {
   type PrivateDir,
   privateEnv,
   removeDeadInstanceDirs,
+  removeInstanceDir,
   removePrivateDir,
   type SandboxIds,
   sandboxIds,
@@ -129,6 +130,8 @@ export interface DomainOptions {
   gitIdentity?: GitIdentity;
   /** Where the write grants held are recorded for the next start (grant_journal.ts). */
   grantJournal?: GrantJournal;
+  /** The size of the tmpfs all sessions' HOME and TMPDIR are on (root server; see identity.ts). */
+  tmpBytes?: number;
 }
 
 interface Domain {
@@ -311,7 +314,7 @@ export class SandboxDomains {
     this.#domains.clear();
     this.#withSpare.clear();
     // Every domain's directory is in it.
-    if (this.#instanceDir) await removePrivateDir(this.#instanceDir);
+    if (this.#instanceDir) await removeInstanceDir(this.#instanceDir);
   }
 
   /**
@@ -523,7 +526,7 @@ export class SandboxDomains {
   #create(profile: Profile, workdir: string, uids: Uids | null, widening: Widening): Domain {
     if (uids) this.#makeReachable(workdir, uids.ids, profile);
     const gid = uids?.ids.gid ?? null;
-    this.#instanceDir ??= createInstanceDir(gid);
+    this.#instanceDir ??= createInstanceDir(gid, this.#opts.tmpBytes);
     const root = createDomainDir(gid, this.#instanceDir);
     const policy = this.#resolve(profile, workdir, root);
     return { root, policy, grants: uids ? this.#grantsFor(widening) : [] };

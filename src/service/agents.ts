@@ -27,6 +27,8 @@ export interface AgentInfo {
   name: string;
   max_profile: string | null;
   max_sessions: number | null;
+  /** The memory of each of its sessions, in bytes (null: the server's per-session default). */
+  max_memory_bytes: number | null;
   created_at: string;
 }
 
@@ -39,6 +41,7 @@ export interface NewAgent {
   name: string;
   maxProfile?: string;
   maxSessions?: number;
+  maxMemoryBytes?: number;
 }
 
 /** An agent name already taken (409 `agent_exists`). */
@@ -206,6 +209,7 @@ export class AgentRegistry {
       name: spec.name,
       max_profile: spec.maxProfile ?? null,
       max_sessions: spec.maxSessions ?? null,
+      max_memory_bytes: spec.maxMemoryBytes ?? null,
       created_at: this.#now().toISOString(),
       token_sha256: tokenDigest(token),
     };
@@ -239,6 +243,7 @@ export class AgentRegistry {
       name: record.name,
       ...(record.max_profile === null ? {} : { maxProfile: record.max_profile }),
       ...(record.max_sessions === null ? {} : { maxSessions: record.max_sessions }),
+      ...(record.max_memory_bytes === null ? {} : { maxMemoryBytes: record.max_memory_bytes }),
     });
     this.#issued.set(principal, record);
     return principal;
@@ -264,8 +269,10 @@ function parseRegistry(text: string, file: string): Stored[] {
       typeof a.token_sha256 === "string" && /^[0-9a-f]{64}$/.test(a.token_sha256) &&
       (a.max_profile === null || typeof a.max_profile === "string") &&
       (a.max_sessions === null || Number.isInteger(a.max_sessions)) &&
+      (a.max_memory_bytes == null || Number.isSafeInteger(a.max_memory_bytes)) &&
       typeof a.created_at === "string";
     if (!ok) throw new Error(`${file}: agents[${i}] is malformed`);
-    return a as Stored;
+    // Registries written before max_memory_bytes existed lack it.
+    return { ...a, max_memory_bytes: a.max_memory_bytes ?? null } as Stored;
   });
 }

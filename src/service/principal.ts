@@ -19,6 +19,8 @@ export interface Agent {
   maxProfile?: string;
   /** Its own live-session limit (pruning happens among its own sessions). */
   maxSessions?: number;
+  /** The memory of each of its sessions, in bytes (else the server's per-session default). */
+  maxMemoryBytes?: number;
 }
 
 /** An authenticated caller. */

@@ -70,6 +70,10 @@ export const CallResultSchema = z.object({
   usage: z.object({
     cpu_seconds: z.number(),
     peak_memory_bytes: z.number().nullable(),
+    killed_by: z.literal("memory").optional().describe(
+      "Set when the kernel killed a process of the tree for memory: its own limit or the " +
+        "memory cap of all sessions together was reached.",
+    ),
   }).optional().describe(
     "Once exited: CPU time and peak memory of the command's whole process tree (cgroups only).",
   ),
@@ -228,6 +232,7 @@ export const AgentSchema = z.object({
   name: z.string(),
   max_profile: z.string().nullable(),
   max_sessions: z.number().int().nullable(),
+  max_memory_bytes: z.number().int().nullable(),
   created_at: z.string(),
 });
 

@@ -154,6 +154,8 @@ export const AgentBody = z.strictObject({
   name: z.string().min(1).max(64),
   max_profile: z.string().min(1).max(128).optional(),
   max_sessions: z.number().int().min(1).max(100_000).optional(),
+  max_memory_bytes: z.number().int().min(16 << 20).max(Number.MAX_SAFE_INTEGER).optional()
+    .describe("The memory of each of its sessions, in bytes; at most UEXEC_MEMORY_MAX."),
 });
 
 /** `POST /v1/write_stdin`. */
