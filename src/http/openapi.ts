@@ -165,8 +165,12 @@ const OutputReadSchema = z.strictObject({
 
 const HealthSchema = z.looseObject({
   ok: z.literal(true),
-  version: z.string(),
-}).describe("Also: live sessions, what the sandbox can enforce per profile, the history's state.");
+  version: z.string().optional(),
+}).describe(
+  "Without a valid credential, or from a sandboxed command, only ok. With one: also the version, " +
+    "live sessions, what the sandbox can enforce per profile, containment, the history's state " +
+    "and the WebSocket URL.",
+);
 
 const ToolsSchema = z.object({
   tools: z.array(z.object({
@@ -201,7 +205,7 @@ export const OPERATIONS: readonly Operation[] = [
     method: "get",
     path: "/healthz",
     tag: "server",
-    summary: "Health and what the sandbox can enforce",
+    summary: "Liveness; with a credential, also what the sandbox can enforce",
     caller: "anyone",
     result: HealthSchema,
   },
