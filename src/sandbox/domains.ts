@@ -247,6 +247,15 @@ export class SandboxDomains {
     return !(this.#opts.hidden ?? []).some((h) => isWithin(h, path) || isWithin(path, h));
   }
 
+  /**
+   * Whether read access to `path`, which a profile hides, can be granted: not when it holds, or
+   * lies in, the server's hidden paths, nor anything beneath `/proc` (the server's own entry
+   * there holds its environment).
+   */
+  revealable(path: string): boolean {
+    return this.writable(path) && !isWithin(path, "/proc");
+  }
+
   /** Names of the loaded profiles. */
   get names(): string[] {
     return [...this.#opts.profiles.keys()];

@@ -198,6 +198,7 @@ export const SessionUsageSchema = z.object({
 const WideningSchema = z.object({
   profile: z.string().optional().describe("Run under this (wider) profile instead."),
   write: z.array(z.string()).optional().describe("Extra writable directories."),
+  read: z.array(z.string()).optional().describe("Paths the profile hides, made readable."),
   tcp_ports: z.array(z.number().int()).optional().describe("Extra TCP ports."),
   unsandboxed: z.boolean().optional().describe("No sandbox at all."),
 });
