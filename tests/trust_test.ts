@@ -588,7 +588,7 @@ Deno.test("/healthz is open but says only ok to anyone without a credential or i
         assert.ok(denies[name].syscalls.includes(call), `${name} denies ${call}`);
       }
       assert.equal(denies[name].conditional.unshare, "with any CLONE_NEW* flag");
-      assert.deepEqual(denies[name].enosys, ["clone3"]);
+      assert.deepEqual(denies[name].enosys, ["clone3", "pidfd_open"]);
     }
     assert.deepEqual(denies["workspace-write"].socket_families_allowed, ["AF_UNIX"]);
     assert.deepEqual(denies["workspace-write-net"].socket_families_allowed, [
