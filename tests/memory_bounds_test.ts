@@ -57,6 +57,11 @@ Deno.test("a session allocating past the aggregate cap is killed and told why; t
     assert.equal(hog.body.exit_code, 128 + 9, JSON.stringify(hog.body));
     assert.doesNotMatch(hog.body.output, /held/);
     assert.equal(hog.body.usage.killed_by, "memory", JSON.stringify(hog.body.usage));
+    // Its history row says so too.
+    const rows = (await server.operator.get("/v1/history")).body.items;
+    const row = rows.find((i: { agent: string }) => i.agent === "big");
+    assert.equal(row.end_reason, "memory", JSON.stringify(row));
+    assert.equal(row.status, "killed");
 
     // The holder still runs and answers; the server too.
     const alive = await server.post("/v1/write_stdin", {
