@@ -53,7 +53,8 @@ export class DiskFloor {
       const free = freeBytes(path);
       if (free < this.#floor) {
         throw new InsufficientStorageError(
-          `only ${free} bytes are free on the file system of the ${what} (${path}), below ` +
+          // No path: the state directory's is not the agent's to know.
+          `only ${free} bytes are free on the file system of the ${what}, below ` +
             `the floor of ${this.#floor} (UEXEC_DISK_FLOOR_BYTES): nothing was started; ` +
             "free some space there and try again",
         );
