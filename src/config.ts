@@ -75,6 +75,16 @@ export interface Config {
    * `/healthz` says), `cgroup` (refuse to start without them) or `process-group`.
    */
   containment: "auto" | "cgroup" | "process-group";
+  // Memory and disk bounds (issue 29).
+  /** `UEXEC_MEMORY_MAX`: bytes all sessions together may use (default: see {@link memoryShare}). */
+  memoryMax: number;
+  /** `UEXEC_SESSION_MEMORY_MAX`: a session's memory unless its agent has its own (default half). */
+  sessionMemoryMax: number;
+  /**
+   * `UEXEC_DISK_FLOOR_BYTES`: below this much free space on the workspace's or the state
+   * directory's file system, a start is refused with 507 (default 100 MiB; 0 turns it off).
+   */
+  diskFloorBytes: number;
 }
 
 const SHIPPED_PROFILES = new URL("../sandbox-profiles", import.meta.url).pathname;
@@ -230,6 +240,7 @@ export function loadConfig(
     ...observability(env),
     ...dashboardSettings(env),
     ...containmentSettings(env),
+    ...boundsSettings(env),
   };
 }
 
@@ -292,4 +303,42 @@ function containmentSettings(
     );
   }
   return { cgroupRoot: env.UEXEC_CGROUP_ROOT || undefined, containment };
+}
+
+/** The largest byte count a setting takes (2^53 - 1: exact in a double). */
+const MAX_BYTES = Number.MAX_SAFE_INTEGER;
+/** The smallest memory cap: a shell and a few tools. */
+const MIN_MEMORY = 16 << 20;
+/** What the host and the server keep out of the sessions' share at the least. */
+const HOST_RESERVE = 1 << 30;
+
+/**
+ * The default memory cap of all sessions together: three quarters of the host's memory, but
+ * never more than all of it less {@link HOST_RESERVE}, so that the server, the history and the
+ * host keep room whatever the sessions do (at least {@link MIN_MEMORY}).
+ */
+export function memoryShare(memTotal: number): number {
+  return Math.max(MIN_MEMORY, Math.min(Math.floor(memTotal * 0.75), memTotal - HOST_RESERVE));
+}
+
+/** The memory and disk bounds. */
+function boundsSettings(
+  env: Record<string, string | undefined>,
+): Pick<Config, "memoryMax" | "sessionMemoryMax" | "diskFloorBytes"> {
+  const memoryMax = env.UEXEC_MEMORY_MAX
+    ? integer("UEXEC_MEMORY_MAX", env.UEXEC_MEMORY_MAX, MIN_MEMORY, MAX_BYTES)
+    : memoryShare(Deno.systemMemoryInfo().total);
+  const sessionMemoryMax = env.UEXEC_SESSION_MEMORY_MAX
+    ? integer("UEXEC_SESSION_MEMORY_MAX", env.UEXEC_SESSION_MEMORY_MAX, MIN_MEMORY, memoryMax)
+    : Math.max(MIN_MEMORY, Math.floor(memoryMax / 2));
+  return {
+    memoryMax,
+    sessionMemoryMax,
+    diskFloorBytes: integer(
+      "UEXEC_DISK_FLOOR_BYTES",
+      env.UEXEC_DISK_FLOOR_BYTES ?? `${100 << 20}`,
+      0,
+      MAX_BYTES,
+    ),
+  };
 }

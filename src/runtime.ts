@@ -30,6 +30,7 @@ import { HistoryStore } from "./history/store.ts";
 import { HistoryWriter } from "./history/writer.ts";
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics/metrics.ts";
+import { DiskFloor } from "./service/disk_floor.ts";
 import { type ContainmentReport, openContainment } from "./sandbox/cgroups.ts";
 import { operatorGitIdentity } from "./sandbox/git_config.ts";
 import { hostGitHint } from "./sandbox/host_git.ts";
@@ -88,6 +89,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     config.containment,
     config.cgroupRoot,
     descriptors,
+    config.memoryMax,
   );
   if (containment.reaped > 0) {
     log.warn("dead_instance_reaped", { cgroups: containment.reaped });
@@ -135,6 +137,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     reactor,
     gitIdentity: await operatorGitIdentity(),
     grantJournal: new GrantJournal(state.file("grants")),
+    tmpBytes: config.memoryMax,
   });
   const gitHint = await hostGitHint();
   if (gitHint !== null) log.warn("host_git", { hint: gitHint });
@@ -162,6 +165,14 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     allowedRoots: config.allowedRoots,
     shell: config.shell,
     maxSessions: config.maxSessions,
+    memory: { max: config.memoryMax, session: config.sessionMemoryMax },
+    diskFloor: new DiskFloor(
+      [{ what: "workspace", path: config.workspace }, {
+        what: "state directory",
+        path: state.path,
+      }],
+      config.diskFloorBytes,
+    ),
     history: history?.recorder,
     metrics,
     webSessions: config.dashboard

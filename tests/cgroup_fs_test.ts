@@ -82,7 +82,7 @@ Deno.test({
       assert.ok(reused, "an emptied cgroup was not reused");
       closeAll(reused.procs);
       assert.equal(reused.procs.length, 1);
-      assert.deepEqual(reused.baseline, { cpuUsec: used, memoryBytes: 0 });
+      assert.deepEqual(reused.baseline, { cpuUsec: used, memoryBytes: 0, oomKills: 0 });
       assert.equal(exists(s), true);
     }),
 });

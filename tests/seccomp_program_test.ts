@@ -204,6 +204,13 @@ Deno.test("seccomp program: no new namespaces through clone, clone3 or unshare",
   }
 });
 
+Deno.test("seccomp program: pidfd_open is ENOSYS (no descriptor on a host process)", () => {
+  for (const network of MODES) {
+    assert.equal(verdict(network, 434, [1n, 0n]), ENOSYS, "pidfd_open");
+    assert.equal(verdict(network, 62, [1n, 0n]), ALLOW, "kill stays (the kernel checks it)");
+  }
+});
+
 Deno.test("seccomp program: personality only for harmless personas", () => {
   for (const network of MODES) {
     for (const persona of [0x0n, 0x8n, 0x20000n, 0x20008n, 0xffffffffn]) {
@@ -224,7 +231,7 @@ Deno.test("seccompDenials: the /healthz summary matches the program's tables", (
     "AF_INET6",
   ]);
   assert.deepEqual(none.syscalls, Object.keys(DENIED_SYSCALLS).sort());
-  assert.deepEqual(none.enosys, ["clone3"]);
+  assert.deepEqual(none.enosys, ["clone3", "pidfd_open"]);
   assert.deepEqual(Object.keys(none.conditional).sort(), [
     "clone",
     "personality",

@@ -700,22 +700,38 @@ Deno.test("UEXEC_LISTEN=unix:PATH serves on a 0600 socket", async () => {
   }
 });
 
-Deno.test("/healthz is open, reveals no secret, and lists what each profile denies", async () => {
+Deno.test("/healthz is open but says only ok to anyone without a credential or in the sandbox", async () => {
   const server = await startServer();
   try {
-    const r = await server.raw("/healthz", { headers: { authorization: "" } });
+    // A liveness probe learns it is up, no more: not the uids, cgroups, profiles or ports.
+    for (const authorization of ["", "Bearer wrong-token-0123456789"]) {
+      const open = await server.raw("/healthz", { headers: { authorization } });
+      assert.equal(open.status, 200);
+      assert.deepEqual(JSON.parse(open.text), { ok: true });
+    }
+    // A sandboxed command (host network) with a stolen token learns no more.
+    const probe = await server.post("/v1/exec_command", {
+      cmd: `curl -s -H 'authorization: Bearer ${server.operatorToken}' ${server.url}/healthz`,
+      login: false,
+      profile: "workspace-write-net",
+    });
+    assert.equal(probe.body.output, '{"ok":true}', JSON.stringify(probe.body));
+    const r = await server.raw("/healthz", {});
     assert.equal(r.status, 200);
     for (const token of [server.agentToken, server.operatorToken]) {
       assert.ok(!r.text.includes(token));
     }
-    const { denies } = JSON.parse(r.text).sandbox;
+    const full = JSON.parse(r.text);
+    assert.equal(typeof full.websocket, "string");
+    assert.equal(full.containment, "cgroup");
+    const { denies } = full.sandbox;
     assert.equal(denies["full-access"], null);
     for (const name of ["read-only", "workspace-write", "workspace-write-net"]) {
       for (const call of ["setns", "keyctl", "add_key", "bpf", "userfaultfd", "perf_event_open"]) {
         assert.ok(denies[name].syscalls.includes(call), `${name} denies ${call}`);
       }
       assert.equal(denies[name].conditional.unshare, "with any CLONE_NEW* flag");
-      assert.deepEqual(denies[name].enosys, ["clone3"]);
+      assert.deepEqual(denies[name].enosys, ["clone3", "pidfd_open"]);
     }
     assert.deepEqual(denies["workspace-write"].socket_families_allowed, ["AF_UNIX"]);
     assert.deepEqual(denies["workspace-write-net"].socket_families_allowed, [
@@ -788,7 +804,7 @@ Deno.test("an agent minted again under a revoked one's name inherits nothing of 
   const first = await old.post("/v1/exec_command", keyed, key);
   assert.equal(first.status, 200, JSON.stringify(first.body));
   const events = await connectSse(`${server.url}/v1/events`, old.auth);
-  const ws = await RpcSocket.open(await wsUrl(server.url), old.auth);
+  const ws = await RpcSocket.open(await wsUrl(server.url, server.auth), old.auth);
   // A request the old agent's token got in with, whose body arrives only after the revocation.
   const { hostname, port } = new URL(server.url);
   const conn = await Deno.connect({ hostname, port: Number(port) });
@@ -851,7 +867,7 @@ Deno.test("revoking an idle agent ends its event stream and WebSocket at once; t
   const events = await connectSse(`${server.url}/v1/events`, agent.auth);
   const watch = await connectSse(`${server.url}/v1/events`, server.operator.auth);
   const bystander = await connectSse(`${server.url}/v1/events`, server.auth);
-  const ws = await RpcSocket.open(await wsUrl(server.url), agent.auth);
+  const ws = await RpcSocket.open(await wsUrl(server.url, server.auth), agent.auth);
   try {
     // The agent has no session and sends nothing: only the revocation can end its streams.
     // (Before, they stayed open until the next event concerning anyone; a minute says hung.)

@@ -107,8 +107,9 @@ Deno.test("a write grant: write where the uid reads, nothing else, and taken bac
     await Deno.chown(`${dir}/newdir`, UID, GID);
     grant.revoke();
     const after = snapshot(dir);
-    assert.equal(after[`${dir}/sub/made`], `0:0 775 null`, "given to the directory's owner");
-    assert.equal(after[`${dir}/newdir`], `0:0 775 null null`);
+    // Given to the directory's owner, with no write for group and others.
+    assert.equal(after[`${dir}/sub/made`], `0:0 755 null`, "given to the directory's owner");
+    assert.equal(after[`${dir}/newdir`], `0:0 755 null null`);
     delete after[`${dir}/sub/made`];
     delete after[`${dir}/newdir`];
     assert.deepEqual(after, before, "every ACL and mode as it was");
@@ -164,6 +165,57 @@ Deno.test("a granted directory renamed meanwhile, or one above it, is taken back
     for (const path of [dir, `${dir}-moved`]) {
       await Deno.remove(path, { recursive: true }).catch(() => {});
     }
+  }
+});
+
+Deno.test("what a session made in a granted directory is the owner's, not everyone's", async () => {
+  const dir = await tree();
+  try {
+    const grant = WriteGrant.grant([{ path: dir, protected: false }], options);
+    // The session makes a world-writable set-gid file and directory, and gives a host user an
+    // ACL entry on one (the test plays the session as root).
+    await Deno.writeTextFile(`${dir}/sub/open`, "#!/bin/sh\n");
+    await Deno.mkdir(`${dir}/opendir`);
+    await Deno.chmod(`${dir}/sub/open`, 0o2777);
+    await Deno.chmod(`${dir}/opendir`, 0o3777);
+    writeAcl(`${dir}/sub/open`, "access", [
+      { tag: TAG.USER_OBJ, perm: 7, id: 0xffffffff },
+      { tag: TAG.USER, perm: 7, id: 1234 },
+      { tag: TAG.GROUP_OBJ, perm: 7, id: 0xffffffff },
+      { tag: TAG.MASK, perm: 7, id: 0xffffffff },
+      { tag: TAG.OTHER, perm: 7, id: 0xffffffff },
+    ]);
+    for (const path of [`${dir}/sub/open`, `${dir}/opendir`]) await Deno.chown(path, UID, GID);
+    assert.equal(grant.revoke(), true);
+    const after = snapshot(dir);
+    assert.equal(after[`${dir}/sub/open`], "0:0 755 null");
+    assert.equal(after[`${dir}/opendir`], "0:0 755 null null");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("an entry renamed out of a granted directory loses the uid's entry all the same", async () => {
+  const dir = await tree();
+  const away = await Deno.makeTempDir({ prefix: "uexec-grant-away-" });
+  try {
+    const before = snapshot(`${dir}/sub`);
+    const grant = WriteGrant.grant([{ path: dir, protected: false }], options);
+    assert.ok(may(`${dir}/sub/readable`, PERM.W) && may(`${dir}/sub`, PERM.W));
+    // The session moves a granted file and a granted directory out (same file system).
+    await Deno.rename(`${dir}/sub/readable`, `${away}/readable`);
+    await Deno.rename(`${dir}/sub`, `${away}/sub`);
+    // And deletes another granted entry outright.
+    await Deno.remove(`${dir}/script`);
+    assert.equal(grant.revoke(), true);
+    assert.ok(!may(`${away}/readable`, PERM.W), "the moved file");
+    assert.ok(!may(`${away}/sub`, PERM.W), "the moved directory");
+    assert.equal(readAcl(`${away}/readable`, "access"), null);
+    const moved = snapshot(`${away}/sub`);
+    assert.equal(moved[`${away}/sub`], before[`${dir}/sub`]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+    await Deno.remove(away, { recursive: true });
   }
 });
 
@@ -275,7 +327,7 @@ Deno.test("a grant a killed server held: taken back from its record, every entry
     ]);
     assert.equal(WriteGrant.takeBack(roots, options), true);
     const after = snapshot(dir);
-    assert.equal(after[`${dir}/sub/made`], `0:0 775 null`, "given to the directory's owner");
+    assert.equal(after[`${dir}/sub/made`], `0:0 755 null`, "given to the directory's owner");
     delete after[`${dir}/sub/made`];
     assert.deepEqual(after, before, "every ACL and mode as it was");
   } finally {

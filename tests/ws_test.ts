@@ -31,7 +31,7 @@ function joined(frames: Frame[], session: number, from: number): { text: string;
 
 Deno.test("websocket: every method, as the HTTP API answers it", async (t) => {
   const server = await startServer();
-  const ws = await RpcSocket.open(await wsUrl(server.url), server.auth);
+  const ws = await RpcSocket.open(await wsUrl(server.url, server.auth), server.auth);
   try {
     await t.step("exec_command and write_stdin answer the HTTP results", async () => {
       const run = await ws.call("exec_command", { cmd: "echo hi-$((6*7))" });
@@ -149,7 +149,7 @@ Deno.test("websocket: every method, as the HTTP API answers it", async (t) => {
 
 Deno.test("websocket: requests run concurrently and are answered as they complete", async () => {
   const server = await startServer();
-  const ws = await RpcSocket.open(await wsUrl(server.url), server.auth);
+  const ws = await RpcSocket.open(await wsUrl(server.url, server.auth), server.auth);
   try {
     const cat = await ws.call("exec_command", { cmd: "echo ready; exec cat", until: "ready" });
     const id = cat.result.session_id;
@@ -172,7 +172,7 @@ Deno.test("websocket: requests run concurrently and are answered as they complet
 
 Deno.test("websocket: subscribe pushes every byte with its offset, then exit", async (t) => {
   const server = await startServer();
-  const ws = await RpcSocket.open(await wsUrl(server.url), server.auth);
+  const ws = await RpcSocket.open(await wsUrl(server.url, server.auth), server.auth);
   try {
     await t.step(
       "text: a typed line echoes on the stream; write_stdin yields at once",
@@ -245,13 +245,13 @@ Deno.test("websocket: who may upgrade", async (t) => {
   const server = await startServer({ UEXEC_ALLOWED_ORIGINS: "http://tool.example" });
   try {
     const status = async (headers: Record<string, string>) => {
-      const { conn, head } = await rawUpgrade(await wsUrl(server.url), headers);
+      const { conn, head } = await rawUpgrade(await wsUrl(server.url, server.auth), headers);
       conn.close();
       return head.split("\r\n")[0];
     };
     await t.step("the agent's token upgrades", async () => {
       assert.equal(await status(server.auth), "HTTP/1.1 101 Switching Protocols");
-      const host = new URL(await wsUrl(server.url)).host;
+      const host = new URL(await wsUrl(server.url, server.auth)).host;
       assert.equal(
         await status({ ...server.auth, Origin: `http://${host}` }),
         "HTTP/1.1 101 Switching Protocols",
@@ -272,7 +272,7 @@ Deno.test("websocket: who may upgrade", async (t) => {
       );
     });
     await t.step("a plain GET: 426; the HTTP port names the WebSocket URL", async () => {
-      const url = await wsUrl(server.url);
+      const url = await wsUrl(server.url, server.auth);
       const res = await fetch(url.replace(/^ws/, "http"), { headers: server.auth });
       assert.equal(res.status, 426);
       assert.equal((await res.json()).error.code, "upgrade_required");
@@ -295,10 +295,10 @@ Deno.test("websocket: who may upgrade", async (t) => {
         until: "ready",
       });
       const id = mine.body.session_id;
-      const ws = await RpcSocket.open(await wsUrl(server.url), {
+      const ws = await RpcSocket.open(await wsUrl(server.url, server.auth), {
         authorization: `Bearer ${other.body.token}`,
       });
-      const op = await RpcSocket.open(await wsUrl(server.url), server.operator.auth);
+      const op = await RpcSocket.open(await wsUrl(server.url, server.auth), server.operator.auth);
       try {
         for (const method of ["subscribe", "kill", "unsubscribe"]) {
           const res = await ws.call(method, { session_id: id });
@@ -327,7 +327,7 @@ Deno.test("websocket: a client that does not read is dropped, then told the gap"
   // An idle timeout far shorter than the run: the listener must not close an upgraded socket.
   const server = await startServer({ UEXEC_IDLE_TIMEOUT_MS: "300" });
   const total = 48 * 1024 * 1024;
-  const { conn, head, rest } = await rawUpgrade(await wsUrl(server.url), server.auth);
+  const { conn, head, rest } = await rawUpgrade(await wsUrl(server.url, server.auth), server.auth);
   try {
     assert.match(head, /^HTTP\/1.1 101/);
     const run = await server.post("/v1/exec_command", {
@@ -394,7 +394,7 @@ Deno.test("websocket: a client that does not read is dropped, then told the gap"
 
 Deno.test("websocket: the server stops on SIGTERM with a socket still open", async () => {
   const server = await startServer();
-  const ws = await RpcSocket.open(await wsUrl(server.url), server.auth);
+  const ws = await RpcSocket.open(await wsUrl(server.url, server.auth), server.auth);
   const cat = await ws.call("exec_command", { cmd: "echo ready; exec cat", until: "ready" });
   await ws.call("subscribe", { session_id: cat.result.session_id });
   const stopped = await server.stop();

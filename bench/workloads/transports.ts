@@ -101,7 +101,10 @@ export async function stockClients(ctx: Context): Promise<Outcome> {
   const client = connect(ctx, server);
   const node = await hasNode();
   const wsModule = node ? await installWs() : undefined;
-  const wsUrl = (await (await fetch(`${server.url}/healthz`)).json()).websocket as string;
+  const wsUrl = (await (await fetch(`${server.url}/healthz`, {
+    headers: { authorization: `Bearer ${server.token}` },
+  })).json())
+    .websocket as string;
   const rows: Row[] = [];
   const details: Record<string, unknown> = { node: node ? "node" : "absent" };
   for (const transport of ["deno-ws", "ws", "http"] as Transport[]) {

@@ -182,7 +182,11 @@ function visibleEnv(env: Record<string, string>): Record<string, string> {
 }
 
 function visibleWidening(w: Widening): Widening {
-  return w.write ? { ...w, write: w.write.map(visible) } : w;
+  return {
+    ...w,
+    ...(w.write ? { write: w.write.map(visible) } : {}),
+    ...(w.read ? { read: w.read.map(visible) } : {}),
+  };
 }
 
 /** Holds pending approvals for one server. */

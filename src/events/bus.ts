@@ -31,7 +31,7 @@ export type LifecycleEvent =
     duration_seconds: number;
     reason: EndReason;
     /** What the session's whole process tree used (where its cgroup accounts it). */
-    usage?: { cpu_seconds: number; peak_memory_bytes: number | null };
+    usage?: { cpu_seconds: number; peak_memory_bytes: number | null; killed_by?: "memory" };
   }
   | { type: "approval_requested"; agent: string; approval: unknown }
   | { type: "approval_decided"; agent: string; approval: unknown }

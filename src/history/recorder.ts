@@ -173,12 +173,14 @@ export class HistoryRecorder {
       ended: (status) => {
         const now = Date.now();
         entry.tail = outputTail(entry.tail, session.history);
+        // The kernel killed part of its tree for memory (its limit or the aggregate cap).
+        const reason = session.usage?.killed_by ?? session.endReason;
         Object.assign(entry.row, {
           ended_ms: now,
           exit_code: status.code,
-          end_reason: session.endReason,
+          end_reason: reason,
           duration_ms: performance.now() - session.startedMs,
-          status: session.endReason !== "exit" ? "killed" : status.code === 0 ? "exited" : "failed",
+          status: reason !== "exit" ? "killed" : status.code === 0 ? "exited" : "failed",
           tail: entry.tail,
           output_bytes: entry.before + session.offset,
           cpu_ms: session.usage ? session.usage.cpu_seconds * 1000 : null,

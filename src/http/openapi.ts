@@ -72,6 +72,11 @@ export const ERRORS = {
   overloaded: [503, "The server is out of connections or file descriptors."],
   out_of_resources: [503, "The server is out of file descriptors; nothing was started."],
   shutting_down: [503, "The server is shutting down; nothing new is started."],
+  insufficient_storage: [
+    507,
+    "The workspace's or the state directory's file system has less free space than " +
+    "UEXEC_DISK_FLOOR_BYTES; nothing was started.",
+  ],
   spawner_failed: [
     503,
     "The worker starting the command died; nothing of it runs. A retry gets a fresh worker.",
@@ -189,8 +194,12 @@ const OutputReadSchema = z.strictObject({
 
 const HealthSchema = z.looseObject({
   ok: z.literal(true),
-  version: z.string(),
-}).describe("Also: live sessions, what the sandbox can enforce per profile, the history's state.");
+  version: z.string().optional(),
+}).describe(
+  "Without a valid credential, or from a sandboxed command, only ok. With one: also the version, " +
+    "live sessions, what the sandbox can enforce per profile, containment, the history's state " +
+    "and the WebSocket URL.",
+);
 
 const ToolsSchema = z.object({
   tools: z.array(z.object({
@@ -225,7 +234,7 @@ export const OPERATIONS: readonly Operation[] = [
     method: "get",
     path: "/healthz",
     tag: "server",
-    summary: "Health and what the sandbox can enforce",
+    summary: "Liveness; with a credential, also what the sandbox can enforce",
     caller: "anyone",
     result: HealthSchema,
   },
@@ -258,6 +267,7 @@ export const OPERATIONS: readonly Operation[] = [
       "idempotency_conflict",
       "shutting_down",
       "out_of_resources",
+      "insufficient_storage",
       "spawner_failed",
       "client_gone",
     ],

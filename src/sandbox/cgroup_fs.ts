@@ -71,6 +71,8 @@ export interface Baseline {
   cpuUsec: number;
   /** Memory still charged to the v1 memory cgroup (page cache the tree read), in bytes. */
   memoryBytes: number;
+  /** Processes the kernel's OOM killer killed in it so far (see {@link oomKills}). */
+  oomKills: number;
 }
 
 /** What readying an emptied session's cgroups for another session takes. */
@@ -108,7 +110,8 @@ export function reuseCgroups(
       const cpuUsec = usageUsec(v2);
       if (cpuUsec !== undefined) {
         const procs = makeCgroups({ dirs: [], writes: plan.writes, procs: plan.procs });
-        return { procs, baseline: { cpuUsec, memoryBytes: left } };
+        const killed = plan.memory === undefined ? 0 : oomKills(plan.memory, false) ?? 0;
+        return { procs, baseline: { cpuUsec, memoryBytes: left, oomKills: killed } };
       }
     }
   } catch {
@@ -122,6 +125,17 @@ export function reuseCgroups(
 export function usageUsec(dir: string): number | undefined {
   const usec = /^usage_usec (\d+)$/m.exec(readSmallFile(`${dir}/cpu.stat`) ?? "")?.[1];
   return usec === undefined ? undefined : Number(usec);
+}
+
+/**
+ * How many processes of the memory cgroup `dir` the kernel's OOM killer killed (`oom_kill` of
+ * the v1 `memory.oom_control`, or of the v2 `memory.events` when `v2`), whether its own limit
+ * or an ancestor's (the aggregate cap) ran out; undefined where the kernel does not say.
+ */
+export function oomKills(dir: string, v2: boolean): number | undefined {
+  const text = readSmallFile(`${dir}/${v2 ? "memory.events" : "memory.oom_control"}`);
+  const count = /^oom_kill (\d+)$/m.exec(text ?? "")?.[1];
+  return count === undefined ? undefined : Number(count);
 }
 
 /**

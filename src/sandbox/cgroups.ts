@@ -45,6 +45,7 @@ import {
   type Baseline,
   type CgroupPlan,
   makeCgroups,
+  oomKills,
   removeDirs,
   rmdir,
   usageUsec,
@@ -71,7 +72,7 @@ export const KEPT = 2 * SPARES;
  */
 const REUSE_MAX_LEFT_BYTES = 1 << 20;
 /** The baseline of cgroups no session used yet. */
-const FRESH: Baseline = { cpuUsec: 0, memoryBytes: 0 };
+const FRESH: Baseline = { cpuUsec: 0, memoryBytes: 0, oomKills: 0 };
 const PARENT = "uexec";
 
 /** How a limit is enforced by the kernel on this host. */
@@ -93,6 +94,11 @@ export interface Usage {
   cpu_seconds: number;
   /** Null where no memory accounting is available. */
   peak_memory_bytes: number | null;
+  /**
+   * `memory` when the kernel's OOM killer killed a process of the tree: its own memory limit
+   * or the aggregate cap of all sessions (`UEXEC_MEMORY_MAX`) ran out. Absent otherwise.
+   */
+  killed_by?: "memory";
 }
 
 /** A v1 hierarchy this server uses: where our own cgroup is in it. */
@@ -169,11 +175,13 @@ export class SessionCgroup {
     const peak = memory === undefined
       ? readSmallFile(`${this.dir}/memory.peak`)
       : readSmallFile(`${memory}/memory.max_usage_in_bytes`);
+    const killed = oomKills(memory ?? this.dir, memory === undefined) ?? 0;
     return {
       cpu_seconds: Math.max(0, usec) / 1e6,
       peak_memory_bytes: peak === undefined
         ? null
         : Math.max(0, Number(peak.trim()) - this.#baseline.memoryBytes),
+      ...(killed > this.#baseline.oomKills ? { killed_by: "memory" as const } : {}),
     };
   }
 
@@ -226,6 +234,8 @@ export class CgroupHost {
   #closed = false;
   /** Descriptors ran short: no spare is kept or made until a start finds enough again. */
   #short = false;
+  /** The memory cap of all sessions together, in bytes (see {@link open}). */
+  memoryMax?: number;
 
   readonly #descriptors?: DescriptorReserve;
 
@@ -248,8 +258,16 @@ export class CgroupHost {
    * parents in the v1 `pids` and `memory` hierarchies where they exist; throws when `root` is
    * not a writable cgroup v2 hierarchy. A kill that finds no descriptor free spends
    * `descriptors` (the process's reserve) and the spares' files (see {@link makeRoom}).
+   * `memoryMax` (bytes) caps the memory of all sessions together: it is the limit of the
+   * instance's memory cgroup, the parent of every session's (the kernel's OOM killer then picks
+   * its victim among the sessions, never the server); throws when it cannot be set.
    */
-  static open(reactor: Reactor, root: string, descriptors?: DescriptorReserve): CgroupHost {
+  static open(
+    reactor: Reactor,
+    root: string,
+    descriptors?: DescriptorReserve,
+    memoryMax?: number,
+  ): CgroupHost {
     if (readSmallFile(`${root}/cgroup.controllers`) === undefined) {
       throw new SandboxUnavailableError(`${root} is not a cgroup v2 hierarchy`);
     }
@@ -270,7 +288,34 @@ export class CgroupHost {
         // Not writable here: that limit falls back to its rlimit.
       }
     }
-    return new CgroupHost(reactor, dir, v2, v1, descriptors);
+    const host = new CgroupHost(reactor, dir, v2, v1, descriptors);
+    if (memoryMax !== undefined) host.#capMemory(memoryMax);
+    return host;
+  }
+
+  /** Limit the memory of all sessions together to `bytes` (see {@link open}). */
+  #capMemory(bytes: number): void {
+    const v1 = this.#v1.find((v) => v.controller === "memory");
+    const writes: CgroupPlan["writes"] = this.#v2.has("memory")
+      ? [{ path: `${this.dir}/memory.max`, text: `${bytes}` }, {
+        path: `${this.dir}/memory.swap.max`,
+        text: "0",
+        ifPresent: true,
+      }]
+      : v1
+      ? [{ path: `${v1.dir}/memory.limit_in_bytes`, text: `${bytes}` }, {
+        path: `${v1.dir}/memory.memsw.limit_in_bytes`,
+        text: `${bytes}`,
+        ifPresent: true,
+      }]
+      : [];
+    if (writes.length === 0) {
+      throw new SandboxUnavailableError(
+        "no memory controller to cap the sessions' memory with (UEXEC_MEMORY_MAX)",
+      );
+    }
+    for (const w of writes) writeFile(w.path, w.text, w.ifPresent);
+    this.memoryMax = bytes;
   }
 
   /** Every directory of session `name`: the v2 one first. */
@@ -453,7 +498,7 @@ export class CgroupHost {
     if (pids && limits.maxProcesses !== undefined) {
       writes.push({ path: `${pids}/pids.max`, text: `${limits.maxProcesses}` });
     }
-    const memory = limits.addressSpaceBytes;
+    const memory = treeMemory(limits);
     if (memory !== undefined) {
       if (this.#v2.has("memory")) {
         writes.push({ path: `${v2}/memory.max`, text: `${memory}` });
@@ -551,7 +596,13 @@ function add(counts: Map<string, number>, key: string, by: number): void {
 
 /** Spares are kept by the limits they were made with. */
 function keyOf(limits: ResourceLimits): string {
-  return `${limits.maxProcesses}/${limits.addressSpaceBytes}`;
+  return `${limits.maxProcesses}/${treeMemory(limits)}`;
+}
+
+/** The memory limit of a session's tree: the smaller of `memoryBytes` and its address space. */
+function treeMemory(limits: ResourceLimits): number | undefined {
+  const given = [limits.memoryBytes, limits.addressSpaceBytes].filter((n) => n !== undefined);
+  return given.length === 0 ? undefined : Math.min(...given);
 }
 
 /** The writable cgroup v2 hierarchy: `configured`, else the unified one of this host. */
@@ -669,6 +720,7 @@ export async function openContainment(
   mode: "auto" | "cgroup" | "process-group",
   configuredRoot: string | undefined,
   descriptors?: DescriptorReserve,
+  memoryMax?: number,
 ): Promise<Containment> {
   const fallback = (reason: string): Containment => ({
     reaped: 0,
@@ -683,7 +735,7 @@ export async function openContainment(
   try {
     if (root === undefined) throw new Error("no cgroup v2 hierarchy is mounted");
     const reaped = await CgroupHost.reapDead(reactor, root);
-    const host = CgroupHost.open(reactor, root, descriptors);
+    const host = CgroupHost.open(reactor, root, descriptors, memoryMax);
     return {
       host,
       reaped,

@@ -38,6 +38,7 @@ import {
   type PrivateDir,
   privateEnv,
   removeDeadInstanceDirs,
+  removeInstanceDir,
   removePrivateDir,
   type SandboxIds,
   sandboxIds,
@@ -129,6 +130,8 @@ export interface DomainOptions {
   gitIdentity?: GitIdentity;
   /** Where the write grants held are recorded for the next start (grant_journal.ts). */
   grantJournal?: GrantJournal;
+  /** The size of the tmpfs all sessions' HOME and TMPDIR are on (root server; see identity.ts). */
+  tmpBytes?: number;
 }
 
 interface Domain {
@@ -244,6 +247,15 @@ export class SandboxDomains {
     return !(this.#opts.hidden ?? []).some((h) => isWithin(h, path) || isWithin(path, h));
   }
 
+  /**
+   * Whether read access to `path`, which a profile hides, can be granted: not when it holds, or
+   * lies in, the server's hidden paths, nor anything beneath `/proc` (the server's own entry
+   * there holds its environment).
+   */
+  revealable(path: string): boolean {
+    return this.writable(path) && !isWithin(path, "/proc");
+  }
+
   /** Names of the loaded profiles. */
   get names(): string[] {
     return [...this.#opts.profiles.keys()];
@@ -315,7 +327,7 @@ export class SandboxDomains {
     this.#domains.clear();
     this.#withSpare.clear();
     // Every domain's directory is in it.
-    if (this.#instanceDir) await removePrivateDir(this.#instanceDir);
+    if (this.#instanceDir) await removeInstanceDir(this.#instanceDir);
   }
 
   /**
@@ -527,7 +539,7 @@ export class SandboxDomains {
   #create(profile: Profile, workdir: string, uids: Uids | null, widening: Widening): Domain {
     if (uids) this.#makeReachable(workdir, uids.ids, profile);
     const gid = uids?.ids.gid ?? null;
-    this.#instanceDir ??= createInstanceDir(gid);
+    this.#instanceDir ??= createInstanceDir(gid, this.#opts.tmpBytes);
     const root = createDomainDir(gid, this.#instanceDir);
     const policy = this.#resolve(profile, workdir, root);
     return { root, policy, grants: uids ? this.#grantsFor(widening) : [] };

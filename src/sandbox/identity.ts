@@ -341,17 +341,58 @@ function tempRoot(): string {
 
 const INSTANCE_DIR_PREFIX = "uexec-";
 
+const MS_NOSUID = 0x2;
+const MS_NODEV = 0x4;
+const MNT_DETACH = 2;
+
 /**
  * Creates the directory this server instance keeps its domain directories in,
  * `uexec-<instance>` in the temporary directory (see instance.ts), so that a later server can
  * remove what a dead one left. Sessions may pass through it (`gid` given) but neither list nor
  * change it.
+ *
+ * On a root server (`gid` given) with `tmpBytes`, it is a tmpfs of that size (nosuid, nodev),
+ * mounted in the server's mount namespace before any domain's worker makes its own (which
+ * thus holds a copy of the mount, the same file system): every session's HOME and TMPDIR are
+ * on it, so what they hold is bounded by its size for all sessions together, and, as tmpfs
+ * pages are charged to the memory cgroup of the process that wrote them, by each session's
+ * memory limit for that session (this kernel has no tmpfs quotas, and a mount per session
+ * would not reach the domain's mount namespace, which is private). It never touches the
+ * host's disk; {@link removeInstanceDir} unmounts it.
  */
-export function createInstanceDir(gid: number | null): string {
+export function createInstanceDir(gid: number | null, tmpBytes?: number): string {
   const dir = `${tempRoot()}/${INSTANCE_DIR_PREFIX}${instanceName()}`;
   makeDir(dir, groupDirMode(gid));
+  if (gid !== null && tmpBytes !== undefined) {
+    const options = `size=${tmpBytes},mode=0${groupDirMode(gid).toString(8)},uid=0,gid=${gid}`;
+    try {
+      checkedSyscall(
+        `mount(tmpfs, ${dir})`,
+        SYS.mount,
+        cString("tmpfs"),
+        cString(dir),
+        cString("tmpfs"),
+        MS_NOSUID | MS_NODEV,
+        cString(options),
+      );
+    } catch (err) {
+      Deno.removeSync(dir);
+      throw new SandboxUnavailableError(
+        `cannot bound the sessions' HOME and TMPDIR: ${(err as Error).message}`,
+        { cause: err },
+      );
+    }
+  }
   shareWithGroup(dir, gid);
   return dir;
+}
+
+/** Unmounts the tmpfs of an instance's directory `dir` (when it is one) and removes the rest. */
+export async function removeInstanceDir(dir: string): Promise<void> {
+  if (rawSyscall(SYS.umount2, cString(dir), MNT_DETACH) < 0 && errno() !== E.EINVAL) {
+    throw new OsError(`umount(${dir})`, errno());
+  }
+  await Deno.remove(dir, { recursive: true });
 }
 
 /**
@@ -368,7 +409,7 @@ export async function removeDeadInstanceDirs(): Promise<number> {
     if (!INSTANCE_NAME.test(instance) || instanceRuns(instance)) continue;
     const path = `${root}/${entry.name}`;
     if ((await Deno.lstat(path)).uid !== Deno.uid()) continue;
-    await Deno.remove(path, { recursive: true });
+    await removeInstanceDir(path);
     removed++;
   }
   return removed;

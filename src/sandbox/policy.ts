@@ -19,8 +19,14 @@ export interface ResourceLimits {
   maxFileSizeBytes?: number;
   /** RLIMIT_CPU in seconds. */
   cpuSeconds?: number;
-  /** RLIMIT_AS in bytes. */
+  /** RLIMIT_AS in bytes (with cgroups, also a bound on the tree's memory). */
   addressSpaceBytes?: number;
+  /**
+   * With cgroups: the memory of the whole tree (resident memory, page cache and the tmpfs
+   * pages its HOME and TMPDIR hold), in bytes; the agent's `max_memory_bytes` or the
+   * per-session default, set per session by the service, never by a profile.
+   */
+  memoryBytes?: number;
 }
 
 /** A profile resolved for one session. All paths are absolute and normalised. */

@@ -35,6 +35,11 @@ export interface Profile {
   /** Relative paths, applied beneath every writable root. */
   readOnlySubpaths: string[];
   denyRead: (string | ConditionalPath)[];
+  /**
+   * Deny-read entries lifted by an approved widening (absolute, as resolved): never in a
+   * profile file, only in a widened profile (widening.ts).
+   */
+  liftedDenyRead?: string[];
   network: NetworkMode;
   tcpPorts?: number[];
   /** Pathname unix sockets (or directories of them) that stay reachable; templates. */
@@ -276,7 +281,8 @@ export function resolveProfile(profile: Profile, ctx: ResolveContext): ResolvedP
   ).filter((path) => !writable.includes(path));
   const denyRead = profile.denyRead
     .filter((entry) => typeof entry === "string" || !ctx.childIsRoot)
-    .map((entry) => expand(typeof entry === "string" ? entry : entry.path));
+    .map((entry) => expand(typeof entry === "string" ? entry : entry.path))
+    .filter((path) => !profile.liftedDenyRead?.includes(path));
   return {
     profile: profile.name,
     enforce: profile.enforce,

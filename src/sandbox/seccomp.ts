@@ -8,6 +8,9 @@
  * - no new namespaces: `clone` and `unshare` with any `CLONE_NEW*` flag, `setns`; `clone3`
  *   (whose flags live in a struct seccomp cannot read) fails with ENOSYS, so libc falls back to
  *   `clone`, whose flags are checked;
+ * - `pidfd_open` fails with ENOSYS (programs fall back to waiting on their children): it needs
+ *   no permission at all, so it would hand a sandboxed command a descriptor on any host process
+ *   that tells it when that process exits;
  * - `personality` only for the harmless personas (Linux, 32-bit, uname26, query);
  * - the usual container deny list ({@link DENIED_SYSCALLS}): keyrings, bpf, userfaultfd,
  *   perf_event_open, io_uring (whose IORING_OP_SOCKET would bypass the socket check), modules,
@@ -141,6 +144,7 @@ const NR = {
   personality: 135,
 };
 const CLONE3 = 435;
+const PIDFD_OPEN = 434;
 
 /** One `struct sock_filter` instruction. */
 export interface BpfInstruction {
@@ -206,6 +210,7 @@ export function filterProgram(network: NetworkMode): BpfInstruction[] {
     jeq(NR.unshare, "unshare"),
     jeq(NR.personality, "personality"),
     jeq(CLONE3, "enosys"),
+    jeq(PIDFD_OPEN, "enosys"),
     ...Object.values(DENIED_SYSCALLS).map((nr) => jeq(nr, "deny")),
     ret(RET_ALLOW),
     { label: "family" },
@@ -237,7 +242,10 @@ export interface SeccompDenials {
   syscalls: string[];
   /** Refused only for some arguments: the call and the rule. */
   conditional: Record<string, string>;
-  /** Refused with ENOSYS so that libc falls back to a call the filter can inspect. */
+  /**
+   * Refused with ENOSYS so that callers fall back: libc to a call the filter can inspect, a
+   * runtime watching its children from pidfds to waiting for them.
+   */
   enosys: string[];
   /** The only families `socket` and `socketpair` accept. */
   socket_families_allowed: string[];
@@ -258,7 +266,7 @@ export function seccompDenials(network: NetworkMode): SeccompDenials {
       unshare: "with any CLONE_NEW* flag",
       personality: `personas other than ${personas}`,
     },
-    enosys: ["clone3"],
+    enosys: ["clone3", "pidfd_open"],
     socket_families_allowed: families,
     architectures: "x86_64 only: x32 system calls are refused, other architectures are killed",
   };

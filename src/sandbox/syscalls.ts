@@ -30,6 +30,7 @@ export const SYS = {
   setresgid: 119,
   prctl: 157,
   mount: 165,
+  umount2: 166,
   lsetxattr: 189,
   lgetxattr: 192,
   openat: 257,

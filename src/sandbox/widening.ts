@@ -1,6 +1,7 @@
 /**
  * Narrow escalation: what an approved command may do beyond its profile. A widening names a
- * wider profile, extra writable roots, extra TCP ports, or (the widest) no sandbox at all; it is
+ * wider profile, extra writable roots, deny-read entries of the profile to lift, extra TCP
+ * ports, or (the widest) no sandbox at all; it is
  * applied to a profile to give the profile the command then runs under, still sandboxed unless
  * `unsandboxed` is set.
  *
@@ -18,6 +19,11 @@ export interface Widening {
   profile?: string;
   /** Extra writable roots (absolute, existing directories). */
   write?: string[];
+  /**
+   * Deny-read entries of the profile (absolute, as resolved) to lift: what a denied read aimed
+   * at. The server's own hidden paths stay hidden whatever this says (domains.ts).
+   */
+  read?: string[];
   /** Extra TCP ports the command may connect to, on any host. */
   tcp_ports?: number[];
   /** No sandbox at all. */
@@ -26,7 +32,8 @@ export interface Widening {
 
 /** True when the widening adds nothing. */
 export function isEmpty(w: Widening): boolean {
-  return !w.unsandboxed && w.profile === undefined && !w.write?.length && !w.tcp_ports?.length;
+  return !w.unsandboxed && w.profile === undefined && !w.write?.length && !w.read?.length &&
+    !w.tcp_ports?.length;
 }
 
 function union<T>(a: T[] | undefined, b: T[] | undefined): T[] | undefined {
@@ -38,10 +45,12 @@ function union<T>(a: T[] | undefined, b: T[] | undefined): T[] | undefined {
 export function canonical(w: Widening): Widening {
   if (w.unsandboxed) return { unsandboxed: true };
   const write = union(w.write, undefined)?.sort();
+  const read = union(w.read, undefined)?.sort();
   const ports = union(w.tcp_ports, undefined)?.sort((a, b) => a - b);
   return {
     ...(w.profile === undefined ? {} : { profile: w.profile }),
     ...(write ? { write } : {}),
+    ...(read ? { read } : {}),
     ...(ports ? { tcp_ports: ports } : {}),
   };
 }
@@ -52,6 +61,7 @@ export function combine(a: Widening, b: Widening): Widening {
   return canonical({
     profile: b.profile ?? a.profile,
     write: union(a.write, b.write),
+    read: union(a.read, b.read),
     tcp_ports: union(a.tcp_ports, b.tcp_ports),
   });
 }
@@ -70,11 +80,14 @@ export function widen(
   const profile = w.profile === undefined ? base : lookup(w.profile);
   if (!profile.enforce) return profile;
   const writableRoots = union(profile.writableRoots, w.write) ?? [];
-  if (!w.tcp_ports?.length) return { ...profile, writableRoots };
+  const readable = union(profile.liftedDenyRead, w.read);
+  const lifted = readable ? { liftedDenyRead: readable } : {};
+  if (!w.tcp_ports?.length) return { ...profile, writableRoots, ...lifted };
   const open = profile.network === "all" && profile.tcpPorts === undefined;
   return {
     ...profile,
     writableRoots,
+    ...lifted,
     network: "all",
     ...(open ? {} : { tcpPorts: union(profile.tcpPorts, w.tcp_ports) }),
   };
@@ -95,6 +108,9 @@ export function describe(profile: string, w: Widening): string {
             "uses that repository next, outside any sandbox)"
           : ""),
     );
+  }
+  if (w.read?.length) {
+    parts.push(`plus read access to ${w.read.join(", ")} (which the profile hides)`);
   }
   if (w.tcp_ports?.length) {
     // The network becomes "all" with a TCP port list: Landlock limits TCP only, so UDP (which
@@ -129,6 +145,8 @@ export function fitsWithin(profile: Profile, cap: Profile): boolean {
   if (profile.network !== "none" && cap.tcpPorts !== undefined) {
     if (!profile.tcpPorts?.every((port) => cap.tcpPorts!.includes(port))) return false;
   }
+  // What a widening lifted may be anything the cap hides.
+  if (profile.liftedDenyRead?.length) return false;
   const denied = new Set(profile.denyRead.map((d) => JSON.stringify(d)));
   return rootsWithin(profile.readableRoots, cap.readableRoots) &&
     rootsWithin(profile.writableRoots, cap.writableRoots) &&

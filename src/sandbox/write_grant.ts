@@ -20,9 +20,13 @@
  * write; this only makes the permissions agree for that one uid.
  *
  * Taking it back: each entry that got an entry loses it again (another session's grant on the
- * same entry stays), and what the session made is given to the granted directory's owner; each
- * granted directory is reached through the descriptor held since the grant, so renaming it (or
- * a directory above it) meanwhile does not hide it;
+ * same entry stays), and what the session made is given to the granted directory's owner, with
+ * no write for group and others, no set-id bits and no ACL entries of its own (a file the
+ * session made 0777 would otherwise be root's and everyone's to change); each granted directory
+ * is reached through the descriptor held since the grant, so renaming it (or a directory above
+ * it) meanwhile does not hide it, and each entry given an ACL entry is found again by its file
+ * handle (`name_to_handle_at`, taken at the grant) when the session renamed it out of the
+ * granted directories meanwhile; an entry without a handle gets no ACL entry at all;
  * inside a protected directory as git_guard.ts adopts what the sandbox made (no write for group
  * and others, no execute bits on files), so no hook it planted runs when the operator runs git.
  * A grant a killed server held is taken back by the next start from its record
@@ -46,6 +50,7 @@ import {
   withGrant,
 } from "./acl.ts";
 import {
+  chmodOf,
   chownOf,
   eachChild,
   kind,
@@ -58,8 +63,13 @@ import {
 import { SandboxUnavailableError } from "./errors.ts";
 import { adopt, type Keeper, keeperOf } from "./git_guard.ts";
 import type { SandboxOwners } from "./identity.ts";
-import { closeFd } from "./syscalls.ts";
-import { S_IF } from "../ffi/libc.ts";
+import { closeFd, SYS } from "./syscalls.ts";
+import { AT, cString, E, errno, O, openFile, OsError, rawSyscall, S_IF } from "../ffi/libc.ts";
+
+/** `struct file_handle`: its size and type, then up to this many bytes. */
+const MAX_HANDLE_SZ = 128;
+const ESTALE = 116;
+const EOVERFLOW = 75;
 
 /**
  * The most entries one grant may look at: the command waits for the walk (about five system
@@ -132,8 +142,13 @@ type Visit = (fd: number, st: Stat, inShared: boolean) => boolean;
 export class WriteGrant {
   readonly #roots: GrantedRoot[];
   readonly #opts: GrantOptions;
-  /** The entries given an ACL entry, by device and inode. */
-  readonly #granted = new Set<string>();
+  /**
+   * The entries given an ACL entry, by device and inode: their file handle, and the granted
+   * root whose held descriptor is on their file system (for `open_by_handle_at`).
+   */
+  readonly #granted = new Map<string, { handle: Uint8Array; root: GrantedRoot }>();
+  /** The granted entries the take-back's walk met where they were. */
+  #found = new Set<string>();
   /** A grant a dead server made (grant_journal.ts): which entries got an ACL entry is unknown. */
   readonly #recovered: boolean;
   /** Each granted root, held open since it was granted (see {@link revoke}). */
@@ -174,7 +189,7 @@ export class WriteGrant {
             );
           }
           top = false;
-          return grant.#give(fd, st, root.protected);
+          return grant.#give(fd, st, root);
         });
         if (!found) throw new Error(`${root.path} is gone or is reached through a symlink`);
       }
@@ -216,6 +231,14 @@ export class WriteGrant {
         });
       } catch (err) {
         errors.push(`${root.path}: ${(err as Error).message}`);
+      }
+    }
+    for (const [at, { handle, root }] of this.#granted) {
+      if (this.#found.has(at)) continue;
+      try {
+        this.#takeBackMoved(handle, root);
+      } catch (err) {
+        errors.push(`an entry moved out of ${root.path}: ${(err as Error).message}`);
       }
     }
     for (const fd of this.#held.values()) closeFd(fd);
@@ -267,7 +290,8 @@ export class WriteGrant {
   }
 
   /** Gives the uid write access to one entry it can read; returns whether to enter it. */
-  #give(fd: number, st: Stat, inProtected: boolean): boolean {
+  #give(fd: number, st: Stat, root: GrantedRoot): boolean {
+    const inProtected = root.protected;
     const max = this.#opts.maxEntries ?? MAX_ENTRIES;
     if (++this.#seen > max) throw new Error(`more than ${max} entries; grant a smaller directory`);
     const type = kind(st);
@@ -285,9 +309,46 @@ export class WriteGrant {
     if (!this.#reads(st, acl)) return false;
     const want = type === S_IF.DIR ? 7 : PERM.R | PERM.W | ((owner.mode >> 6) & PERM.X);
     if (permits(owner, acl, uid, gid, want) || maskHoldsBack(acl)) return true;
-    this.#granted.add(key(st));
+    // Without a handle it could not be found again once renamed away: no entry for it.
+    const handle = handleOf(fd);
+    if (handle === null) return true;
+    this.#granted.set(key(st), { handle, root });
     writeAclOf(fd, "access", withGrant(acl ?? aclFromMode(owner.mode), TAG.USER, uid, want));
     return true;
+  }
+
+  /**
+   * Takes the uid's ACL entry from a granted entry the walk did not meet (renamed out of the
+   * granted directories), found by its file `handle` on the file system of `root`; nothing when
+   * it is gone. Throws when it cannot be reached.
+   */
+  #takeBackMoved(handle: Uint8Array, root: GrantedRoot): void {
+    const held = this.#held.get(root);
+    if (held === undefined) {
+      throw new Error(`${root.path} was not held: its file system is unknown`);
+    }
+    // open_by_handle_at takes no O_PATH descriptor: the held root, opened again for reading.
+    const mountFd = openFile(`/proc/self/fd/${held}`, O.CLOEXEC);
+    if (mountFd < 0) throw new OsError(`open(${root.path})`, errno());
+    try {
+      const fd = rawSyscall(SYS.open_by_handle_at, mountFd, handle, O.PATH | O.CLOEXEC);
+      if (fd < 0) {
+        const code = errno();
+        if (code === ESTALE || code === E.ENOENT) return; // deleted meanwhile
+        throw new OsError("open_by_handle_at", code);
+      }
+      try {
+        const acl = readAclOf(fd, "access");
+        const { uid } = this.#opts;
+        if (acl?.some((e) => e.tag === TAG.USER && e.id === uid)) {
+          writeAclOf(fd, "access", withoutUser(acl, uid));
+        }
+      } finally {
+        closeFd(fd);
+      }
+    } finally {
+      closeFd(mountFd);
+    }
   }
 
   /**
@@ -297,13 +358,15 @@ export class WriteGrant {
   #takeBack(fd: number, st: Stat, keeper: Keeper, inProtected: boolean): boolean {
     if (this.#foreign(st)) return false;
     const { uid } = this.#opts;
-    const acl = (this.#recovered || this.#granted.has(key(st))) && readAclOf(fd, "access");
+    const at = key(st);
+    if (this.#granted.has(at)) this.#found.add(at);
+    const acl = (this.#recovered || this.#granted.has(at)) && readAclOf(fd, "access");
     if (acl && acl.some((e) => e.tag === TAG.USER && e.id === uid)) {
       writeAclOf(fd, "access", withoutUser(acl, uid));
     }
     if (st.uid === uid) {
       if (inProtected) adopt(fd, st, keeper);
-      else chownOf(fd, keeper.uid, keeper.gid);
+      else handOver(fd, st, keeper);
     }
     return kind(st) === S_IF.DIR;
   }
@@ -312,4 +375,36 @@ export class WriteGrant {
   #enters(fd: number, st: Stat): boolean {
     return !shared(st) && this.#reads(st, readAclOf(fd, "access"));
   }
+}
+
+/**
+ * Gives what the session made to `keeper`, with no write for group and others, no set-id or
+ * sticky bits and no ACL entries of its own (its mode only): the keeper's, not everyone's.
+ */
+function handOver(fd: number, st: Stat, keeper: Keeper): void {
+  chownOf(fd, keeper.uid, keeper.gid);
+  if (kind(st) === S_IF.LNK) return;
+  const mode = st.mode & ~0o7022 & 0o7777;
+  writeAclOf(fd, "access", aclFromMode(mode));
+  chmodOf(fd, mode); // an ACL write keeps the set-id and sticky bits
+}
+
+/** The file handle of the entry `fd` (`name_to_handle_at`); null where its file system has none. */
+function handleOf(fd: number): Uint8Array | null {
+  const handle = new Uint8Array(8 + MAX_HANDLE_SZ);
+  new DataView(handle.buffer).setUint32(0, MAX_HANDLE_SZ, true);
+  const rc = rawSyscall(
+    SYS.name_to_handle_at,
+    fd,
+    cString(""),
+    handle,
+    new Uint8Array(4),
+    AT.EMPTY_PATH,
+  );
+  if (rc < 0) {
+    const code = errno();
+    if (code === E.EOPNOTSUPP || code === EOVERFLOW) return null;
+    throw new OsError("name_to_handle_at", code);
+  }
+  return handle.slice(0, 8 + new DataView(handle.buffer).getUint32(0, true));
 }

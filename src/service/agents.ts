@@ -35,6 +35,8 @@ export interface AgentInfo {
   /** What it may ask for beyond max_profile in a narrow escalation. */
   max_widening: AgentWidening | null;
   max_sessions: number | null;
+  /** The memory of each of its sessions, in bytes (null: the server's per-session default). */
+  max_memory_bytes: number | null;
   created_at: string;
 }
 
@@ -48,6 +50,7 @@ export interface NewAgent {
   maxProfile?: string;
   maxWidening?: AgentWidening;
   maxSessions?: number;
+  maxMemoryBytes?: number;
 }
 
 /** An agent name already taken (409 `agent_exists`). */
@@ -216,6 +219,7 @@ export class AgentRegistry {
       max_profile: spec.maxProfile ?? null,
       max_widening: spec.maxWidening ?? null,
       max_sessions: spec.maxSessions ?? null,
+      max_memory_bytes: spec.maxMemoryBytes ?? null,
       created_at: this.#now().toISOString(),
       token_sha256: tokenDigest(token),
     };
@@ -250,6 +254,7 @@ export class AgentRegistry {
       ...(record.max_profile === null ? {} : { maxProfile: record.max_profile }),
       ...(record.max_widening ? { maxWidening: record.max_widening } : {}),
       ...(record.max_sessions === null ? {} : { maxSessions: record.max_sessions }),
+      ...(record.max_memory_bytes === null ? {} : { maxMemoryBytes: record.max_memory_bytes }),
     });
     this.#issued.set(principal, record);
     return principal;
@@ -286,9 +291,14 @@ function parseRegistry(text: string, file: string): Stored[] {
       (a.max_profile === null || typeof a.max_profile === "string") &&
       (a.max_widening === undefined || a.max_widening === null || isWidening(a.max_widening)) &&
       (a.max_sessions === null || Number.isInteger(a.max_sessions)) &&
+      (a.max_memory_bytes == null || Number.isSafeInteger(a.max_memory_bytes)) &&
       typeof a.created_at === "string";
     if (!ok) throw new Error(`${file}: agents[${i}] is malformed`);
-    // Records written before max_widening existed have none.
-    return { ...a, max_widening: a.max_widening ?? null } as Stored;
+    // Records written before max_widening or max_memory_bytes existed lack them.
+    return {
+      ...a,
+      max_widening: a.max_widening ?? null,
+      max_memory_bytes: a.max_memory_bytes ?? null,
+    } as Stored;
   });
 }

@@ -24,6 +24,8 @@ export interface Agent {
   maxWidening?: AgentWidening;
   /** Its own live-session limit (pruning happens among its own sessions). */
   maxSessions?: number;
+  /** The memory of each of its sessions, in bytes (else the server's per-session default). */
+  maxMemoryBytes?: number;
 }
 
 /** The parts of a narrow escalation an agent's cap may allow beyond its widest profile. */

@@ -70,6 +70,10 @@ export const CallResultSchema = z.object({
   usage: z.object({
     cpu_seconds: z.number(),
     peak_memory_bytes: z.number().nullable(),
+    killed_by: z.literal("memory").optional().describe(
+      "Set when the kernel killed a process of the tree for memory: its own limit or the " +
+        "memory cap of all sessions together was reached.",
+    ),
   }).optional().describe(
     "Once exited: CPU time and peak memory of the command's whole process tree (cgroups only).",
   ),
@@ -194,6 +198,7 @@ export const SessionUsageSchema = z.object({
 const WideningSchema = z.object({
   profile: z.string().optional().describe("Run under this (wider) profile instead."),
   write: z.array(z.string()).optional().describe("Extra writable directories."),
+  read: z.array(z.string()).optional().describe("Paths the profile hides, made readable."),
   tcp_ports: z.array(z.number().int()).optional().describe("Extra TCP ports."),
   unsandboxed: z.boolean().optional().describe("No sandbox at all."),
 });
@@ -232,6 +237,7 @@ export const AgentSchema = z.object({
     tcp_ports: z.array(z.number().int()).optional(),
   }).nullable(),
   max_sessions: z.number().int().nullable(),
+  max_memory_bytes: z.number().int().nullable(),
   created_at: z.string(),
 });
 

@@ -165,6 +165,8 @@ export const AgentBody = z.strictObject({
       "anything wider is refused 403 before it reaches the operator.",
   ),
   max_sessions: z.number().int().min(1).max(100_000).optional(),
+  max_memory_bytes: z.number().int().min(16 << 20).max(Number.MAX_SAFE_INTEGER).optional()
+    .describe("The memory of each of its sessions, in bytes; at most UEXEC_MEMORY_MAX."),
 });
 
 /** `POST /v1/write_stdin`. */

@@ -45,6 +45,7 @@ import {
   writeYield,
 } from "./schemas.ts";
 import { IdempotentCalls } from "./idempotency.ts";
+import type { DiskFloor } from "./disk_floor.ts";
 import type { Supervisor } from "./supervisor.ts";
 import type { HistoryRecorder } from "../history/recorder.ts";
 import type { HistoryDetail, HistoryItem, HistoryScope } from "../history/store.ts";
@@ -90,6 +91,10 @@ export interface ServiceDeps {
   shell: string;
   /** Live-session limit of an agent that has none of its own. */
   maxSessions: number;
+  /** `UEXEC_MEMORY_MAX` and `UEXEC_SESSION_MEMORY_MAX`, in bytes. */
+  memory: { max: number; session: number };
+  /** Refuses starts while the workspace's or the state's file system is nearly full. */
+  diskFloor?: DiskFloor;
   /** The command history; undefined when it is off (`UEXEC_HISTORY=off`). */
   history?: HistoryRecorder;
   metrics?: Metrics;
@@ -171,6 +176,7 @@ export class Service {
     call: ExecCall,
   ): Promise<CallResult> {
     const { supervisor, history } = this.#deps;
+    this.#deps.diskFloor?.check();
     const escalation = this.#escalation(principal, body);
     const escalating = Object.keys(escalation).length > 0;
     const profile = this.#profile(principal, body.profile);
@@ -199,6 +205,7 @@ export class Service {
         owner: ownerOf(principal),
         maxSessions: (principal.role === "agent" ? principal.maxSessions : undefined) ??
           this.#deps.maxSessions,
+        memoryBytes: this.#memoryOf(principal),
         cmd: body.cmd,
         workdir,
         shell,
@@ -359,11 +366,19 @@ export class Service {
       }
     }
     const maxWidening = body.max_widening && canonical(body.max_widening);
+    const { max } = this.#deps.memory;
+    if (body.max_memory_bytes !== undefined && body.max_memory_bytes > max) {
+      throw new InvalidRequestError(
+        `max_memory_bytes: at most the memory of all sessions together ` +
+          `(UEXEC_MEMORY_MAX, ${max}), got ${body.max_memory_bytes}`,
+      );
+    }
     const { agent, token } = this.#deps.agents.create({
       name: body.name,
       maxProfile: body.max_profile,
       maxWidening: maxWidening && Object.keys(maxWidening).length > 0 ? maxWidening : undefined,
       maxSessions: body.max_sessions,
+      maxMemoryBytes: body.max_memory_bytes,
     });
     return {
       name: agent.name,
@@ -371,7 +386,19 @@ export class Service {
       max_profile: agent.max_profile,
       max_widening: agent.max_widening,
       max_sessions: agent.max_sessions,
+      max_memory_bytes: agent.max_memory_bytes,
     };
+  }
+
+  /**
+   * The memory a session of `principal` may use: its agent's `max_memory_bytes`, else the
+   * per-session default; never more than all sessions together may (the cap may have been
+   * lowered since the agent was made).
+   */
+  #memoryOf(principal: Principal): number {
+    const { max, session } = this.#deps.memory;
+    const own = principal.role === "agent" ? principal.maxMemoryBytes : undefined;
+    return Math.min(own ?? session, max);
   }
 
   /**

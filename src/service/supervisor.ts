@@ -17,7 +17,7 @@ import type { ApprovalStore, Decision } from "../approvals/store.ts";
 import { type Denial, urlDestinations } from "../sandbox/denial.ts";
 import { FULL_ACCESS, type SandboxChoice, type SandboxDomains } from "../sandbox/domains.ts";
 import { protectedAncestor } from "../sandbox/git_guard.ts";
-import type { Profile } from "../sandbox/profiles.ts";
+import { isWithin, type Profile } from "../sandbox/profiles.ts";
 import { combine, fitsWithin, isEmpty, widen, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
 import type { CallResult, ExecRequest, SessionManager } from "../sessions/manager.ts";
@@ -114,13 +114,15 @@ export class Supervisor {
       command: frozen.request.cmd,
       workdir: frozen.request.workdir,
       protectedNames: domains.protectedNames,
+      denyRead: sandbox.policy.denyRead,
       // Only a denied connection can be proposed the profile with network.
       withNetwork: denial?.kind === "network"
         ? this.#withNetwork(granted.profile ?? profile)
         : undefined,
     });
     // A directory holding the server's state cannot be granted: only no sandbox would do.
-    const grantable = narrowest.write?.every((path) => domains.writable(path)) ?? true;
+    const grantable = (narrowest.write?.every((path) => domains.writable(path)) ?? true) &&
+      (narrowest.read?.every((path) => domains.revealable(path)) ?? true);
     const proposal = combine(granted, grantable ? narrowest : { unsandboxed: true });
     if (frozen.cap && !this.#fits(profile, proposal, frozen.cap)) {
       const message = "the retry this denial needs is beyond the agent's max_profile and " +
@@ -208,6 +210,8 @@ export interface ProposalContext {
   protectedNames?: ReadonlySet<string>;
   /** A profile that is the denied run's plus every host and port, if one is configured. */
   withNetwork?: string;
+  /** What the denied run's policy hid: a denied read inside one of these asks for it alone. */
+  denyRead?: string[];
 }
 
 /**
@@ -215,7 +219,8 @@ export interface ProposalContext {
  * (its nearest existing directory; inside a protected directory, that whole directory: git
  * writes all over its `.git`); for a denied connection, the TCP port it aimed at, else the
  * ports of the command's URLs (those of the host the message names, when it names one), else
- * the profile with network; no sandbox when nothing narrower fits.
+ * the profile with network; for a denied read, the deepest deny-read entry of the policy that
+ * hides what it aimed at; no sandbox when nothing narrower fits.
  */
 export function widening(denial: Denial | undefined, context: ProposalContext): Widening {
   if (denial?.kind === "network") {
@@ -226,6 +231,12 @@ export function widening(denial: Denial | undefined, context: ProposalContext): 
       .map((url) => url.port);
     if (ports.length > 0) return { tcp_ports: [...new Set(ports)] };
     if (context.withNetwork !== undefined) return { profile: context.withNetwork };
+  }
+  if (denial?.kind === "fs-read" && denial.path !== undefined) {
+    const path = denial.path.startsWith("/") ? denial.path : `${context.workdir}/${denial.path}`;
+    const hiding = (context.denyRead ?? []).filter((entry) => isWithin(path, entry))
+      .sort((a, b) => b.length - a.length)[0];
+    if (hiding !== undefined && hiding !== "/") return { read: [hiding] };
   }
   if (denial?.kind === "fs-write" && denial.path !== undefined) {
     const { workdir, protectedNames = new Set() } = context;

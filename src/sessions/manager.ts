@@ -60,6 +60,8 @@ export interface ExecRequest {
   owner: string;
   /** The owner's live-session limit. */
   maxSessions: number;
+  /** With cgroups: the memory of the session's whole tree, in bytes (else the profile's). */
+  memoryBytes?: number;
   cmd: string;
   workdir: string;
   shell: string;
@@ -493,6 +495,9 @@ export class SessionManager {
   async #start(id: number, req: ExecRequest): Promise<Session> {
     const { sandbox } = req;
     const { cgroups } = this.#opts;
+    const limits = req.memoryBytes === undefined
+      ? sandbox.policy.limits
+      : { ...sandbox.policy.limits, memoryBytes: req.memoryBytes };
     // Spare cgroups hold open files only to save a start time: when descriptors are short they
     // go first, and this start makes none ahead; nor does the first start after (it took the
     // reserve back), so that the process does not walk straight back to the edge.
@@ -520,7 +525,7 @@ export class SessionManager {
       // First of all: its worker may be started now, which can fail short of descriptors.
       if (req.screen || req.outputMode === "screen") screen = this.#screens.open(req.size);
       dir = await sandbox.session();
-      cgroup = cgroups && contain(() => cgroups.create(sandbox.policy.limits, req.owner, !short));
+      cgroup = cgroups && contain(() => cgroups.create(limits, req.owner, !short));
       gate = cgroup && gateFor(cgroup);
       pipes = req.tty ? undefined : openPipes();
       const env = childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env });
@@ -562,7 +567,7 @@ export class SessionManager {
       if (pipes) closeAll([pipes.child.stdin, pipes.child.output]);
       if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
     }
-    if (roomy && cgroup) cgroups?.refill(sandbox.policy.limits);
+    if (roomy && cgroup) cgroups?.refill(limits);
     const sessionDir = dir;
     const sessionCgroup = cgroup;
     const session = new Session(

@@ -104,9 +104,9 @@ export class RpcSocket {
 
 const encoder = new TextEncoder();
 
-/** The server's WebSocket URL, as `/healthz` gives it. */
-export async function wsUrl(httpUrl: string): Promise<string> {
-  const res = await fetch(`${httpUrl}/healthz`);
+/** The server's WebSocket URL, as `/healthz` gives it to a caller with a credential (`auth`). */
+export async function wsUrl(httpUrl: string, auth: Record<string, string>): Promise<string> {
+  const res = await fetch(`${httpUrl}/healthz`, { headers: auth });
   const url = (await res.json()).websocket;
   if (typeof url !== "string") throw new Error("the server names no websocket URL");
   return url;
