@@ -268,6 +268,25 @@ Deno.test("dashboard sign-in: a one-time code for a bearer session, never a cook
       const rest = await events.text();
       assert.doesNotMatch(rest, /^event:/m);
     });
+
+    await t.step("the operator ends every browser session at once", async () => {
+      const opened: string[] = [];
+      for (let i = 0; i < 2; i++) {
+        const link = await server.operator.post("/v1/dashboard/sign-in-links", {});
+        const r = await signIn(server, { code: link.body.code });
+        opened.push(r.body.session as string);
+      }
+      secrets.push(...opened);
+      const agent = await server.del("/v1/dashboard/sessions");
+      assert.equal(agent.status, 403);
+      assert.equal((await server.as(opened[0]).get("/v1/agents")).status, 200);
+      const ended = await server.operator.del("/v1/dashboard/sessions");
+      assert.equal(ended.status, 200);
+      // These two and the one the minted link opened (the first was signed out).
+      assert.deepEqual(ended.body, { ended: 3 });
+      for (const id of opened) assert.equal((await server.as(id).get("/v1/agents")).status, 401);
+      assert.deepEqual((await server.operator.del("/v1/dashboard/sessions")).body, { ended: 0 });
+    });
   } finally {
     const { stdout, stderr } = await server.stop();
     assert.ok(!stdout.includes(server.operatorToken), "no operator token on stdout");
@@ -370,6 +389,12 @@ Deno.test("web sessions expire, are capped, and tell when they end", () => {
   assert.equal(sessions.current(last), false);
   sessions.onEnd(last, () => ended.push("already"));
   assert.deepEqual(ended, ["last", "already"]);
+  const survivor = sessions.principal(opened[2].id)!;
+  sessions.onEnd(survivor, () => ended.push("all"));
+  assert.equal(sessions.closeAll(), 62);
+  assert.equal(sessions.principal(opened[2].id), undefined);
+  assert.deepEqual(ended, ["last", "already", "all"]);
+  assert.equal(sessions.closeAll(), 0);
 });
 
 /** What a parser dispatches for `chunks`, and the `retry:` values it saw. */

@@ -131,6 +131,10 @@ export function dashboardRoutes(
     return new Response(null, { status: 204, headers: { "cache-control": "no-store" } });
   });
 
+  app.delete("/v1/dashboard/sessions", (c) => {
+    return c.json({ ended: service.endWebSessions(who(c)) });
+  });
+
   app.post("/v1/dashboard/sign-in-links", (c) => {
     const principal = who(c);
     // A browser session may not renew itself past "Sign out" or its expiry: only the token.

@@ -28,6 +28,11 @@ export const SignInLinkSchema = z.object({
   expires_in_seconds: z.number().int().describe("How long the code may be redeemed, once."),
 });
 
+/** Every browser session ended. */
+export const EndedSessionsSchema = z.object({
+  ended: z.number().int().describe("How many browser sessions were live."),
+});
+
 /** A sign-in link on `origin` (`http://host:port`) for `code`. */
 export function signInLink(origin: string, code: string): string {
   return `${origin}/#code=${encodeURIComponent(code)}`;

@@ -42,7 +42,12 @@ import {
 import type { Service } from "../service/service.ts";
 import { jsonSchema } from "../service/tools.ts";
 import { VERSION } from "../version.ts";
-import { SignInBody, SignInLinkSchema, SignInResultSchema } from "../dashboard/schemas.ts";
+import {
+  EndedSessionsSchema,
+  SignInBody,
+  SignInLinkSchema,
+  SignInResultSchema,
+} from "../dashboard/schemas.ts";
 
 /** Every error code the API answers with: its status and when it is given. */
 export const ERRORS = {
@@ -489,6 +494,16 @@ export const OPERATIONS: readonly Operation[] = [
     caller: "operator",
     status: 201,
     result: SignInLinkSchema,
+    errors: ["forbidden"],
+  },
+  {
+    method: "delete",
+    path: "/v1/dashboard/sessions",
+    tag: "dashboard",
+    summary: "End every dashboard browser session (sign out everywhere)",
+    description: "Each session's id is refused from then on and its event stream ends.",
+    caller: "operator",
+    result: EndedSessionsSchema,
     errors: ["forbidden"],
   },
   {

@@ -428,6 +428,14 @@ export class Service {
     return webSessions.open(OPERATOR);
   }
 
+  /** End every dashboard browser session (operator only); returns how many were live. */
+  endWebSessions(principal: Principal): number {
+    requireOperator(principal, "ending the dashboard's sessions");
+    const { webSessions } = this.#deps;
+    if (!webSessions) throw new DashboardOffError();
+    return webSessions.closeAll();
+  }
+
   /** The principal of a signed-in browser session id, or undefined. */
   authenticateWebSession(id: string): Principal | undefined {
     return this.#deps.webSessions?.principal(id);

@@ -111,6 +111,17 @@ export class WebSessions {
     if (entry) this.#end(entry);
   }
 
+  /** End every session (the operator's "sign out everywhere"); returns how many were live. */
+  closeAll(): number {
+    const now = this.#now();
+    let live = 0;
+    for (const entry of [...this.#byDigest.values()]) {
+      if (entry.expires > now) live++;
+      this.#end(entry);
+    }
+    return live;
+  }
+
   #live(entry: Entry): boolean {
     if (this.#byDigest.get(entry.digest) !== entry) return false;
     if (entry.expires > this.#now()) return true;
