@@ -337,6 +337,22 @@ Deno.test("dashboard off: no page, no sign-in, no link", async () => {
   }
 });
 
+Deno.test("UEXEC_DASHBOARD_CODE_MINUTES sets how long a link works; a bad one stops start", async () => {
+  const server = await startServer({ UEXEC_DASHBOARD_CODE_MINUTES: "1" });
+  try {
+    const link = await server.operator.post("/v1/dashboard/sign-in-links", {});
+    assert.equal(link.body.expires_in_seconds, 60);
+  } finally {
+    await server.stop();
+  }
+  for (const bad of ["0", "61", "5m"]) {
+    await assert.rejects(
+      startServer({ UEXEC_DASHBOARD_CODE_MINUTES: bad }),
+      new RegExp(`UEXEC_DASHBOARD_CODE_MINUTES must be an integer from 1 to 60, got "${bad}"`),
+    );
+  }
+});
+
 Deno.test("sign-in codes work once, expire and are capped", () => {
   let now = 1_000_000;
   const codes = new SignInCodes({ ttlMs: 300_000, now: () => now });

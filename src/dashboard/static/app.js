@@ -36,8 +36,8 @@ function show(view) {
 }
 
 /**
- * Resolves once the stream is open, so lists loaded afterwards miss no event. When the browser
- * reconnects it by itself (a server restart), `reopened` reloads what may have been missed.
+ * Resolves once the stream is open, so lists loaded afterwards miss no event. When the stream
+ * reconnects by itself (it broke), `reopened` reloads what may have been missed.
  */
 function openEvents(handlers, reopened) {
   const events = openEventStream("/v1/events");
