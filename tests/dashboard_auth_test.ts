@@ -264,9 +264,16 @@ Deno.test("dashboard sign-in: a one-time code for a bearer session, never a cook
       assert.equal(res.status, 204);
       assert.equal(res.headers.get("set-cookie"), null);
       assert.equal((await server.as(session).get("/v1/agents")).status, 401);
-      // The stream it had open ends (without another event), as a revoked agent's does.
-      const rest = await events.text();
-      assert.doesNotMatch(rest, /^event:/m);
+      // The stream it had open ends: a command run now (a begin and an end event) reaches it
+      // only if it did not, and then the read below fails instead of waiting.
+      const ran = await server.post("/v1/exec_command", { cmd: "true", login: false });
+      assert.equal(ran.status, 200);
+      const reader = events.body!.pipeThrough(new TextDecoderStream()).getReader();
+      let rest = "";
+      for (let r = await reader.read(); !r.done; r = await reader.read()) {
+        rest += r.value;
+        assert.doesNotMatch(rest, /^event:/m, "an event after sign-out");
+      }
     });
 
     await t.step("the operator ends every browser session at once", async () => {
