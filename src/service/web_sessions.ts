@@ -6,8 +6,9 @@
  *
  * Ids carry 256 random bits and are kept only as digests, so a dump of the map yields nothing to
  * present. Expired sessions are dropped when looked up or when a new one is opened (no timers).
- * It must never hand out an id for anyone but the caller that was just authenticated, and never
- * log or return an id except to the sign-in that created it.
+ * A session's end (sign-out, expiry, the operator ending them all) is told to what it opened, so
+ * its live streams end too. It must never hand out an id but to the sign-in that just redeemed a
+ * code, and never log or return an id except to that sign-in.
  *
  * @module
  */
