@@ -2,9 +2,9 @@
  * Entry point: refuse to start without V8's linear-time RegExp engine, read the configuration,
  * start the server, print where it listens and where its tokens are, and on SIGINT/SIGTERM kill
  * every session and exit within 3 s (past that, SIGKILL to everything the sessions run, then exit
- * 1). The one token it ever prints is the operator's, inside the dashboard's sign-in URL, on
- * stdout at start-up (as Jupyter does; `UEXEC_DASHBOARD=off` turns it off); nothing else it
- * writes holds a token.
+ * 1). It never prints a token: the start-up lines say where the tokens are, and the dashboard's
+ * sign-in link (stdout only; `UEXEC_DASHBOARD=off` turns it off) carries a one-time code that
+ * opens one browser session, once, within minutes (`UEXEC_DASHBOARD_CODE_MINUTES`).
  *
  * @module
  */

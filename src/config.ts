@@ -67,6 +67,8 @@ export interface Config {
   dashboard: boolean;
   /** `UEXEC_DASHBOARD_SESSION_HOURS` (default 12): how long a browser sign-in lasts. */
   dashboardSessionMs: number;
+  /** `UEXEC_DASHBOARD_CODE_MINUTES` (default 5): how long a one-time sign-in link works. */
+  dashboardCodeMs: number;
   // Containment settings (issue 11).
   /** `UEXEC_CGROUP_ROOT`: the cgroup v2 hierarchy for session cgroups (default: this host's). */
   cgroupRoot?: string;
@@ -278,7 +280,7 @@ function observability(env: Record<string, string | undefined>) {
 /** The dashboard's settings. */
 function dashboardSettings(
   env: Record<string, string | undefined>,
-): Pick<Config, "dashboard" | "dashboardSessionMs"> {
+): Pick<Config, "dashboard" | "dashboardSessionMs" | "dashboardCodeMs"> {
   const dashboard = env.UEXEC_DASHBOARD || "on";
   if (dashboard !== "on" && dashboard !== "off") {
     throw new ConfigError(`UEXEC_DASHBOARD must be on or off, got ${JSON.stringify(dashboard)}`);
@@ -289,7 +291,17 @@ function dashboardSettings(
     1,
     720,
   );
-  return { dashboard: dashboard === "on", dashboardSessionMs: hours * 3_600_000 };
+  const minutes = integer(
+    "UEXEC_DASHBOARD_CODE_MINUTES",
+    env.UEXEC_DASHBOARD_CODE_MINUTES ?? "5",
+    1,
+    60,
+  );
+  return {
+    dashboard: dashboard === "on",
+    dashboardSessionMs: hours * 3_600_000,
+    dashboardCodeMs: minutes * 60_000,
+  };
 }
 
 /** The containment settings. */

@@ -20,6 +20,7 @@ import { OPERATOR_OWNER } from "./service/principal.ts";
 import { Service } from "./service/service.ts";
 import { StateDir, StateDirError } from "./service/state_dir.ts";
 import { WebSessions } from "./service/web_sessions.ts";
+import { SignInCodes } from "./service/sign_in_codes.ts";
 import { Supervisor } from "./service/supervisor.ts";
 import { baseEnv } from "./sessions/env.ts";
 import { DESCRIPTOR_RESERVE, SessionManager } from "./sessions/manager.ts";
@@ -49,8 +50,6 @@ export interface Runtime {
   containment: ContainmentReport;
   /** Whether the history can be written, for `/healthz`. */
   historyHealth(): Promise<Record<string, unknown>>;
-  /** The operator's token, only for the dashboard's sign-in URL (printed on stdout). */
-  operatorToken(): string | undefined;
   /** Deny pending approvals and kill every session; the calls waiting on them return. */
   stopSessions(): Promise<void>;
   /** SIGKILL every session's processes now, without waiting (a shutdown past its limit). */
@@ -178,6 +177,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     webSessions: config.dashboard
       ? new WebSessions({ ttlMs: config.dashboardSessionMs })
       : undefined,
+    signInCodes: config.dashboard ? new SignInCodes({ ttlMs: config.dashboardCodeMs }) : undefined,
   });
   await pool.warmedUp();
   return {
@@ -189,7 +189,6 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     log,
     containment: containment.report,
     historyHealth: async () => await history?.health() ?? { ok: true, enabled: false },
-    operatorToken: () => config.operatorToken ?? state.read("operator.token")?.trim(),
     async stopSessions() {
       approvals.close();
       await manager.shutdown();

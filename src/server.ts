@@ -14,6 +14,8 @@ import { elsewhere, listenWebSocket, type WebSocketListener } from "./http/ws_li
 import { probeSandbox } from "./sandbox/apply.ts";
 import { deniedByProfile } from "./sandbox/confinement.ts";
 import { sandboxIds, sandboxOwners } from "./sandbox/identity.ts";
+import { signInLink } from "./dashboard/schemas.ts";
+import { OPERATOR } from "./service/principal.ts";
 import type { TokenSources } from "./service/agents.ts";
 import { type RuntimeParts, startRuntime } from "./runtime.ts";
 import { VERSION } from "./version.ts";
@@ -25,8 +27,8 @@ export interface Server {
   /** Where the operator's and the default agent's tokens are (never the tokens). */
   tokens: TokenSources;
   /**
-   * The dashboard's sign-in URL, which carries the operator's token (for the start-up line on
-   * stdout only); absent when the dashboard is off or the server listens on a unix socket.
+   * The dashboard's sign-in link with a one-time code (for the start-up line on stdout only);
+   * absent when the dashboard is off or the server listens on a unix socket.
    */
   dashboardUrl?: string;
   /** The uids sessions run as, for the start-up line (a root server): "first-last", group, block. */
@@ -108,7 +110,9 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
   return {
     addr,
     tokens: runtime.tokens,
-    dashboardUrl: config.dashboard ? signInUrl(addr, runtime.operatorToken()) : undefined,
+    dashboardUrl: config.dashboard && addr.transport === "tcp"
+      ? signInLink(origin(addr), runtime.service.mintSignInCode(OPERATOR).code)
+      : undefined,
     uids: startUids(),
     async shutdown() {
       await runtime.stopSessions();
@@ -176,15 +180,8 @@ function listen(config: Config, handler: Deno.ServeHandler): HttpListener {
   }
 }
 
-/**
- * The dashboard's sign-in URL on a TCP address: the operator's token in the query, which the
- * page exchanges once for a cookie.
- */
-function signInUrl(
-  addr: Deno.NetAddr | Deno.UnixAddr,
-  token: string | undefined,
-): string | undefined {
-  if (addr.transport !== "tcp" || !token) return undefined;
+/** The `http://host:port` a browser on this host reaches a TCP address at. */
+function origin(addr: Deno.NetAddr): string {
   const host = addr.hostname === "0.0.0.0"
     ? "127.0.0.1"
     : addr.hostname === "::"
@@ -192,5 +189,5 @@ function signInUrl(
     : addr.hostname.includes(":")
     ? `[${addr.hostname}]`
     : addr.hostname;
-  return `http://${host}:${addr.port}/?token=${encodeURIComponent(token)}`;
+  return `http://${host}:${addr.port}`;
 }

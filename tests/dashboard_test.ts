@@ -2,36 +2,41 @@
  * The dashboard in a real browser: headless Chromium (Debian's `chromium`, which `.ci/run`
  * installs) driven by puppeteer-core against a real server with real sandboxed sessions. One
  * browser for the file; every wait is on the page's DOM or on the API, never a sleep.
- * Screenshots go to tests/artifacts/ (the README's come from there).
+ * Screenshots go to tests/artifacts/ (the README's come from there). The sign-in's credential
+ * is followed too: it stays with the dashboard's origin, so a page on another loopback port
+ * that the operator opens in the same browser gets nothing of it.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
-import puppeteer, { type Browser, type Page } from "puppeteer-core";
+import type { Page } from "puppeteer-core";
+import { launchBrowser, signInDashboard, signInLink } from "./helpers/dashboard.ts";
 import { startServer } from "./helpers/server.ts";
 
-/** The page's global, as the functions puppeteer runs in the browser use it. */
+/** The page's globals, as the functions puppeteer runs in the browser use them. */
 declare const document: {
   cookie: string;
   querySelector(selector: string): { textContent: string | null } | null;
 };
+declare const sessionStorage:
+  & { length: number; key(i: number): string | null }
+  & Record<
+    string,
+    string
+  >;
+declare const localStorage: { length: number };
 
-const CHROMIUM = "/usr/bin/chromium";
-const ARTIFACTS = new URL("./artifacts/", import.meta.url).pathname;
-
-async function launch(): Promise<Browser> {
-  try {
-    await Deno.stat(CHROMIUM);
-  } catch {
-    throw new Error(`${CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)`);
-  }
-  return await puppeteer.launch({
-    executablePath: CHROMIUM,
-    args: ["--no-sandbox", "--headless=new", "--disable-gpu", "--window-size=1280,900"],
-    defaultViewport: { width: 1280, height: 900 },
-  });
+/** Everything a page's `sessionStorage` holds, as `[key, value]` pairs. */
+function storage(page: Page): Promise<[string, string][]> {
+  return page.evaluate(() =>
+    Array.from({ length: sessionStorage.length }, (_, i) => {
+      const key = sessionStorage.key(i)!;
+      return [key, sessionStorage[key]] as [string, string];
+    })
+  );
 }
+const ARTIFACTS = new URL("./artifacts/", import.meta.url).pathname;
 
 async function screenshot(page: Page, name: string): Promise<void> {
   await Deno.mkdir(ARTIFACTS, { recursive: true });
@@ -59,7 +64,7 @@ Deno.test({
   sanitizeResources: false,
   async fn(t) {
     const server = await startServer({ UEXEC_APPROVAL_POLICY: "on-request" });
-    const browser = await launch();
+    const browser = await launchBrowser();
     const page = await browser.newPage();
     const errors: string[] = [];
     page.on("pageerror", (err) => errors.push(String(err)));
@@ -73,33 +78,100 @@ Deno.test({
       if (res.status() >= 400) refused.push(`${res.status()} ${new URL(res.url()).pathname}`);
     });
     try {
-      await t.step("an agent's token in ?token= does not open the dashboard", async () => {
-        const res = await page.goto(`${server.url}/?token=${server.agentToken}`);
-        assert.equal(res?.status(), 403);
+      await t.step("an old link with a token in ?token= opens nothing", async () => {
+        const res = await page.goto(`${server.url}/?token=${server.operatorToken}`);
+        assert.equal(res?.status(), 400);
         assert.deepEqual(await page.cookies(), []);
         const message = await page.$eval(".error", (e) => e.textContent);
-        assert.equal(message, "This token may not open the dashboard: it is not the operator's.");
+        assert.match(message ?? "", /^Sign-in links no longer carry the operator's token/);
       });
 
+      const link = await signInLink(server);
+      let credential = "";
       await t.step(
-        "sign in: the token leaves the URL for an HttpOnly SameSite cookie",
+        "sign in: the code leaves the address bar; no cookie; a session in this origin only",
         async () => {
-          await page.goto(`${server.url}/?token=${encodeURIComponent(server.operatorToken)}`);
+          assert.match(link, new RegExp(`^${server.url}/#code=uexec_[A-Za-z0-9_-]{43}$`));
+          await signInDashboard(page, server, link);
           assert.equal(page.url(), `${server.url}/`);
-          const cookies = await page.cookies();
-          assert.equal(cookies.length, 1);
-          const [cookie] = cookies;
-          assert.equal(cookie.name, `uexec_session_${new URL(server.url).port}`);
-          assert.equal(cookie.httpOnly, true);
-          assert.equal(cookie.sameSite, "Strict");
-          assert.equal(cookie.secure, false);
-          assert.equal(cookie.path, "/");
-          assert.notEqual(cookie.value, server.operatorToken);
+          assert.deepEqual(await page.cookies(), []);
           assert.equal(await page.evaluate(() => document.cookie), "");
-          await page.waitForSelector("body[data-ready=true]");
+          const stored = await storage(page);
+          assert.equal(stored.length, 1);
+          assert.equal(stored[0][0], "uexec.dashboard.session");
+          credential = stored[0][1];
+          assert.match(credential, /^uexec_[A-Za-z0-9_-]{43}$/);
+          assert.ok(![server.operatorToken, link.split("#code=")[1]].includes(credential));
           assert.equal(await page.$eval("#status", (e) => e.textContent), "live");
         },
       );
+
+      await t.step("the same link again: a clear page, no credential", async () => {
+        const other = await browser.newPage();
+        try {
+          await other.goto(link);
+          await other.waitForSelector("main.signed-out");
+          assert.equal(other.url(), `${server.url}/`);
+          const notice = await other.$eval("#notice", (e) => e.textContent);
+          assert.match(notice ?? "", /^This sign-in link was already used or has expired/);
+          assert.equal(await other.$eval("#status", (e) => e.textContent), "signed out");
+          assert.deepEqual(await storage(other), []);
+          assert.deepEqual(await other.cookies(), []);
+        } finally {
+          await other.close();
+        }
+      });
+
+      await t.step("a page on another loopback port gets no credential", async () => {
+        const requests: Record<string, string>[] = [];
+        const elsewhere = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (req) => {
+          requests.push(Object.fromEntries(req.headers));
+          return new Response("<!doctype html><title>dev server</title><p>an agent's page</p>", {
+            headers: { "content-type": "text/html" },
+          });
+        });
+        const devUrl = `http://127.0.0.1:${elsewhere.addr.port}/`;
+        const tab = await browser.newPage();
+        try {
+          // In this very tab, and in another: neither sends nor holds anything of the sign-in.
+          for (const p of [page, tab]) {
+            await p.goto(devUrl);
+            const held = await p.evaluate(() => ({
+              cookie: document.cookie,
+              session: sessionStorage.length,
+              local: localStorage.length,
+            }));
+            assert.deepEqual(held, { cookie: "", session: 0, local: 0 });
+          }
+        } finally {
+          await tab.close();
+          await elsewhere.shutdown();
+        }
+        assert.ok(requests.length >= 2);
+        for (const headers of requests) {
+          assert.equal(headers.cookie, undefined, JSON.stringify(headers));
+          assert.equal(headers.authorization, undefined);
+          assert.ok(!JSON.stringify(headers).includes(credential));
+        }
+        // Back on the dashboard, the tab is still signed in (its origin's storage kept it).
+        await page.goto(`${server.url}/`);
+        await page.waitForSelector("body[data-ready=true]");
+      });
+
+      await t.step("the credential replayed as the old cookie authorizes nothing", async () => {
+        const own = server.url;
+        const res = await fetch(`${own}/v1/agents`, {
+          headers: {
+            cookie: `uexec_session_${new URL(own).port}=${credential}`,
+            origin: own,
+            "sec-fetch-site": "same-origin",
+          },
+        });
+        await res.body?.cancel();
+        assert.equal(res.status, 401);
+        // (It is a real credential: as the bearer header the page sends, it is the operator.)
+        assert.equal((await server.as(credential).get("/v1/agents")).status, 200);
+      });
 
       let sessionId = 0;
       await t.step("a session's output appears in its live terminal", async () => {
@@ -284,8 +356,16 @@ Deno.test({
         const history = refused.includes("404 /v1/history") ? ["404 /v1/history"] : [];
         assert.deepEqual(
           refused.filter((r) => !/^404 \/v1\/sessions\/\d+$/.test(r)),
-          ["403 /", ...history],
+          ["400 /", ...history],
         );
+      });
+
+      await t.step("sign out ends the session and forgets it", async () => {
+        await page.click("#sign-out");
+        await page.waitForSelector("main.signed-out");
+        assert.match(await page.$eval("#notice", (e) => e.textContent) ?? "", /^Not signed in\./);
+        assert.deepEqual(await storage(page), []);
+        assert.equal((await server.as(credential).get("/v1/agents")).status, 401);
       });
     } finally {
       await browser.close();

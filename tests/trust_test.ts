@@ -613,13 +613,12 @@ Deno.test("tokens: generated 0600 in a 0700 state directory, never in a child or
     await t.step("agents survive a restart; tokens keep working", async () => {
       const minted = await server.as(operatorToken).post("/v1/agents", { name: "kept" });
       const output = await server.stop();
-      // The one exception: the dashboard's sign-in URL, on stdout at start-up (README).
-      const signIn = `uexec dashboard: ${server.url}/?token=${encodeURIComponent(operatorToken)}`;
+      // No exception: the dashboard's sign-in link carries a one-time code, never a token.
+      const signIn = `uexec dashboard: ${server.url}/#code=`;
       const lines = output.stdout.split("\n");
-      assert.equal(lines.filter((line) => line === signIn).length, 1);
-      const stdout = lines.filter((line) => line !== signIn).join("\n");
+      assert.equal(lines.filter((line) => line.startsWith(signIn)).length, 1);
       for (const token of [operatorToken, agentToken, minted.body.token]) {
-        assert.ok(!stdout.includes(token) && !output.stderr.includes(token));
+        assert.ok(!output.stdout.includes(token) && !output.stderr.includes(token));
       }
       assert.match(output.stdout, new RegExp(`operator token: ${stateDir}/operator.token`));
       server = await startServer(env);

@@ -33,7 +33,7 @@ const CSS = "text/css; charset=utf-8";
 /** The page shell (static: it holds no data and no token). */
 export const INDEX_HTML = indexHtml;
 
-/** The sign-in page; `{{ message }}` is replaced by an HTML-escaped message. */
+/** The page an old token link gets; `{{ message }}` is replaced by an HTML-escaped message. */
 export const SIGNIN_HTML = signinHtml;
 
 /** The files under `/dashboard/`, by name. */

@@ -1,28 +1,27 @@
 /**
- * The dashboard's front door on the server: the page shell and its files, and the sign-in
- * exchange. Opening `/?token=<operator token>` (the URL printed at start-up) opens a browser
- * session and answers 303 to `/` with an `HttpOnly`, `SameSite=Strict` cookie, so the token
- * leaves the address bar and the history at once; `Referrer-Policy: no-referrer` keeps it from
- * any other site. Everything else the page does goes through the core's HTTP API from the
- * browser, authenticated by that cookie.
+ * The dashboard's front door on the server: the page shell and its files, and the sign-in. The
+ * link printed at start-up (or minted by the operator, `POST /v1/dashboard/sign-in-links`)
+ * carries a one-time code in its fragment (`/#code=…`, which no browser sends in a request, so
+ * it reaches no log, proxy or `Referer`, and a link preview that fetches the URL cannot spend
+ * it); the page posts it to `POST /dashboard/sign-in` for a browser session id, which it keeps
+ * for its own origin and sends as a bearer header. No cookie is set or read.
  *
  * It serves only the fixed files of `assets.ts`, every page under a strict Content-Security-Policy
  * (scripts only from this server, no inline script). It must never serve data, never echo a
- * token, and never open a session for anyone but the operator.
+ * token, never open a session but for a code redeemed this once, and never mint a code for
+ * anyone but the operator's own token.
  *
  * @module
  */
 
 import type { Context, Hono } from "hono";
-import {
-  checkCookieOrigin,
-  SandboxedPeerError,
-  sessionCookie,
-  sessionCookieName,
-} from "../http/auth.ts";
-import { ForbiddenError } from "../service/principal.ts";
+import { bearerToken, SandboxedPeerError } from "../http/auth.ts";
+import { readJson } from "../http/body.ts";
+import { ForbiddenError, type Principal } from "../service/principal.ts";
+import { parseInput } from "../service/schemas.ts";
 import type { Service } from "../service/service.ts";
 import { ASSETS, INDEX_HTML, SIGNIN_HTML } from "./assets.ts";
+import { SignInBody, signInLink } from "./schemas.ts";
 
 /** What the dashboard needs from the server. */
 export interface DashboardDeps {
@@ -59,50 +58,50 @@ export const PAGE_HEADERS = {
 };
 
 const HTML = "text/html; charset=utf-8";
+const MAX_BODY_BYTES = 1024 * 1024;
 
 function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
 
-function signInPage(status: 401 | 403, message: string): Response {
+function signInPage(message: string): Response {
   return new Response(SIGNIN_HTML.replace(/\{\{\s*message\s*\}\}/, escapeHtml(message)), {
-    status,
+    status: 400,
     headers: { ...PAGE_HEADERS, "content-type": HTML },
   });
 }
 
-/** Register the dashboard's routes on `app`. */
+/** A sign-in code that is unknown, already used or expired (401 `invalid_sign_in_code`). */
+export class SignInCodeError extends Error {
+  readonly status = 401;
+  readonly code = "invalid_sign_in_code";
+  constructor() {
+    super(
+      "This sign-in link was already used or has expired (a link works once, for a few " +
+        "minutes). Ask the server for a fresh one: POST /v1/dashboard/sign-in-links with the " +
+        "operator's token, or restart it for a new start-up link.",
+    );
+  }
+}
+
+/** Register the dashboard's routes on `app`; `who` authenticates a request. */
 export function dashboardRoutes(
   app: Hono<{ Bindings: Deno.ServeHandlerInfo | undefined }>,
   deps: DashboardDeps,
+  who: (c: Context) => Principal,
 ): void {
   const { service } = deps;
 
   app.get("/", (c) => {
-    const token = c.req.query("token");
-    if (token === undefined) {
-      return new Response(INDEX_HTML, { headers: { ...PAGE_HEADERS, "content-type": HTML } });
+    // The old sign-in URL carried the operator's token; it opens nothing now, and says so.
+    if (c.req.query("token") !== undefined) {
+      return signInPage(
+        "Sign-in links no longer carry the operator's token, and this one was not used. Open " +
+          "the link the server prints at start-up instead.",
+      );
     }
-    return signIn(c, token);
+    return new Response(INDEX_HTML, { headers: { ...PAGE_HEADERS, "content-type": HTML } });
   });
-
-  const signIn = (c: Context, token: string): Response => {
-    if (deps.fromSandbox?.(c.env)) throw new SandboxedPeerError();
-    let opened;
-    try {
-      opened = service.signIn(token);
-    } catch (err) {
-      if (!(err instanceof ForbiddenError)) throw err;
-      return signInPage(403, "This token may not open the dashboard: it is not the operator's.");
-    }
-    if (!opened) return signInPage(401, "This sign-in link is not valid (wrong or old token).");
-    const cookie = `${sessionCookieName(c.req.header("host"))}=${opened.id}; HttpOnly; ` +
-      `SameSite=Strict; Path=/; Max-Age=${opened.maxAgeSeconds}`;
-    return new Response(null, {
-      status: 303,
-      headers: { ...PAGE_HEADERS, location: "/", "set-cookie": cookie },
-    });
-  };
 
   app.get("/dashboard/:file", (c) => {
     const asset = ASSETS.get(c.req.param("file"));
@@ -112,19 +111,42 @@ export function dashboardRoutes(
     });
   });
 
+  app.post("/dashboard/sign-in", async (c) => {
+    if (deps.fromSandbox?.(c.env)) throw new SandboxedPeerError();
+    const { code } = parseInput(
+      SignInBody,
+      await readJson(c.req.raw, MAX_BODY_BYTES, "request body exceeds 1 MiB"),
+    );
+    const opened = service.signIn(code);
+    if (!opened) throw new SignInCodeError();
+    return Response.json(
+      { session: opened.id, expires_in_seconds: opened.maxAgeSeconds },
+      { headers: { "cache-control": "no-store" } },
+    );
+  });
+
   app.post("/dashboard/sign-out", (c) => {
-    const host = c.req.header("host");
-    const id = sessionCookie(c.req.header("cookie"), host);
-    if (id !== undefined) {
-      checkCookieOrigin(c.req.raw);
-      service.signOut(id);
+    const id = bearerToken(c.req.header("authorization"));
+    if (id !== undefined) service.signOut(id);
+    return new Response(null, { status: 204, headers: { "cache-control": "no-store" } });
+  });
+
+  app.delete("/v1/dashboard/sessions", (c) => {
+    return c.json({ ended: service.endWebSessions(who(c)) });
+  });
+
+  app.post("/v1/dashboard/sign-in-links", (c) => {
+    const principal = who(c);
+    // A browser session may not renew itself past "Sign out" or its expiry: only the token.
+    if (service.authenticateWebSession(bearerToken(c.req.header("authorization"))!)) {
+      throw new ForbiddenError(
+        "a dashboard browser session cannot mint sign-in links; use the operator's token",
+      );
     }
-    return new Response(null, {
-      status: 204,
-      headers: {
-        ...PAGE_HEADERS,
-        "set-cookie": `${sessionCookieName(host)}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0`,
-      },
+    const { code, expiresInSeconds } = service.mintSignInCode(principal);
+    const url = signInLink(`http://${c.req.header("host")}`, code);
+    return c.json({ url, code, expires_in_seconds: expiresInSeconds }, 201, {
+      "cache-control": "no-store",
     });
   });
 }

@@ -42,21 +42,31 @@ import {
 import type { Service } from "../service/service.ts";
 import { jsonSchema } from "../service/tools.ts";
 import { VERSION } from "../version.ts";
+import {
+  EndedSessionsSchema,
+  SignInBody,
+  SignInLinkSchema,
+  SignInResultSchema,
+} from "../dashboard/schemas.ts";
 
 /** Every error code the API answers with: its status and when it is given. */
 export const ERRORS = {
   invalid_request: [400, "The request is malformed or a field is invalid; the message names it."],
-  unauthorized: [401, "No bearer token (or dashboard cookie), or a wrong one."],
+  unauthorized: [401, "No bearer token (or dashboard session id), or a wrong one."],
   forbidden: [403, "Reserved to the operator, or beyond the agent's widest profile."],
   forbidden_peer: [403, "The request came from a sandboxed command."],
   forbidden_host: [403, "The Host is neither a loopback name nor in UEXEC_ALLOWED_HOSTS."],
   forbidden_origin: [
     403,
-    "The Origin is neither the server's own nor in UEXEC_ALLOWED_ORIGINS, or a cookie-" +
-    "authenticated request did not come from the dashboard's own page.",
+    "The Origin is neither the server's own nor in UEXEC_ALLOWED_ORIGINS, or a WebSocket " +
+    "upgrade carried another origin than the server's own.",
   ],
   forbidden_workdir: [403, "The workdir is outside the workspace and UEXEC_ALLOWED_ROOTS."],
   protected_workdir: [403, "The workdir is inside a directory that stays read-only (.git)."],
+  invalid_sign_in_code: [
+    401,
+    "The dashboard sign-in code is unknown, already used or expired; mint a fresh link.",
+  ],
   rejected: [403, "The approval policy or the operator refused the command."],
   not_found: [404, "No such entry, or it is not the caller's; or the feature is off."],
   unknown_session: [404, "No live session with that id that the caller may see."],
@@ -501,9 +511,45 @@ export const OPERATIONS: readonly Operation[] = [
   },
   {
     method: "post",
+    path: "/v1/dashboard/sign-in-links",
+    tag: "dashboard",
+    summary: "A fresh one-time sign-in link for the dashboard",
+    description: "With the operator's token only (not an agent's, not a dashboard browser " +
+      "session's). The link carries a code in its fragment that opens one browser session, " +
+      "once, within UEXEC_DASHBOARD_CODE_MINUTES. Takes no body.",
+    caller: "operator",
+    status: 201,
+    result: SignInLinkSchema,
+    errors: ["forbidden"],
+  },
+  {
+    method: "delete",
+    path: "/v1/dashboard/sessions",
+    tag: "dashboard",
+    summary: "End every dashboard browser session (sign out everywhere)",
+    description: "Each session's id is refused from then on and its event stream ends.",
+    caller: "operator",
+    result: EndedSessionsSchema,
+    errors: ["forbidden"],
+  },
+  {
+    method: "post",
+    path: "/dashboard/sign-in",
+    tag: "dashboard",
+    summary: "Exchange a sign-in link's one-time code for a browser session",
+    description: "What the dashboard's page does with the link's #code=. Refused from a " +
+      "sandboxed command (forbidden_peer). The session id goes back as a bearer credential; " +
+      "no cookie is set.",
+    caller: "anyone",
+    body: SignInBody,
+    result: SignInResultSchema,
+    errors: ["invalid_sign_in_code", "forbidden_peer"],
+  },
+  {
+    method: "post",
     path: "/dashboard/sign-out",
     tag: "dashboard",
-    summary: "End the dashboard's browser session (the cookie's holder)",
+    summary: "End the dashboard browser session whose id is the bearer credential",
     caller: "anyone",
     status: 204,
   },
@@ -515,7 +561,7 @@ export const OPERATIONS: readonly Operation[] = [
  * refuse (an operation without a success would only mislead a generated client).
  */
 export const NOT_API: ReadonlyMap<string, string> = new Map([
-  ["GET /", "the dashboard's HTML page (and its one-time ?token= sign-in exchange)"],
+  ["GET /", "the dashboard's HTML page"],
   ["GET /dashboard/:file", "the dashboard's static files (scripts, styles)"],
   ["GET /docs", "the HTML page that renders this document"],
   ["GET /docs/:file", "that page's static files (Swagger UI, its init script)"],
@@ -625,7 +671,7 @@ function operation(op: Operation): Record<string, unknown> {
     summary: op.summary,
     description: [CALLERS[op.caller], op.description].filter(Boolean).join(" "),
     "x-uexec-caller": op.caller,
-    security: op.caller === "anyone" ? [] : [{ bearer: [] }, { dashboard: [] }],
+    security: op.caller === "anyone" ? [] : [{ bearer: [] }],
     ...(params.length ? { parameters: params } : {}),
     ...(body
       ? {
@@ -666,20 +712,14 @@ export function apiDocument(
       name,
       description: TAGS[name],
     })),
-    security: [{ bearer: [] }, { dashboard: [] }],
+    security: [{ bearer: [] }],
     components: {
       securitySchemes: {
         bearer: {
           type: "http",
           scheme: "bearer",
-          description: "An agent's token (agent.token, or one POST /v1/agents made) or the " +
-            "operator's (operator.token).",
-        },
-        dashboard: {
-          type: "apiKey",
-          in: "cookie",
-          name: "uexec_session_<port>",
-          description: "The operator's dashboard sign-in cookie (from the dashboard's own page).",
+          description: "An agent's token (agent.token, or one POST /v1/agents made), the " +
+            "operator's (operator.token), or a dashboard browser session's id (the operator).",
         },
       },
     },

@@ -30,13 +30,7 @@ import {
 import { resultText } from "../service/results.ts";
 import type { Service } from "../service/service.ts";
 import { toolDefinitions } from "../service/tools.ts";
-import {
-  bearerToken,
-  checkCookieOrigin,
-  SandboxedPeerError,
-  sessionCookie,
-  UnauthorizedError,
-} from "./auth.ts";
+import { bearerToken, SandboxedPeerError, UnauthorizedError } from "./auth.ts";
 import { readJson } from "./body.ts";
 import { mcpRoutes } from "./mcp_routes.ts";
 import { docsRoutes } from "./docs_routes.ts";
@@ -251,27 +245,21 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
   docsRoutes(app);
   wsRoutes(app, service, who);
 
-  if (deps.dashboard) dashboardRoutes(app, deps);
+  if (deps.dashboard) dashboardRoutes(app, deps, who);
   return app;
 }
 
 /**
- * The principal of a request: its bearer token when it sends an `Authorization` header (nothing
- * else then), otherwise a dashboard sign-in cookie, which must come from the dashboard's own
- * origin.
+ * The principal of a request: its `Authorization: Bearer` credential, an agent's or the
+ * operator's token or else a dashboard browser session's id. Nothing else authenticates: no
+ * cookie, so nothing a browser attaches by itself to a request of another page counts.
  */
 function authenticate(
   service: Service,
   req: Request,
   connection: object | undefined,
 ): Principal | undefined {
-  const authorization = req.headers.get("authorization");
-  if (authorization !== null) {
-    const token = bearerToken(authorization);
-    return token === undefined ? undefined : service.authenticate(token, connection);
-  }
-  const id = sessionCookie(req.headers.get("cookie"), req.headers.get("host"));
-  const principal = id === undefined ? undefined : service.authenticateWebSession(id);
-  if (principal) checkCookieOrigin(req);
-  return principal;
+  const token = bearerToken(req.headers.get("authorization"));
+  if (token === undefined) return undefined;
+  return service.authenticate(token, connection) ?? service.authenticateWebSession(token);
 }

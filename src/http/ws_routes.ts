@@ -1,6 +1,6 @@
 /**
  * `GET /v1/ws`: the WebSocket front door's upgrade. The caller is authenticated as on every
- * route (the agent's bearer token, or the dashboard's cookie; never a sandboxed peer), and an
+ * route (the `Authorization: Bearer` credential; never a sandboxed peer), and an
  * upgrade carrying any `Origin` but the server's own is refused: browsers apply no CORS to
  * WebSockets, so an origin allowed for CORS (`UEXEC_ALLOWED_ORIGINS`) is refused here too
  * (cross-site WebSocket hijacking). Translation only: the connection runs operations of the core.

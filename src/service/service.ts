@@ -30,6 +30,7 @@ import { type AgentInfo, type AgentRegistry, UnknownAgentError } from "./agents.
 import {
   type Agent,
   ForbiddenError,
+  OPERATOR,
   ownerOf,
   type Principal,
   requireOperator,
@@ -52,6 +53,7 @@ import type { HistoryDetail, HistoryItem, HistoryScope } from "../history/store.
 import { decodeCursor, encodeCursor, type HistoryQuery } from "../history/query.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import type { OpenedWebSession, WebSessions } from "./web_sessions.ts";
+import type { MintedCode, SignInCodes } from "./sign_in_codes.ts";
 import type { z } from "zod";
 
 /** A workdir outside the workspace and the allowed roots (403 `forbidden_workdir`). */
@@ -100,6 +102,8 @@ export interface ServiceDeps {
   metrics?: Metrics;
   /** Signed-in dashboard browsers; absent: the dashboard is off. */
   webSessions?: WebSessions;
+  /** The dashboard's outstanding one-time sign-in codes; absent: the dashboard is off. */
+  signInCodes?: SignInCodes;
 }
 
 /** How an `exec_command` call arrived. */
@@ -310,7 +314,8 @@ export class Service {
   /**
    * Lifecycle events the principal may see, from now on; returns the unsubscribe function. An
    * agent revoked meanwhile is sent nothing more: its subscription ends (and `ended` is called)
-   * at the first event after the revocation, its own sessions' ends included.
+   * at the first event after the revocation, its own sessions' ends included. A dashboard
+   * browser session's ends at once when it is signed out (when it expires, at the next event).
    */
   subscribe(
     principal: Principal,
@@ -318,14 +323,26 @@ export class Service {
     ended?: () => void,
   ): () => void {
     const owner = this.#scope(principal);
-    if (owner === undefined) return this.#deps.bus.subscribe(listener);
-    const unsubscribe = this.#deps.bus.subscribe((event) => {
-      if (!this.#deps.agents.current(principal)) {
-        unsubscribe();
-        ended?.();
-      } else if (event.agent === owner) listener(event);
+    let open = true;
+    let unsubscribe = () => {};
+    let unwatch = () => {};
+    const stop = () => {
+      open = false;
+      unsubscribe();
+      unwatch();
+    };
+    const end = () => {
+      if (!open) return;
+      stop();
+      ended?.();
+    };
+    unsubscribe = this.#deps.bus.subscribe((event) => {
+      if (!this.isCurrent(principal)) end();
+      else if (owner === undefined || event.agent === owner) listener(event);
     });
-    return unsubscribe;
+    // A dashboard browser session's stream ends as soon as the session does (sign-out).
+    unwatch = this.#deps.webSessions?.onEnd(principal, end) ?? unwatch;
+    return stop;
   }
 
   /** Pending approvals: all for the operator, an agent's own (read-only) for an agent. */
@@ -430,19 +447,35 @@ export class Service {
     return this.#deps.manager.screen(id, this.#scope(principal));
   }
 
-  // --- Dashboard: the operator's browser sign-in (token exchanged once for a cookie session).
+  // --- Dashboard: the operator's browser sign-in (a one-time code exchanged for a session).
 
   /**
-   * Exchange a token from the sign-in URL for a browser session. Only the operator's token opens
-   * one: an agent's token is refused (403 `forbidden`), an unknown one gives undefined.
+   * A one-time code for the dashboard's sign-in link; only the operator may have one (403
+   * `forbidden` for an agent).
    */
-  signIn(token: string): OpenedWebSession | undefined {
+  mintSignInCode(principal: Principal): MintedCode {
+    requireOperator(principal, "a dashboard sign-in link");
+    const { signInCodes } = this.#deps;
+    if (!signInCodes) throw new DashboardOffError();
+    return signInCodes.mint();
+  }
+
+  /**
+   * Exchange a one-time sign-in code for an operator's browser session; undefined when the code
+   * is unknown, already used or expired (or the dashboard is off).
+   */
+  signIn(code: string): OpenedWebSession | undefined {
+    const { webSessions, signInCodes } = this.#deps;
+    if (!webSessions || !signInCodes?.redeem(code)) return undefined;
+    return webSessions.open(OPERATOR);
+  }
+
+  /** End every dashboard browser session (operator only); returns how many were live. */
+  endWebSessions(principal: Principal): number {
+    requireOperator(principal, "ending the dashboard's sessions");
     const { webSessions } = this.#deps;
     if (!webSessions) throw new DashboardOffError();
-    const principal = this.authenticate(token);
-    if (!principal) return undefined;
-    requireOperator(principal, "the dashboard");
-    return webSessions.open(principal);
+    return webSessions.closeAll();
   }
 
   /** The principal of a signed-in browser session id, or undefined. */
@@ -673,7 +706,8 @@ export class Service {
    * its name is another party): a long-lived connection's check.
    */
   isCurrent(principal: Principal): boolean {
-    return this.#deps.agents.current(principal);
+    return this.#deps.agents.current(principal) &&
+      (this.#deps.webSessions?.current(principal) ?? true);
   }
 
   /**

@@ -39,6 +39,11 @@ export interface TestServer extends Client {
   as(token: string): Client;
   /** Raw request (with the agent's token unless `init` sets authorization), body as text. */
   raw(path: string, init: RequestInit): Promise<{ status: number; text: string; headers: Headers }>;
+  /**
+   * The first line of its stdout that matches `pattern` (one already printed, or the next);
+   * rejects when stdout ends without one.
+   */
+  stdoutLine(pattern: RegExp): Promise<string>;
   /** SIGTERM the server and wait for it; returns its exit status, stderr and stdout. */
   stop(): Promise<{ code: number; stderr: string; stdout: string }>;
 }
@@ -150,10 +155,17 @@ export async function startServer(
       break;
     }
   }
+  let stdoutEnded = false;
+  const lineWaiters = new Set<{ pattern: RegExp; found(line?: string): void }>();
   const drained = (async () => {
     for (let line = await reader.read(); !line.done; line = await reader.read()) {
       stdout.push(line.value);
+      for (const waiter of lineWaiters) {
+        if (waiter.pattern.test(line.value)) waiter.found(line.value);
+      }
     }
+    stdoutEnded = true;
+    for (const waiter of lineWaiters) waiter.found();
   })();
   const call = async (
     auth: Record<string, string>,
@@ -199,6 +211,22 @@ export async function startServer(
       if (!headers.has("authorization")) headers.set("authorization", `Bearer ${agentToken}`);
       const res = await fetch(url + path, { ...init, headers });
       return { status: res.status, text: await res.text(), headers: res.headers };
+    },
+    stdoutLine(pattern) {
+      const seen = stdout.find((line) => pattern.test(line));
+      if (seen !== undefined) return Promise.resolve(seen);
+      if (stdoutEnded) return Promise.reject(new Error(`stdout ended without a line ${pattern}`));
+      return new Promise((resolve, reject) => {
+        const waiter = {
+          pattern,
+          found(line?: string) {
+            lineWaiters.delete(waiter);
+            if (line === undefined) reject(new Error(`stdout ended without a line ${pattern}`));
+            else resolve(line);
+          },
+        };
+        lineWaiters.add(waiter);
+      });
     },
     stop() {
       // Once: a test may stop it itself, then again in its `finally`.

@@ -1,12 +1,13 @@
 /**
- * The dashboard page: checks the sign-in, opens the lifecycle event stream (`/v1/events`,
- * which drives every live update: no polling), then loads each view and switches between them.
- * It holds no token: the browser's `HttpOnly` sign-in cookie authenticates every call.
+ * The dashboard page: signs in with the link's one-time code (`#code=…`, taken out of the
+ * address bar at once) or the browser session this tab already holds, opens the lifecycle event
+ * stream (`/v1/events`, which drives every live update: no polling), then loads each view and
+ * switches between them. It holds no token: api.js keeps the browser session id and sends it.
  *
  * @module
  */
 
-import { api, ApiError } from "./api.js";
+import { api, ApiError, hasSession, openEventStream, signIn, signOut } from "./api.js";
 import { AgentsView } from "./agents.js";
 import { ApprovalsView } from "./approvals.js";
 import { fill } from "./dom.js";
@@ -35,11 +36,11 @@ function show(view) {
 }
 
 /**
- * Resolves once the stream is open, so lists loaded afterwards miss no event. When the browser
- * reconnects it by itself (a server restart), `reopened` reloads what may have been missed.
+ * Resolves once the stream is open, so lists loaded afterwards miss no event. When the stream
+ * reconnects by itself (it broke), `reopened` reloads what may have been missed.
  */
 function openEvents(handlers, reopened) {
-  const events = new EventSource("/v1/events");
+  const events = openEventStream("/v1/events");
   const { promise, resolve } = Promise.withResolvers();
   let opened = false;
   events.addEventListener("open", () => {
@@ -50,7 +51,7 @@ function openEvents(handlers, reopened) {
     resolve();
   });
   events.addEventListener("error", () => {
-    fill(status, events.readyState === EventSource.CLOSED ? "disconnected" : "reconnecting…");
+    fill(status, events.readyState === events.CLOSED ? "disconnected" : "reconnecting…");
     status.className = "status down";
   });
   for (const type of ["begin", "end", "approval_requested", "approval_decided"]) {
@@ -62,19 +63,49 @@ function openEvents(handlers, reopened) {
   return promise;
 }
 
+/** The code of a sign-in link (`#code=…`), removed from the address bar and history entry. */
+function takeCode() {
+  const match = /^#code=([^&]*)$/.exec(location.hash);
+  if (!match) return undefined;
+  history.replaceState(null, "", location.pathname + location.search);
+  try {
+    return decodeURIComponent(match[1]);
+  } catch {
+    return match[1];
+  }
+}
+
+/** Show why the page is not signed in; nothing else runs. */
+function signedOut(message) {
+  showNotice(message);
+  fill(status, "signed out");
+  document.querySelector("main").classList.add("signed-out");
+}
+
+const HOW_TO_SIGN_IN = "Open the dashboard with the link the server prints at start-up " +
+  "(uexec dashboard: http://…/#code=…), or a fresh one from POST /v1/dashboard/sign-in-links " +
+  "with the operator's token. A link works once, for a few minutes.";
+
 async function main() {
   const onError = (message) => showNotice(message);
+  const code = takeCode();
+  if (code !== undefined) {
+    try {
+      await signIn(code);
+    } catch (err) {
+      if (err instanceof ApiError && err.status < 500) return signedOut(err.message);
+      return signedOut(`Signing in failed: ${err.message}`);
+    }
+  }
+  if (!hasSession()) return signedOut(`Not signed in. ${HOW_TO_SIGN_IN}`);
   try {
     await api("GET", "/v1/agents");
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) {
-      showNotice(
-        "Not signed in. Open the dashboard with the URL the server prints at start-up " +
-          "(uexec dashboard: http://…/?token=…).",
+      await signOut().catch(() => {});
+      return signedOut(
+        `This browser session has ended (signed out, expired or the server restarted). ${HOW_TO_SIGN_IN}`,
       );
-      fill(status, "signed out");
-      document.querySelector("main").classList.add("signed-out");
-      return;
     }
     showNotice(`The server refused the dashboard: ${err.message}`);
     return;
@@ -90,7 +121,7 @@ async function main() {
     });
   }
   document.getElementById("sign-out").addEventListener("click", async () => {
-    await api("POST", "/dashboard/sign-out", {}).catch(() => {});
+    await signOut().catch(() => {});
     location.replace("/");
   });
   show("sessions");

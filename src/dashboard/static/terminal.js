@@ -8,7 +8,7 @@
  * @module
  */
 
-import { api } from "./api.js";
+import { api, openEventStream } from "./api.js";
 
 // xterm.js exists only where the server serves it (from the npm package), not next to this file,
 // so it is imported by URL at run time.
@@ -45,7 +45,7 @@ export class SessionTerminal {
     });
     this.#term.open(container);
     this.#term.onData((chars) => this.#send(chars));
-    this.#stream = new EventSource(`/v1/sessions/${id}/stream?encoding=base64`);
+    this.#stream = openEventStream(`/v1/sessions/${id}/stream?encoding=base64`);
     this.#stream.addEventListener("output", (e) => {
       this.#term.write(decode(JSON.parse(e.data).base64));
     });
