@@ -153,6 +153,152 @@ Deno.test({
         assert.equal((await server.del(`/v1/sessions/${id}`)).status, 200);
       });
 
+      await t.step("kill asks for a confirmation, then kills", async () => {
+        const id = await start(server, "echo kill-me; cat", "kill-me");
+        const kill = `tr[data-session="${id}"] button.kill`;
+        await page.waitForSelector(kill);
+        await page.click(kill);
+        assert.equal(await page.$eval(kill, (e) => e.textContent), "Confirm kill");
+        assert.equal((await server.get(`/v1/sessions/${id}`)).status, 200, "still alive");
+        await page.click(kill);
+        await page.waitForFunction(
+          (id) => !document.querySelector(`tr[data-session="${id}"]`),
+          {},
+          id,
+        );
+        assert.equal((await server.get(`/v1/sessions/${id}`)).status, 404);
+        const history = await server.operator.get(
+          `/v1/history?q=${encodeURIComponent("echo kill-me")}`,
+        );
+        assert.equal(history.body.items[0].end_reason, "kill");
+      });
+
+      await t.step("Ctrl-C interrupts the foreground process", async () => {
+        // The shell stays (its trap reports the signal); its foreground child is interrupted:
+        // the sh that printed "sleeping" and then became sleep (either dies of SIGINT: 130).
+        const id = await start(
+          server,
+          "trap 'echo got-SIGINT' INT; sh -c 'echo sleeping; exec sleep 1000'; " +
+            "echo sleep-ended-$?; trap - INT; read x",
+          "sleeping",
+        );
+        await openTerminal(page, id);
+        await waitForTerminal(page, "sleeping");
+        await (await page.waitForSelector(`tr[data-session="${id}"] button.interrupt`))!.click();
+        await waitForTerminal(page, "sleep-ended-130");
+        const text = await terminalText(page);
+        assert.ok(text.includes("got-SIGINT"), text);
+        assert.equal((await server.get(`/v1/sessions/${id}`)).status, 200, "the shell lives on");
+        // Now the shell is in the foreground, without its trap: the panel's button ends it.
+        await page.click("#terminal-interrupt");
+        await waitForTerminal(page, `[session ${id} exited with 130]`);
+      });
+
+      await t.step("download saves the held output byte for byte", async () => {
+        const id = await start(server, "printf 'dl-\\377\\376-\\033[31mred\\n'; read x", "red");
+        const dir = await Deno.makeTempDir({ prefix: "uexec-download-" });
+        try {
+          const cdp = await browser.target().createCDPSession();
+          await cdp.send("Browser.setDownloadBehavior", {
+            behavior: "allow",
+            downloadPath: dir,
+            eventsEnabled: true,
+          });
+          const done = new Promise<string>((resolve, reject) => {
+            cdp.on("Browser.downloadProgress", (e) => {
+              if (e.state === "completed") resolve(e.guid);
+              else if (e.state === "canceled") reject(new Error("download canceled"));
+            });
+          });
+          const named = new Promise<string>((resolve) => {
+            cdp.on("Browser.downloadWillBegin", (e) => resolve(e.suggestedFilename));
+          });
+          await (await page.waitForSelector(`tr[data-session="${id}"] button.download`))!.click();
+          const name = await named;
+          await done;
+          assert.equal(name, `uexec-session-${id}.log`);
+          const saved = await Deno.readFile(`${dir}/${name}`);
+          const held = await server.get(`/v1/sessions/${id}/output?encoding=base64`);
+          assert.deepEqual(saved, Uint8Array.from(atob(held.body.base64), (c) => c.charCodeAt(0)));
+          assert.deepEqual(
+            saved,
+            new Uint8Array(
+              [..."dl-"].map((c) => c.charCodeAt(0)).concat(
+                [0xff, 0xfe],
+                [..."-\x1b[31mred\r\n"].map((c) => c.charCodeAt(0)),
+              ),
+            ),
+          );
+          await cdp.detach();
+        } finally {
+          await Deno.remove(dir, { recursive: true });
+          await server.del(`/v1/sessions/${id}`);
+        }
+      });
+
+      await t.step(
+        "the filter box narrows sessions and history by agent, command, profile",
+        async () => {
+          const minted = await server.operator.post("/v1/agents", { name: "ci-bot" });
+          assert.equal(minted.status, 201);
+          const ciBot = server.as(minted.body.token);
+          const bot = await ciBot.post("/v1/exec_command", {
+            cmd: "echo bot-ready; cat",
+            login: false,
+            profile: "read-only",
+            until: "bot-ready",
+            yield_time_ms: 30000,
+          });
+          assert.equal(bot.status, 200, JSON.stringify(bot.body));
+          const own = await start(server, "echo own-ready; sleep 1000", "own-ready");
+          await page.waitForSelector(`tr[data-session="${bot.body.session_id}"]`);
+          await page.waitForSelector(`tr[data-session="${own}"]`);
+          const shown = () =>
+            page.$$eval(
+              "#sessions-table tbody tr:not([hidden])",
+              (trs) => trs.map((tr) => Number(tr.getAttribute("data-session"))),
+            );
+          const filter = async (selector: string, text: string) => {
+            await page.click(selector, { count: 3 });
+            await page.keyboard.press("Backspace");
+            await page.type(selector, text);
+          };
+          for (
+            const [query, expected] of [
+              ["agent:ci-bot", [bot.body.session_id]],
+              ["CI-BOT", [bot.body.session_id]],
+              ["sleep", [own]],
+              ["profile:read-only", [bot.body.session_id]],
+              ["workspace-write own-ready", [own]],
+              ["nothing-like-this", []],
+              ["", [bot.body.session_id, own].sort((a, b) => a - b)],
+            ] as const
+          ) {
+            await filter("#sessions-filter", query);
+            assert.deepEqual(await shown(), expected, query);
+            assert.equal(
+              await page.$eval("#sessions-empty", (e) => e.hidden),
+              expected.length > 0,
+              query,
+            );
+          }
+          await page.click('.tab[data-view="history"]');
+          await page.waitForSelector("#history-table tbody tr");
+          await filter("#history-filter", "agent:ci-bot");
+          const rows = await page.$$eval(
+            "#history-table tbody tr:not([hidden])",
+            (trs) => trs.map((tr) => [tr.children[1].textContent, tr.children[2].textContent]),
+          );
+          assert.deepEqual(rows, [["ci-bot", "echo bot-ready; cat"]]);
+          await filter("#history-filter", "profile:no-such-profile");
+          await page.waitForSelector("#history-message:not([hidden])");
+          await filter("#history-filter", "");
+          await page.click('.tab[data-view="sessions"]');
+          await filter("#sessions-filter", "");
+          assert.equal((await server.del(`/v1/sessions/${own}`)).status, 200);
+        },
+      );
+
       await t.step("the page never broke its CSP or threw", () => {
         assert.deepEqual(errors, []);
       });

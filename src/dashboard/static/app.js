@@ -12,6 +12,7 @@ import { ApprovalsView } from "./approvals.js";
 import { fill } from "./dom.js";
 import { HistoryView } from "./history.js";
 import { SessionsView } from "./sessions.js";
+import { initTheme } from "./theme.js";
 
 const notice = document.getElementById("notice");
 const status = document.getElementById("status");
@@ -63,6 +64,7 @@ function openEvents(handlers, reopened) {
 }
 
 async function main() {
+  initTheme(document.getElementById("theme"));
   const onError = (message) => showNotice(message);
   try {
     await api("GET", "/v1/agents");

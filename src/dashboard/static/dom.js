@@ -106,3 +106,16 @@ export function download(bytes, name, type = "application/octet-stream") {
   link.click();
   link.remove();
 }
+
+/**
+ * Label each body cell of `table` with its column's heading (`data-label`, static text from the
+ * page), which the narrow layout shows before the cell when rows become cards.
+ */
+export function labelCells(table) {
+  const headings = [...table.querySelectorAll("thead th")].map((th) => th.textContent.trim());
+  for (const tr of table.querySelectorAll("tbody tr")) {
+    [...tr.children].forEach((td, i) => {
+      if (headings[i]) td.dataset.label = headings[i];
+    });
+  }
+}

@@ -11,7 +11,7 @@
  */
 
 import { api } from "./api.js";
-import { bytes, download, duration, el, fill, matches, visible } from "./dom.js";
+import { bytes, download, duration, el, fill, labelCells, matches, visible } from "./dom.js";
 import { decode, SessionTerminal } from "./terminal.js";
 
 /** Type Ctrl-C into session `id` (its terminal sends SIGINT to the foreground process group). */
@@ -140,6 +140,7 @@ export class SessionsView {
       if (!row.tr.hidden) shown++;
       body.append(row.tr); // in id order; moving a row keeps its focus and state
     }
+    labelCells(document.getElementById("sessions-table"));
     const empty = document.getElementById("sessions-empty");
     fill(empty, sessions.length === 0 ? "No live sessions." : "No session matches the filter.");
     empty.hidden = shown > 0;
@@ -148,15 +149,14 @@ export class SessionsView {
 
   /** A session's row: its cells (filled by `render`) and its action buttons. */
   #row(id) {
-    const cell = (label, className) => el("td", { className, dataset: { label } });
     const row = {
-      agent: cell("agent"),
-      command: cell("command", "command"),
-      profile: cell("profile"),
-      workdir: cell("workdir", "path"),
-      age: cell("age"),
-      cpu: cell("CPU", "cpu"),
-      memory: cell("memory", "memory"),
+      agent: el("td"),
+      command: el("td", { className: "command" }),
+      profile: el("td"),
+      workdir: el("td", { className: "path" }),
+      age: el("td"),
+      cpu: el("td", { className: "cpu" }),
+      memory: el("td", { className: "memory" }),
     };
     const button = (className, text, onclick) =>
       el("button", { type: "button", className, onclick }, text);
@@ -172,7 +172,7 @@ export class SessionsView {
     row.tr = el(
       "tr",
       { dataset: { session: String(id) } },
-      el("td", { dataset: { label: "id" } }, String(id)),
+      el("td", {}, String(id)),
       row.agent,
       row.command,
       row.profile,
@@ -182,7 +182,7 @@ export class SessionsView {
       row.memory,
       el(
         "td",
-        { className: "actions" },
+        { className: "row-actions" },
         button("open-terminal", "Terminal", () => this.openTerminal(this.#sessions.get(id))),
         button("interrupt", "Ctrl-C", () => this.#act("Ctrl-C", id, interrupt)),
         button("download", "Download", () => this.#act("Download", id, downloadOutput)),
