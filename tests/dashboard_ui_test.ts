@@ -13,20 +13,21 @@ import puppeteer, { type Browser, type Page } from "puppeteer-core";
 import { startServer, type TestServer } from "./helpers/server.ts";
 
 /** The page's globals, as the functions puppeteer runs in the browser use them. */
-declare const document: {
-  querySelector(selector: string): { textContent: string | null; hidden?: boolean } | null;
-  querySelectorAll(selector: string): ArrayLike<{ textContent: string | null }>;
-  activeElement: { className: string; textContent: string | null } | null;
-  documentElement: { scrollWidth: number; clientWidth: number; dataset: Record<string, string> };
-  body: HTMLElementLike;
-};
+// deno-lint-ignore no-explicit-any
+declare const document: any;
 declare const localStorage: { getItem(key: string): string | null };
-declare function getComputedStyle(e: HTMLElementLike): { backgroundColor: string };
-interface HTMLElementLike {
-  dataset: Record<string, string>;
-}
+// deno-lint-ignore no-explicit-any
+declare function getComputedStyle(e: any): any;
 
 const CHROMIUM = "/usr/bin/chromium";
+/** Where screenshots go: `UEXEC_SCREENSHOTS` (`deno task screenshots` sets docs/), else artifacts. */
+const SHOTS = Deno.env.get("UEXEC_SCREENSHOTS") ??
+  new URL("./artifacts/", import.meta.url).pathname;
+
+async function shot(page: Page, name: string): Promise<void> {
+  await Deno.mkdir(SHOTS, { recursive: true });
+  await page.screenshot({ path: `${SHOTS}/${name}.png` });
+}
 
 async function launch(): Promise<Browser> {
   try {
@@ -298,6 +299,165 @@ Deno.test({
           assert.equal((await server.del(`/v1/sessions/${own}`)).status, 200);
         },
       );
+
+      // Kept pending through the layout checks and screenshots; denied at the end.
+      let pendingApproval: Promise<unknown> | undefined;
+      await t.step("a pending approval counts down to its timeout", async () => {
+        pendingApproval = server.post("/v1/exec_command", {
+          cmd: "npm install --no-audit",
+          login: false,
+          sandbox_permissions: "require_escalated",
+          justification: "fetch the dependencies from the registry",
+        });
+        await page.click('.tab[data-view="approvals"]');
+        const countdown = "article.approval .countdown[data-seconds]";
+        await page.waitForSelector(countdown);
+        const [first, text] = await page.$eval(
+          countdown,
+          (e) => [Number(e.getAttribute("data-seconds")), e.textContent] as const,
+        );
+        assert.ok(first > 0 && first <= 60, String(first));
+        assert.equal(text, `denied in ${first} s unless decided`);
+        await page.waitForFunction(
+          (sel, first) =>
+            Number(
+              document.querySelector(sel)?.getAttribute("data-seconds"),
+            ) <
+              first,
+          {},
+          countdown,
+          first,
+        );
+        const [later, laterText] = await page.$eval(
+          countdown,
+          (e) => [Number(e.getAttribute("data-seconds")), e.textContent] as const,
+        );
+        assert.ok(later < first && later > 0, `${later} after ${first}`);
+        assert.equal(laterText, `denied in ${later} s unless decided`);
+        const [approval] = (await server.operator.get("/v1/approvals")).body.approvals;
+        assert.equal(
+          Date.parse(approval.expires_at) - Date.parse(approval.created_at),
+          60000,
+          "the server's default timeout",
+        );
+      });
+
+      let showcase = 0;
+      await t.step("Tab reaches every session action, with a visible focus ring", async () => {
+        showcase = await start(
+          server,
+          "printf '\\033[1;32mPASS\\033[0m  src/parser.test.ts (42 tests)\\n" +
+            "\\033[1;32mPASS\\033[0m  src/session.test.ts (17 tests)\\n\\nTests: 59 passed\\n'; cat",
+          "passed",
+        );
+        await page.click('.tab[data-view="sessions"]');
+        await page.waitForSelector(`tr[data-session="${showcase}"]`);
+        await page.focus("#sessions-filter");
+        const reached: string[] = [];
+        for (let i = 0; i < 30 && !reached.includes("kill"); i++) {
+          await page.keyboard.press("Tab");
+          const focused = await page.evaluate((id) => {
+            const e = document.activeElement;
+            const row = e?.closest?.("tr[data-session]");
+            return row?.getAttribute("data-session") === String(id) ? e.className : "";
+          }, showcase);
+          if (focused) reached.push(focused);
+        }
+        assert.deepEqual(reached, ["open-terminal", "interrupt", "download", "kill"]);
+        const ring = await page.evaluate(() => {
+          const style = getComputedStyle(document.activeElement);
+          return [style.outlineStyle, style.outlineWidth];
+        });
+        assert.deepEqual(ring, ["solid", "3px"]);
+        // Enter arms the kill; Shift+Tab back to Terminal and Enter opens it.
+        await page.keyboard.press("Enter");
+        assert.equal(
+          await page.$eval(`tr[data-session="${showcase}"] button.kill`, (e) => e.textContent),
+          "Confirm kill",
+        );
+        for (let i = 0; i < 3; i++) {
+          await page.keyboard.down("Shift");
+          await page.keyboard.press("Tab");
+          await page.keyboard.up("Shift");
+        }
+        await page.keyboard.press("Enter");
+        await waitForTerminal(page, "Tests: 59 passed");
+      });
+
+      await t.step("dark mode follows the system, and the toggle is remembered", async () => {
+        const background = () =>
+          page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor);
+        const LIGHT = "rgb(246, 247, 249)";
+        const DARK = "rgb(18, 22, 27)";
+        await page.emulateMediaFeatures([{ name: "prefers-color-scheme", value: "light" }]);
+        assert.equal(await background(), LIGHT);
+        assert.equal(await page.$eval("#theme", (e) => e.textContent), "Dark");
+        await page.emulateMediaFeatures([{ name: "prefers-color-scheme", value: "dark" }]);
+        assert.equal(await background(), DARK);
+        await page.waitForFunction(() => document.querySelector("#theme")?.textContent === "Light");
+        await shot(page, "dashboard-dark");
+        await page.click("#theme");
+        assert.equal(await background(), LIGHT);
+        assert.equal(await page.evaluate(() => localStorage.getItem("uexec.theme")), "light");
+        await page.reload();
+        await page.waitForSelector("body[data-ready=true]");
+        assert.equal(await background(), LIGHT, "the choice outlives a reload");
+        await page.click("#theme");
+        assert.equal(await background(), DARK);
+        await page.emulateMediaFeatures([{ name: "prefers-color-scheme", value: "light" }]);
+        assert.equal(await background(), DARK, "a choice overrides the system");
+        await page.click("#theme");
+        assert.equal(await page.evaluate(() => localStorage.getItem("uexec.theme")), "light");
+        await page.emulateMediaFeatures([]);
+      });
+
+      await t.step("at phone widths no tab scrolls sideways", async () => {
+        await page.setViewport({ width: 390, height: 844 });
+        const wide = await start(
+          server,
+          `echo phone-ready; cat ${"/very/long/path/without/any/space".repeat(6)} - # ${
+            "x".repeat(200)
+          }`,
+          "phone-ready",
+        );
+        await page.waitForSelector(`tr[data-session="${wide}"]`);
+        await openTerminal(page, wide);
+        await page.click('.tab[data-view="history"]');
+        await page.waitForSelector("#history-table tbody tr");
+        for (const width of [390, 360]) {
+          await page.setViewport({ width, height: 844 });
+          for (const view of ["sessions", "approvals", "history", "agents"]) {
+            await page.click(`.tab[data-view="${view}"]`);
+            const [scroll, client, rows] = await page.evaluate((view) => [
+              document.documentElement.scrollWidth,
+              document.documentElement.clientWidth,
+              document.querySelectorAll(`#view-${view} tbody tr, #view-${view} article`).length,
+            ], view);
+            assert.ok(rows > 0, `${view} has data`);
+            assert.ok(scroll <= client, `${view} at ${width} px: ${scroll} > ${client}`);
+          }
+        }
+        await page.setViewport({ width: 390, height: 844 });
+        await page.click('.tab[data-view="approvals"]');
+        await shot(page, "dashboard-phone");
+        await page.setViewport({ width: 1280, height: 900 });
+        assert.equal((await server.del(`/v1/sessions/${wide}`)).status, 200);
+      });
+
+      await t.step("screenshots: sessions with a live terminal, approvals, agents", async () => {
+        await page.click('.tab[data-view="sessions"]');
+        await openTerminal(page, showcase);
+        await waitForTerminal(page, "Tests: 59 passed");
+        await shot(page, "dashboard-sessions");
+        await page.click('.tab[data-view="approvals"]');
+        await shot(page, "dashboard-approvals");
+        await page.click("article.approval button.deny");
+        const denied = await pendingApproval as { status: number };
+        assert.equal(denied.status, 403);
+        await page.click('.tab[data-view="agents"]');
+        await page.waitForSelector('tr[data-agent="ci-bot"]');
+        await shot(page, "dashboard-agents");
+      });
 
       await t.step("the page never broke its CSP or threw", () => {
         assert.deepEqual(errors, []);
