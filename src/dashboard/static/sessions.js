@@ -3,11 +3,9 @@
  * and memory where the server can read them), kept current by lifecycle events, narrowed by a
  * filter box, each row with its actions: open the session's terminal (what it holds, then live),
  * Ctrl-C (typed into the session, so its terminal interrupts the foreground process), download
- * what it holds, and kill (two clicks: "Kill", then "Confirm kill"). Usage is read again on each
- * event and on "Refresh", never on a timer. Rows are updated in place, so focus and a pending
- * confirmation survive updates. Every field is shown as text.
- *
- * @module
+ * what it holds, and kill (two clicks: "Kill", then "Confirm kill"; leaving the button disarms
+ * it). Usage is read again on each event and on "Refresh", never on a timer. Rows are updated in
+ * place, so focus and a pending confirmation survive updates. Every field is shown as text.
  */
 
 import { api } from "./api.js";
@@ -168,6 +166,11 @@ export class SessionsView {
       }
       kill.disabled = true;
       this.#act("Kill", id, (id) => api("DELETE", `/v1/sessions/${id}`));
+    });
+    // Leaving the button (focus elsewhere, a click elsewhere) takes the armed kill back.
+    kill.addEventListener("blur", () => {
+      kill.classList.remove("confirm");
+      kill.textContent = "Kill";
     });
     row.tr = el(
       "tr",
