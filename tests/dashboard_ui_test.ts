@@ -269,6 +269,8 @@ Deno.test({
               ["profile:read-only", [bot.body.session_id]],
               ["workspace-write own-ready", [own]],
               ["nothing-like-this", []],
+              // Only agent, command and profile: not the workdir every row shares.
+              ["uexec-ws", []],
               ["", [bot.body.session_id, own].sort((a, b) => a - b)],
             ] as const
           ) {

@@ -85,7 +85,7 @@ export function matches(query, fields) {
   return terms.every((term) => {
     const colon = term.indexOf(":");
     const field = colon > 0 ? term.slice(0, colon) : "";
-    if (field in fields) {
+    if (Object.hasOwn(fields, field)) {
       return String(fields[field] ?? "").toLowerCase().includes(term.slice(colon + 1));
     }
     return Object.values(fields).some((v) => String(v ?? "").toLowerCase().includes(term));

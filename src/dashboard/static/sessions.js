@@ -134,7 +134,8 @@ export class SessionsView {
       fill(row.age, duration((now - Date.parse(s.started_at)) / 1000));
       fill(row.cpu, usage ? duration(usage.cpu_seconds) : "");
       fill(row.memory, usage ? bytes(usage.rss_bytes) : "");
-      row.tr.hidden = !matches(this.#filter.value, s);
+      const fields = { agent: s.agent, command: s.command, profile: s.profile };
+      row.tr.hidden = !matches(this.#filter.value, fields);
       if (!row.tr.hidden) shown++;
       body.append(row.tr); // in id order; moving a row keeps its focus and state
     }
@@ -165,7 +166,9 @@ export class SessionsView {
         return;
       }
       kill.disabled = true;
-      this.#act("Kill", id, (id) => api("DELETE", `/v1/sessions/${id}`));
+      // On success the session's end event removes the row; on failure the button comes back.
+      this.#act("Kill", id, (id) => api("DELETE", `/v1/sessions/${id}`))
+        .then(() => kill.disabled = false);
     });
     // Leaving the button (focus elsewhere, a click elsewhere) takes the armed kill back.
     kill.addEventListener("blur", () => {

@@ -66,7 +66,11 @@ export class SessionTerminal {
     for (const type of ["output", "gap", "exit"]) {
       this.#stream.addEventListener(type, (e) => this.#streamed(type, e));
     }
-    opened.then(() => this.#replay()).catch((err) => this.#onError(err.message));
+    opened.then(() => this.#replay()).catch((err) => {
+      // Without the held output the offsets have nowhere to start: stop rather than guess.
+      this.#stream.close();
+      this.#onError(`session ${id}: its output could not be read: ${err.message}`);
+    });
   }
 
   /** Write what the session holds, then the stream events that came meanwhile. */
