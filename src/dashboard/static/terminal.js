@@ -62,6 +62,7 @@ export class SessionTerminal {
     // The stream starts at the output's end when it opens; what it holds is read after that, so
     // the two overlap (the offsets trim it) and never leave a hole between them.
     this.#stream = new EventSource(`/v1/sessions/${id}/stream?encoding=base64`);
+    // Only the first open replays: a reconnect resumes by itself from its Last-Event-ID.
     const opened = new Promise((resolve) => this.#stream.addEventListener("open", resolve));
     for (const type of ["output", "gap", "exit"]) {
       this.#stream.addEventListener(type, (e) => this.#streamed(type, e));
@@ -75,7 +76,6 @@ export class SessionTerminal {
 
   /** Write what the session holds, then the stream events that came meanwhile. */
   async #replay() {
-    if (this.#written !== undefined) return; // a reconnect: the stream resumes by itself
     const held = await api("GET", `/v1/sessions/${this.id}/output?encoding=base64`);
     if (this.#disposed) return;
     if (held.since > 0) this.#drop(held.since);
