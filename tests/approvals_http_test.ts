@@ -32,6 +32,8 @@ type Body = any;
 /** A server with an open event stream. */
 interface Harness {
   server: TestServer;
+  /** The server's approval timeout (`UEXEC_APPROVAL_TIMEOUT_MS`, 60000 when unset). */
+  timeoutMs: number;
   events: SseClient;
   /** Start an exec without awaiting it. */
   exec(cmd: string, extra?: Record<string, unknown>): Promise<{ status: number; body: Body }>;
@@ -58,6 +60,7 @@ async function harness(env: Record<string, string>): Promise<Harness> {
   const requests = (all: SseEvent[]) => all.filter((e) => e.event === "approval_requested");
   return {
     server,
+    timeoutMs: Number(env.UEXEC_APPROVAL_TIMEOUT_MS ?? 60000),
     events,
     exec,
     async nextApproval(pending) {
@@ -133,6 +136,7 @@ function pendingRecord(
     denial: null,
     can_choose_unsandboxed: false,
     created_at: approval.created_at,
+    expires_at: new Date(Date.parse(approval.created_at) + h.timeoutMs).toISOString(),
     status: "pending",
     exec_id: approval.exec_id,
     ...extra,

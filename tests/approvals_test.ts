@@ -254,6 +254,7 @@ Deno.test("store: pending -> approved, with events", async () => {
     denial: null,
     can_choose_unsandboxed: false,
     created_at: "2025-01-02T03:04:05.000Z",
+    expires_at: "2025-01-02T03:05:05.000Z",
     status: "pending",
     exec_id: null,
   };

@@ -60,6 +60,8 @@ export interface ApprovalRecord {
   /** True when the approver may pick an unsandboxed run instead of `escalation`. */
   can_choose_unsandboxed: boolean;
   created_at: string;
+  /** When an undecided request times out as denied (`created_at` plus the timeout). */
+  expires_at: string;
   status: ApprovalStatus;
   /** Set once decided: when, and what was granted. */
   decided_at?: string;
@@ -226,6 +228,7 @@ export class ApprovalStore {
         message: "approved earlier for this session (the same request from the same agent)",
       });
     }
+    const now = this.#now();
     const record: ApprovalRecord = {
       id: this.#newId(),
       agent: request.agent,
@@ -242,7 +245,8 @@ export class ApprovalStore {
       justification: request.justification === undefined ? null : visible(request.justification),
       denial: request.denial ? visibleDenial(request.denial) : null,
       can_choose_unsandboxed: !escalation.unsandboxed && request.allowUnsandboxed === true,
-      created_at: this.#now().toISOString(),
+      created_at: now.toISOString(),
+      expires_at: new Date(now.getTime() + timeoutMs).toISOString(),
       status: "pending",
       exec_id: request.execId ?? null,
     };

@@ -20,6 +20,7 @@ import sessionsJs from "./static/sessions.js" with { type: "text" };
 import signinHtml from "./static/signin.html" with { type: "text" };
 import styleCss from "./static/style.css" with { type: "text" };
 import terminalJs from "./static/terminal.js" with { type: "text" };
+import themeJs from "./static/theme.js" with { type: "text" };
 
 /** A file served under `/dashboard/`. */
 export interface Asset {
@@ -46,6 +47,7 @@ export const ASSETS: ReadonlyMap<string, Asset> = new Map([
   ["approvals.js", { body: approvalsJs, type: JS }],
   ["history.js", { body: historyJs, type: JS }],
   ["agents.js", { body: agentsJs, type: JS }],
+  ["theme.js", { body: themeJs, type: JS }],
   ["style.css", { body: styleCss, type: CSS }],
   // The source map it names is not shipped; drop the comment so no browser asks for it.
   ["xterm.mjs", { body: xtermJs.replace(/\n\/\/# sourceMappingURL=\S+\s*$/, "\n"), type: JS }],

@@ -221,6 +221,7 @@ export const ApprovalSchema = z.object({
   denial: DenialSchema.nullable().describe("The sandbox denial that led to this question."),
   can_choose_unsandboxed: z.boolean(),
   created_at: z.string(),
+  expires_at: z.string().describe("When it is denied if still undecided."),
   status: z.enum(["pending", ...APPROVAL_DECISIONS, "timed_out"]),
   decided_at: z.string().optional(),
   granted: WideningSchema.optional(),

@@ -6,7 +6,7 @@
  */
 
 import { api } from "./api.js";
-import { el, fill } from "./dom.js";
+import { el, fill, labelCells } from "./dom.js";
 
 /** The agents table and the mint form. */
 export class AgentsView {
@@ -34,6 +34,7 @@ export class AgentsView {
       )
     );
     fill(document.querySelector("#agents-table tbody"), ...rows);
+    labelCells(document.getElementById("agents-table"));
   }
 
   #revokeButton(name) {

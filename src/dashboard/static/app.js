@@ -13,6 +13,7 @@ import { ApprovalsView } from "./approvals.js";
 import { fill } from "./dom.js";
 import { HistoryView } from "./history.js";
 import { SessionsView } from "./sessions.js";
+import { initTheme } from "./theme.js";
 
 const notice = document.getElementById("notice");
 const status = document.getElementById("status");
@@ -87,6 +88,7 @@ const HOW_TO_SIGN_IN = "Open the dashboard with the link the server prints at st
   "with the operator's token. A link works once, for a few minutes.";
 
 async function main() {
+  initTheme(document.getElementById("theme"));
   const onError = (message) => showNotice(message);
   const code = takeCode();
   if (code !== undefined) {

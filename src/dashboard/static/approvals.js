@@ -2,7 +2,10 @@
  * The pending approvals view: each request as the approver must see it (the exact command with
  * control characters shown as escapes by the server, workdir, profile, agent, justification,
  * what approving grants, the denial evidence) and its decisions. Records arrive and leave by
- * lifecycle events. Every field is shown as text, never markup.
+ * lifecycle events. Each card counts down the seconds left before its timeout denies it (a display
+ * timer, once a second while any approval is pending: the server's own timer decides, the page
+ * only shows it; the server's clock is trusted as the page's, skew shows as an offset). Every
+ * field is shown as text, never markup.
  *
  * @module
  */
@@ -16,6 +19,8 @@ export class ApprovalsView {
   #decided = new Set();
   #onCount;
   #onError;
+  /** The once-a-second countdown display timer, running while any approval is pending. */
+  #ticker;
 
   constructor({ onCount, onError }) {
     this.#onCount = onCount;
@@ -51,6 +56,24 @@ export class ApprovalsView {
     fill(document.getElementById("approvals-list"), ...cards);
     document.getElementById("approvals-empty").hidden = cards.length > 0;
     this.#onCount(cards.length);
+    this.#tick();
+    if (cards.length > 0 && this.#ticker === undefined) {
+      this.#ticker = setInterval(() => this.#tick(), 1000);
+    } else if (cards.length === 0 && this.#ticker !== undefined) {
+      clearInterval(this.#ticker);
+      this.#ticker = undefined;
+    }
+  }
+
+  /** Show each card's seconds left. */
+  #tick() {
+    const now = Date.now();
+    for (const node of document.querySelectorAll("#approvals-list .countdown")) {
+      const left = Math.max(0, Math.ceil((Date.parse(node.dataset.expires) - now) / 1000));
+      node.dataset.seconds = String(left);
+      fill(node, left > 0 ? `denied in ${left} s unless decided` : "timing out…");
+      node.classList.toggle("soon", left <= 10);
+    }
   }
 
   #card(a) {
@@ -86,6 +109,7 @@ export class ApprovalsView {
     return el(
       "article",
       { className: "approval", dataset: { approval: a.id } },
+      el("p", { className: "countdown", dataset: { expires: a.expires_at } }),
       el("pre", { className: "command" }, a.command),
       el(
         "dl",

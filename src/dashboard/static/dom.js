@@ -74,3 +74,48 @@ export function bytes(n) {
   }
   return `${i === 0 ? n : n.toFixed(1)} ${units[i]}`;
 }
+
+/**
+ * Whether `fields` (`{agent, command, profile}`) match a filter box's `query`: every
+ * whitespace-separated term must be a case-insensitive substring of one of the fields, or, as
+ * `agent:x`, `command:x` or `profile:x`, of that field.
+ */
+export function matches(query, fields) {
+  const terms = String(query).toLowerCase().split(/\s+/).filter(Boolean);
+  return terms.every((term) => {
+    const colon = term.indexOf(":");
+    const field = colon > 0 ? term.slice(0, colon) : "";
+    if (Object.hasOwn(fields, field)) {
+      return String(fields[field] ?? "").toLowerCase().includes(term.slice(colon + 1));
+    }
+    return Object.values(fields).some((v) => String(v ?? "").toLowerCase().includes(term));
+  });
+}
+
+/** The `blob:` URL of the last download, revoked at the next (a browser may read it late). */
+let lastDownload;
+
+/** Save `bytes` as a file named `name` in the browser's downloads (a link the page clicks). */
+export function download(bytes, name, type = "application/octet-stream") {
+  if (lastDownload) URL.revokeObjectURL(lastDownload);
+  const url = lastDownload = URL.createObjectURL(new Blob([bytes], { type }));
+  const link = el("a", { className: "download-link" });
+  link.href = url;
+  link.download = name;
+  document.body.append(link);
+  link.click();
+  link.remove();
+}
+
+/**
+ * Label each body cell of `table` with its column's heading (`data-label`, static text from the
+ * page), which the narrow layout shows before the cell when rows become cards.
+ */
+export function labelCells(table) {
+  const headings = [...table.querySelectorAll("thead th")].map((th) => th.textContent.trim());
+  for (const tr of table.querySelectorAll("tbody tr")) {
+    [...tr.children].forEach((td, i) => {
+      if (headings[i]) td.dataset.label = headings[i];
+    });
+  }
+}

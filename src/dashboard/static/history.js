@@ -1,13 +1,14 @@
 /**
  * The history view: finished sessions from `GET /v1/history`, filtered by agent, exit status,
- * denial and text, page by page through its cursor, and one entry's output tail on click. On a
+ * denial and text, page by page through its cursor, and one entry's output tail on click. A
+ * filter box narrows the rows shown by agent, command and profile (as on the sessions view). On a
  * server without history (404) it says so instead of failing. Every field is shown as text.
  *
  * @module
  */
 
 import { api, ApiError } from "./api.js";
-import { duration, el, fill, visible } from "./dom.js";
+import { duration, el, fill, labelCells, matches, visible } from "./dom.js";
 
 const PAGE = 50;
 
@@ -17,8 +18,13 @@ export class HistoryView {
   #filters = new URLSearchParams();
   /** The latest request; an older one's late reply is dropped. */
   #latest = 0;
+  /** What the filter box matches in each row. */
+  #fields = new WeakMap();
+  #filter;
 
   constructor() {
+    this.#filter = document.getElementById("history-filter");
+    this.#filter.addEventListener("input", () => this.#narrow());
     document.getElementById("history-filters").addEventListener("submit", (e) => {
       e.preventDefault();
       this.search();
@@ -66,12 +72,24 @@ export class HistoryView {
     const rows = reply.items.map((item) => this.#row(item));
     if (more) body.append(...rows);
     else fill(body, ...rows);
-    message.hidden = body.children.length > 0;
-    fill(message, "No matching sessions.");
+    labelCells(document.getElementById("history-table"));
+    this.#narrow();
     this.#cursor = reply.next_cursor ?? null;
     // Which search the table shows (for tests and for anyone reading the DOM).
     document.getElementById("history-table").dataset.query = String(this.#filters);
     document.getElementById("history-more").hidden = !this.#cursor;
+  }
+
+  /** Show the rows the filter box matches (or say none does). */
+  #narrow() {
+    const message = document.getElementById("history-message");
+    let shown = 0;
+    for (const tr of document.querySelectorAll("#history-table tbody tr")) {
+      tr.hidden = !matches(this.#filter.value, this.#fields.get(tr));
+      if (!tr.hidden) shown++;
+    }
+    fill(message, "No matching sessions.");
+    message.hidden = shown > 0;
   }
 
   #row(item) {
@@ -79,7 +97,7 @@ export class HistoryView {
       ? [item.denial.kind, item.denial.path, item.denial.port].filter((x) => x !== undefined)
         .join(" ")
       : "";
-    return el(
+    const tr = el(
       "tr",
       { dataset: { history: String(item.id), status: String(item.status ?? "") } },
       el("td", {}, String(item.id)),
@@ -106,6 +124,8 @@ export class HistoryView {
       el("td", {}, item.end_reason ?? ""),
       el("td", {}, denial),
     );
+    this.#fields.set(tr, { agent: item.agent, command: item.command, profile: item.profile });
+    return tr;
   }
 
   async #detail(id) {

@@ -1,31 +1,48 @@
 /**
  * The live sessions view: one row per session (agent, command, profile, workdir, age, and CPU
- * and memory where the server can read them), kept current by lifecycle events, each row opening
- * the session's live terminal. Usage is read again on each event and on "Refresh", never on a
- * timer. Every field is shown as text.
- *
- * @module
+ * and memory where the server can read them), kept current by lifecycle events, narrowed by a
+ * filter box, each row with its actions: open the session's terminal (what it holds, then live),
+ * Ctrl-C (typed into the session, so its terminal interrupts the foreground process), download
+ * what it holds, and kill (two clicks: "Kill", then "Confirm kill"; leaving the button disarms
+ * it). Usage is read again on each event and on "Refresh", never on a timer. Rows are updated in
+ * place, so focus and a pending confirmation survive updates. Every field is shown as text.
  */
 
 import { api } from "./api.js";
-import { bytes, duration, el, fill, visible } from "./dom.js";
-import { SessionTerminal } from "./terminal.js";
+import { bytes, download, duration, el, fill, labelCells, matches, visible } from "./dom.js";
+import { decode, SessionTerminal } from "./terminal.js";
+
+/** Type Ctrl-C into session `id` (its terminal sends SIGINT to the foreground process group). */
+export function interrupt(id) {
+  return api("POST", "/v1/write_stdin", { session_id: id, chars: "\u0003", yield_time_ms: 250 });
+}
+
+/** Download what session `id` still holds, byte for byte. */
+export async function downloadOutput(id) {
+  const held = await api("GET", `/v1/sessions/${id}/output?encoding=base64`);
+  download(decode(held.base64), `uexec-session-${id}.log`);
+}
 
 /** The sessions table and its terminal panel. */
 export class SessionsView {
   #sessions = new Map();
   #ended = new Map();
   #usage = new Map();
+  /** Each session's table row, made once and updated in place. */
+  #rows = new Map();
   /** The usage request in flight, and whether another is wanted after it. */
   #reading;
   #readAgain = false;
   #terminal;
+  #filter;
   #onCount;
   #onError;
 
   constructor({ onCount, onError }) {
     this.#onCount = onCount;
     this.#onError = onError;
+    this.#filter = document.getElementById("sessions-filter");
+    this.#filter.addEventListener("input", () => this.render());
     document.getElementById("usage-refresh").addEventListener(
       "click",
       () => this.refreshUsage().catch((err) => this.#onError(err.message)),
@@ -35,6 +52,9 @@ export class SessionsView {
       if (!this.#terminal) return;
       this.#terminal.setTyping(!this.#terminal.typing);
       this.#renderTypeButton();
+    });
+    document.getElementById("terminal-interrupt").addEventListener("click", () => {
+      if (this.#terminal) this.#act("Ctrl-C", this.#terminal.id, interrupt);
     });
   }
 
@@ -95,38 +115,98 @@ export class SessionsView {
   render() {
     const body = document.querySelector("#sessions-table tbody");
     const now = Date.now();
-    const rows = [...this.#sessions.values()].sort((a, b) => a.session_id - b.session_id).map(
-      (s) => {
-        const usage = this.#usage.get(s.session_id);
-        return el(
-          "tr",
-          { dataset: { session: String(s.session_id) } },
-          el("td", {}, String(s.session_id)),
-          el("td", {}, s.agent),
-          el("td", { className: "command" }, el("code", {}, visible(s.command))),
-          el("td", {}, s.profile ?? ""),
-          el("td", { className: "path" }, visible(s.workdir)),
-          el("td", {}, duration((now - Date.parse(s.started_at)) / 1000)),
-          el("td", { className: "cpu" }, usage ? duration(usage.cpu_seconds) : ""),
-          el("td", { className: "memory" }, usage ? bytes(usage.rss_bytes) : ""),
-          el(
-            "td",
-            {},
-            el("button", {
-              type: "button",
-              className: "open-terminal",
-              onclick: () => this.openTerminal(s),
-            }, "Terminal"),
-          ),
-        );
-      },
-    );
-    fill(body, ...rows);
-    document.getElementById("sessions-empty").hidden = rows.length > 0;
-    this.#onCount(rows.length);
+    for (const id of [...this.#rows.keys()]) {
+      if (!this.#sessions.has(id)) {
+        this.#rows.get(id).tr.remove();
+        this.#rows.delete(id);
+      }
+    }
+    const sessions = [...this.#sessions.values()].sort((a, b) => a.session_id - b.session_id);
+    let shown = 0;
+    for (const s of sessions) {
+      let row = this.#rows.get(s.session_id);
+      if (!row) this.#rows.set(s.session_id, row = this.#row(s.session_id));
+      const usage = this.#usage.get(s.session_id);
+      fill(row.agent, s.agent);
+      fill(row.command, el("code", {}, visible(s.command)));
+      fill(row.profile, s.profile ?? "");
+      fill(row.workdir, visible(s.workdir));
+      fill(row.age, duration((now - Date.parse(s.started_at)) / 1000));
+      fill(row.cpu, usage ? duration(usage.cpu_seconds) : "");
+      fill(row.memory, usage ? bytes(usage.rss_bytes) : "");
+      const fields = { agent: s.agent, command: s.command, profile: s.profile };
+      row.tr.hidden = !matches(this.#filter.value, fields);
+      if (!row.tr.hidden) shown++;
+      body.append(row.tr); // in id order; moving a row keeps its focus and state
+    }
+    labelCells(document.getElementById("sessions-table"));
+    const empty = document.getElementById("sessions-empty");
+    fill(empty, sessions.length === 0 ? "No live sessions." : "No session matches the filter.");
+    empty.hidden = shown > 0;
+    this.#onCount(sessions.length);
   }
 
-  /** Show session `info`'s live terminal (read-only until "Type"). */
+  /** A session's row: its cells (filled by `render`) and its action buttons. */
+  #row(id) {
+    const row = {
+      agent: el("td"),
+      command: el("td", { className: "command" }),
+      profile: el("td"),
+      workdir: el("td", { className: "path" }),
+      age: el("td"),
+      cpu: el("td", { className: "cpu" }),
+      memory: el("td", { className: "memory" }),
+    };
+    const button = (className, text, onclick) =>
+      el("button", { type: "button", className, onclick }, text);
+    const kill = button("kill", "Kill", () => {
+      if (!kill.classList.contains("confirm")) {
+        kill.classList.add("confirm");
+        kill.textContent = "Confirm kill";
+        return;
+      }
+      kill.disabled = true;
+      // On success the session's end event removes the row; on failure the button comes back.
+      this.#act("Kill", id, (id) => api("DELETE", `/v1/sessions/${id}`))
+        .then(() => kill.disabled = false);
+    });
+    // Leaving the button (focus elsewhere, a click elsewhere) takes the armed kill back.
+    kill.addEventListener("blur", () => {
+      kill.classList.remove("confirm");
+      kill.textContent = "Kill";
+    });
+    row.tr = el(
+      "tr",
+      { dataset: { session: String(id) } },
+      el("td", {}, String(id)),
+      row.agent,
+      row.command,
+      row.profile,
+      row.workdir,
+      row.age,
+      row.cpu,
+      row.memory,
+      el(
+        "td",
+        { className: "row-actions" },
+        button("open-terminal", "Terminal", () => this.openTerminal(this.#sessions.get(id))),
+        button("interrupt", "Ctrl-C", () => this.#act("Ctrl-C", id, interrupt)),
+        button("download", "Download", () => this.#act("Download", id, downloadOutput)),
+        kill,
+      ),
+    );
+    return row;
+  }
+
+  async #act(what, id, action) {
+    try {
+      await action(id);
+    } catch (err) {
+      this.#onError(`${what} on session ${id}: ${err.message}`);
+    }
+  }
+
+  /** Show session `info`'s terminal: what it holds, then live (read-only until "Type"). */
   openTerminal(info) {
     this.closeTerminal();
     const panel = document.getElementById("terminal-panel");
@@ -136,9 +216,20 @@ export class SessionsView {
       `session ${info.session_id} · ${visible(info.agent)} · `,
       el("code", {}, visible(info.command)),
     );
+    const dropped = document.getElementById("terminal-dropped");
+    dropped.hidden = true;
     const container = document.getElementById("terminal");
     container.replaceChildren();
-    this.#terminal = new SessionTerminal(container, info.session_id, this.#onError);
+    this.#terminal = new SessionTerminal(container, info.session_id, {
+      onError: this.#onError,
+      onDropped: (n) => {
+        fill(
+          dropped,
+          `Older output not shown: ${n} bytes dropped (a session keeps its newest 1 MiB).`,
+        );
+        dropped.hidden = false;
+      },
+    });
     this.#renderTypeButton();
   }
 
