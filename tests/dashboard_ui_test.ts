@@ -9,7 +9,8 @@
  */
 
 import assert from "node:assert/strict";
-import puppeteer, { type Browser, type Page } from "puppeteer-core";
+import type { Page } from "puppeteer-core";
+import { launchBrowser, signInDashboard } from "./helpers/dashboard.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
 
 /** The page's globals, as the functions puppeteer runs in the browser use them. */
@@ -19,7 +20,6 @@ declare const localStorage: { getItem(key: string): string | null; removeItem(ke
 // deno-lint-ignore no-explicit-any
 declare function getComputedStyle(e: any): any;
 
-const CHROMIUM = "/usr/bin/chromium";
 /** Where screenshots go: `UEXEC_SCREENSHOTS` (`deno task screenshots` sets docs/), else artifacts. */
 const SHOTS = Deno.env.get("UEXEC_SCREENSHOTS") ??
   new URL("./artifacts/", import.meta.url).pathname;
@@ -27,26 +27,6 @@ const SHOTS = Deno.env.get("UEXEC_SCREENSHOTS") ??
 async function shot(page: Page, name: string): Promise<void> {
   await Deno.mkdir(SHOTS, { recursive: true });
   await page.screenshot({ path: `${SHOTS}/${name}.png` });
-}
-
-async function launch(): Promise<Browser> {
-  try {
-    await Deno.stat(CHROMIUM);
-  } catch {
-    throw new Error(`${CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)`);
-  }
-  return await puppeteer.launch({
-    executablePath: CHROMIUM,
-    args: ["--no-sandbox", "--headless=new", "--disable-gpu", "--window-size=1280,900"],
-    defaultViewport: { width: 1280, height: 900 },
-  });
-}
-
-/** Sign the page in as the operator, as tests/dashboard_test.ts does, and wait until it is live. */
-async function signIn(page: Page, server: TestServer): Promise<void> {
-  await page.goto(`${server.url}/?token=${encodeURIComponent(server.operatorToken)}`);
-  assert.equal(page.url(), `${server.url}/`);
-  await page.waitForSelector("body[data-ready=true]");
 }
 
 /** The text of the open terminal's rendered rows. */
@@ -92,7 +72,7 @@ Deno.test({
   sanitizeResources: false,
   async fn(t) {
     const server = await startServer({ UEXEC_APPROVAL_POLICY: "on-request" });
-    const browser = await launch();
+    const browser = await launchBrowser();
     const page = await browser.newPage();
     const errors: string[] = [];
     page.on("pageerror", (err) => errors.push(String(err)));
@@ -102,7 +82,7 @@ Deno.test({
       }
     });
     try {
-      await signIn(page, server);
+      await signInDashboard(page, server);
 
       await t.step(
         "the terminal replays held output, then goes live: no gap, no duplicate",
