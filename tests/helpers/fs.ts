@@ -74,12 +74,14 @@ export function watchAttributes(path: string): { changed(ms: number): void; clos
  * Mounts a fresh tmpfs on a new directory under /var/tmp (where no default ACL is left) for a
  * test's workspaces: the `.git` guards of servers that other test runs on this host started
  * (perhaps older ones) watch the file systems of their own workspaces, and must not act on
- * what this test checks. `close` unmounts it and removes the directory.
+ * what this test checks. Its size (1 GiB, taken only as files are written) leaves it above the
+ * servers' free-space floor (UEXEC_DISK_FLOOR_BYTES). `close` unmounts it and removes the
+ * directory.
  */
 export async function privateFs(): Promise<{ path: string; close(): Promise<void> }> {
   const path = await Deno.makeTempDir({ dir: "/var/tmp", prefix: "uexec-fs-" });
   const run = (args: string[]) => new Deno.Command(args[0], { args: args.slice(1) }).output();
-  const mounted = await run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=64m", "none", path]);
+  const mounted = await run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=1g", "none", path]);
   if (mounted.code !== 0) {
     await Deno.remove(path);
     throw new Error(`mount tmpfs: ${new TextDecoder().decode(mounted.stderr)}`);
