@@ -88,7 +88,7 @@ const CALLS: Record<string, string> = {
     const stream: ReadableStream<Uint8Array> | null | undefined = data;`,
   "GET /v1/sessions/{id}/output": `
     const { data } = await api.GET("/v1/sessions/{id}/output", {
-      params: { path: { id: 7 }, query: { since: "1024" } },
+      params: { path: { id: 7 }, query: { since: 1024 } },
     });
     const end: number | undefined = data?.end;`,
   "GET /v1/sessions/{id}/screen": `
@@ -148,6 +148,15 @@ const CALLS: Record<string, string> = {
   "POST /dashboard/sign-out": `
     const { response } = await api.POST("/dashboard/sign-out");
     const status: number = response.status;`,
+  "POST /dashboard/sign-in": `
+    const { data } = await api.POST("/dashboard/sign-in", { body: { code: "c0de" } });
+    const session: string | undefined = data?.session;`,
+  "POST /v1/dashboard/sign-in-links": `
+    const { data } = await api.POST("/v1/dashboard/sign-in-links");
+    const url: string | undefined = data?.url;`,
+  "DELETE /v1/dashboard/sessions": `
+    const { data } = await api.DELETE("/v1/dashboard/sessions");
+    const ended: number | undefined = data?.ended;`,
 };
 
 /** Mistakes the check must catch, each marked as an expected error (unused marks fail). */

@@ -35,7 +35,6 @@ import {
   DecisionBody,
   ExecBody,
   ResizeBody,
-  SessionIdParam,
   SignalBody,
   WriteBody,
 } from "../service/schemas.ts";
@@ -175,7 +174,14 @@ export interface Operation {
   errors?: ErrorCode[];
 }
 
-const SessionId = SessionIdParam.describe("A session id.");
+/**
+ * Numbers that arrive as text are validated as plain decimal (decimal_text.ts); the document
+ * describes what a client sends there: an integer.
+ */
+const SessionId = z.number().int().min(0).max(2 ** 31).describe("A session id.");
+const HistoryParams = HistoryQuery.extend({
+  limit: z.number().int().min(1).max(500).optional().describe("Items per page (default 50)."),
+});
 
 const StreamQuery = z.strictObject({
   encoding: z.enum(["base64"]).optional()
@@ -183,7 +189,7 @@ const StreamQuery = z.strictObject({
 });
 
 const OutputQuery = z.strictObject({
-  since: z.string().regex(/^\d+$/).optional()
+  since: z.number().int().min(0).optional()
     .describe("The byte offset to read from; default: the oldest byte still held."),
   encoding: z.enum(["base64"]).optional()
     .describe("base64: the bytes as base64 instead of UTF-8 text."),
@@ -460,7 +466,7 @@ export const OPERATIONS: readonly Operation[] = [
     tag: "history",
     summary: "Command history, newest first (an agent's own; anyone's for the operator)",
     caller: "agent",
-    query: HistoryQuery,
+    query: HistoryParams,
     result: HistoryPageSchema,
     errors: ["invalid_request", "not_found"],
   },
