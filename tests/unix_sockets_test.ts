@@ -138,7 +138,7 @@ Deno.test("deniedByProfile: what each shipped profile denies, for /healthz", () 
     assert.ok(net.syscalls.includes(name), name);
   }
   assert.equal(none.conditional.clone, "with any CLONE_NEW* flag");
-  assert.deepEqual(none.enosys, ["clone3"]);
+  assert.deepEqual(none.enosys, ["clone3", "pidfd_open"]);
   assert.deepEqual(none.unix_sockets, {
     hidden: "every bound pathname socket outside the writable roots",
     reachable: [],
