@@ -21,6 +21,7 @@
 import { InvalidRequestError } from "../sessions/errors.ts";
 import { accountEnv, DomainAccounts } from "./accounts.ts";
 import { type Restriction, Spawner } from "../workers/pool.ts";
+import type { TakeBack } from "../workers/protocol.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { existingPaths } from "./fsinfo.ts";
 import {
@@ -47,7 +48,8 @@ import { type Launch, launch, type ShellCommand } from "./launch.ts";
 import type { ResolvedPolicy } from "./policy.ts";
 import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
 import { claimPooledBlock, leaseUidRange, type UidLease } from "./uid_lease.ts";
-import { UidPool } from "./uids.ts";
+import { type UidCursor, UidPool } from "./uids.ts";
+import { loadCursor } from "./uid_cursor.ts";
 import { canonical, widen, type Widening } from "./widening.ts";
 import { SocketListing, socketsToHide } from "./unix_sockets.ts";
 import { type GrantedRoot, GrantError } from "./write_grant.ts";
@@ -129,6 +131,8 @@ export interface DomainOptions {
   gitIdentity?: GitIdentity;
   /** Where the write grants held are recorded for the next start (grant_journal.ts). */
   grantJournal?: GrantJournal;
+  /** Where a uid range is handed out from across runs (default: uid_cursor.ts's host file). */
+  uidCursor?: (first: number, last: number) => UidCursor;
 }
 
 interface Domain {
@@ -219,6 +223,8 @@ export class SandboxDomains {
   #retired = new Set<number>();
   /** Where write grants are made and taken back, off the server's thread. */
   #grants = new GrantThread();
+  /** Workdirs outside the workspace that sessions ran in: their uids' files are taken back too. */
+  #outsideWorkdirs = new Set<string>();
   /** The leased uid range and its reaper, before the pool of `#uids` is made. */
   #range?: Omit<Uids, "pool"> | null;
 
@@ -501,12 +507,20 @@ export class SandboxDomains {
     const pool = new UidPool(
       ids.first,
       ids.last,
-      (batch) => reaper.reap(batch),
+      (batch, used) =>
+        reaper.reap(batch, used.length > 0 ? this.#takeBack(used, ids.spawner) : undefined),
       undefined,
       this.#retired,
+      this.#opts.uidCursor?.(ids.first, ids.last) ?? loadCursor(ids.first, ids.last),
     );
     this.#uids = { ...range, pool };
     return this.#uids;
+  }
+
+  /** Where uids handed out before may have left files: the workspace, and workdirs outside it. */
+  #takeBack(uids: number[], owner: number): TakeBack {
+    const roots = [this.#opts.workspace, ...this.#outsideWorkdirs];
+    return { uids, roots, owner };
   }
 
   /** The range of session uids, leased, with its reaper; null when the server is not root. */
@@ -559,7 +573,11 @@ export class SandboxDomains {
    */
   #makeReachable(workdir: string, ids: SandboxIds, profile: Profile): void {
     const workspace = this.#opts.workspace;
-    if (!isWithin(workdir, workspace)) return assertReachable(workdir, ids, true);
+    if (!isWithin(workdir, workspace)) {
+      assertReachable(workdir, ids, true);
+      this.#outsideWorkdirs.add(workdir);
+      return;
+    }
     if (this.#prepared) return;
     this.#guard ??= new GitGuard({
       names: this.#protectedNames,

@@ -34,7 +34,7 @@ import { checkedSyscall, prctl, SYS, threadEuid } from "./syscalls.ts";
 import { LOGIN_PATH } from "../sessions/env.ts";
 import { INSTANCE_NAME, instanceName, instanceRuns } from "./instance.ts";
 import { gitConfigText } from "./git_config.ts";
-import { pooledBlock } from "./uid_lease.ts";
+import { DEFAULT_POOL, pooledBlock } from "./uid_lease.ts";
 
 /** The credentials one sandboxed session runs as. */
 export interface SandboxIdentity {
@@ -538,14 +538,32 @@ function grant(path: string, info: Deno.FileInfo, gid: number): number {
 /** Told about each path before it is granted; true keeps the grant out of it (git_guard.ts). */
 export type GrantHook = (path: string, info: Deno.FileInfo) => boolean;
 
-function grantTree(path: string, gid: number, skip: Set<string>, claim?: GrantHook): number {
+/**
+ * Whether `uid` is one a sandbox hands out: of `ids`' range (its resting uid included), or of
+ * the default pool (another server's block, or this one's before a restart).
+ */
+function sessionMade(uid: number | null, ids: SandboxIds): boolean {
+  if (uid === null) return false;
+  const { base, blockSize, blocks } = DEFAULT_POOL;
+  return (uid >= ids.spawner && uid <= ids.last) ||
+    (uid >= base && uid < base + blockSize * blocks);
+}
+
+function grantTree(
+  path: string,
+  ids: SandboxIds,
+  skip: Set<string>,
+  claim?: GrantHook,
+): number {
   const info = Deno.lstatSync(path);
   if (claim?.(path, info) || skip.has(path)) return 0;
   if (!info.isDirectory && !info.isFile) return 0;
-  let changed = grant(path, info, gid);
+  // What a session made got the group's access when it was made (the default ACL); if it is
+  // narrower now, its session narrowed it (`chmod 600`): never widened again.
+  let changed = sessionMade(info.uid, ids) ? 0 : grant(path, info, ids.gid);
   if (info.isDirectory) {
     for (const entry of Deno.readDirSync(path)) {
-      changed += grantTree(`${path}/${entry.name}`, gid, skip, claim);
+      changed += grantTree(`${path}/${entry.name}`, ids, skip, claim);
     }
   }
   return changed;
@@ -595,7 +613,8 @@ export function assertReachable(workdir: string, ids: SandboxIds, self = false):
  * workspace tree gets an ACL entry granting the group rw (rwx on directories, x on files whose
  * owner has x) and a default ACL, so files a session creates (owned by its own uid) stay
  * writable by the next session's uid. Paths in `skip` (read-only subpaths), and paths `claim`
- * returns true for, are left alone. Returns how many ACLs were written. Throws a
+ * returns true for, are left alone, and so is an entry a session uid owns (it had the group's
+ * access from its start; a session that took it away meant to). Returns how many ACLs were written. Throws a
  * {@link SandboxUnavailableError} that says why and how to fix it when the workspace cannot be
  * made usable.
  */
@@ -609,7 +628,7 @@ export function prepareWorkdir(
   const real = Deno.realPathSync(workdir);
   try {
     const skipReal = skip.map(realPathOrSelf);
-    return grantTree(real, ids.gid, new Set(skipReal), claim);
+    return grantTree(real, ids, new Set(skipReal), claim);
   } catch (e) {
     if (!(e instanceof OsError)) throw e;
     const why = e.errno === E.EOPNOTSUPP

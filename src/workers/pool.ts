@@ -15,7 +15,7 @@ import { OsError } from "../ffi/libc.ts";
 import { startWorker } from "../io/descriptor_reserve.ts";
 import type { Spawned, SpawnSpec } from "../pty/spawn.ts";
 import { SandboxUnavailableError } from "../sandbox/errors.ts";
-import type { Restriction, WorkerReply, WorkerRequest } from "./protocol.ts";
+import type { Restriction, TakeBack, WorkerReply, WorkerRequest } from "./protocol.ts";
 
 /**
  * A failed worker request: `kind` says whether the spawn itself failed, the worker reported an
@@ -97,9 +97,12 @@ export class Spawner {
     return { pid: reply.pid, master: reply.master, unplaced: reply.unplaced };
   }
 
-  /** Kill every process of each of `uids` (only on a worker that is never restricted, as root). */
-  async reap(uids: number[]): Promise<void> {
-    const reply = await this.#request({ type: "reap", uids });
+  /**
+   * Kill every process of each of `uids`, then take back the files `takeBack` names (only on a
+   * worker that is never restricted, as root).
+   */
+  async reap(uids: number[], takeBack?: TakeBack): Promise<void> {
+    const reply = await this.#request({ type: "reap", uids, takeBack });
     if (reply.type !== "reaped") throw failure(reply);
   }
 

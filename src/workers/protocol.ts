@@ -1,7 +1,8 @@
 /**
  * Messages between the main thread and spawner workers. A worker is bound to one sandbox domain:
  * it may be told once to restrict its own thread, and then only spawns. An unrestricted root
- * worker may instead serve as the reaper, killing what is left of a uid before it is reused.
+ * worker may instead serve as the reaper, killing what is left of a uid before it is reused and
+ * taking back the files it owns.
  *
  * Types only; nothing here may run code.
  *
@@ -31,7 +32,16 @@ export interface Restriction {
 export type WorkerRequest =
   | { id: number; type: "spawn"; spec: SpawnSpec; started: Int32Array }
   | ({ id: number; type: "restrict" } & Restriction)
-  | { id: number; type: "reap"; uids: number[] };
+  | { id: number; type: "reap"; uids: number[]; takeBack?: TakeBack };
+
+/** Files to take back from uids handed out before (uid_files.ts), after their processes died. */
+export interface TakeBack {
+  uids: number[];
+  /** Who gets them: the range's resting uid. */
+  owner: number;
+  /** Where to look: the workspace and the workdirs outside it that sessions used. */
+  roots: string[];
+}
 
 /** A worker's reply. */
 export type WorkerReply =

@@ -3,7 +3,8 @@
  * restricts itself at most once (through synchronous calls only) and then starts children with
  * `posix_spawnp` on this same thread, switched to the session's uid when the server is root,
  * and lets a gated child run once it put it into its cgroups (no trip through the main thread).
- * An unrestricted worker may instead reap uids (kill what is left of one before its reuse).
+ * An unrestricted worker may instead reap uids (kill what is left of one before its reuse, and
+ * take back the files a uid handed out before owns).
  *
  * It must never spawn before a requested restriction succeeded, never restrict twice, never
  * spawn as its resting uid when it switches uids, and never reap once restricted.
@@ -16,6 +17,7 @@
 import { openGate, spawnChild, SpawnError } from "../pty/spawn.ts";
 import { applySandbox, SandboxUnavailableError } from "../sandbox/apply.ts";
 import { killAllOf, switchesUid, withThreadUid } from "../sandbox/identity.ts";
+import { takeBackFiles } from "../sandbox/uid_files.ts";
 import type { WorkerReply, WorkerRequest } from "./protocol.ts";
 
 let broken: string | undefined;
@@ -61,6 +63,10 @@ function handle(req: WorkerRequest): WorkerReply {
       if (restricted) throw new Error("a restricted worker cannot reap");
       try {
         for (const uid of req.uids) killAllOf(uid);
+        if (req.takeBack) {
+          const { roots, uids, owner } = req.takeBack;
+          takeBackFiles(roots, uids, owner);
+        }
       } catch (err) {
         broken = `reaper thread unusable: ${err}`;
         throw err;

@@ -1,0 +1,114 @@
+/**
+ * Nothing one session leaves behind reaches another, end to end through real root servers:
+ * a uid comes back only after the whole range went round, across restarts too, and then without
+ * the files its earlier session kept to itself.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { type Client, startServer } from "./helpers/server.ts";
+import { UidPool } from "../src/sandbox/uids.ts";
+
+// deno-lint-ignore no-explicit-any
+type Body = any;
+
+/** A small explicit range of its own (outside the default pool), so a restart gets it again. */
+function uidRange(size: number): { range: string; first: number } {
+  const first = 1_900_000_000 + Math.floor(Math.random() * 1_000_000) * 64;
+  return { range: `${first}-${first + size}`, first };
+}
+
+/** `POST /v1/exec_command` without a login shell or terminal; asserts 200, returns the body. */
+async function exec(client: Client, cmd: string, extra: Record<string, unknown> = {}) {
+  const r = await client.post("/v1/exec_command", { cmd, login: false, tty: false, ...extra });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  assert.equal(r.body.session_id, undefined, "the command should have ended");
+  return r.body as Body;
+}
+
+Deno.test("the uid pool goes round the whole range from its cursor; used uids are taken back", async () => {
+  const saved: string[] = [];
+  const reaped: string[] = [];
+  const pool = new UidPool(
+    10,
+    13,
+    (batch, used) => {
+      reaped.push(`${batch}|${used}`);
+      return Promise.resolve();
+    },
+    1,
+    new Set(),
+    { next: 12, wrapped: false, save: (next, wrapped) => void saved.push(`${next} ${wrapped}`) },
+  );
+  const a = await pool.take();
+  const b = await pool.take();
+  assert.deepEqual([a, b], [12, 13]);
+  pool.give(a);
+  pool.give(b);
+  const rest = [await pool.take(), await pool.take(), await pool.take(), await pool.take()];
+  assert.deepEqual(rest, [10, 11, 12, 13]);
+  // Once round the range, every uid is one handed out before: its files are taken back first.
+  assert.deepEqual(reaped, ["12|", "13|", "10|10", "11|11", "12|12", "13|13"]);
+  assert.deepEqual(saved, ["13 false", "10 true", "11 true", "12 true", "13 true", "10 true"]);
+  await assert.rejects(pool.take(), /every sandbox uid is held/);
+});
+
+Deno.test("after a restart, another agent cannot read what an earlier session kept to itself", async () => {
+  assert.equal(Deno.uid(), 0, "this test needs a root server");
+  const { range } = uidRange(16);
+  const workspace = await Deno.makeTempDir({ prefix: "uexec-ws-" });
+  const stateDir = await Deno.makeTempDir({ prefix: "uexec-state-" });
+  const env = { UEXEC_UID_RANGE: range, UEXEC_WORKSPACE: workspace, UEXEC_STATE_DIR: stateDir };
+  try {
+    const before = await startServer(env);
+    let writer: number;
+    try {
+      const r = await exec(before, "echo secret > kept.txt; chmod 600 kept.txt; id -u");
+      writer = Number(r.output.trim());
+    } finally {
+      await before.stop();
+    }
+    assert.equal((await Deno.stat(`${workspace}/kept.txt`)).mode! & 0o777, 0o600);
+    const after = await startServer(env);
+    try {
+      const minted = await after.operator.post("/v1/agents", { name: "agent-b" });
+      assert.equal(minted.status, 201);
+      const other = after.as(minted.body.token);
+      const r = await exec(other, "id -u; cat kept.txt", { profile: "read-only" });
+      const [uid, ...rest] = r.output.split("\n");
+      assert.notEqual(Number(uid), writer, "the restarted server handed out the same uid");
+      assert.match(rest.join("\n"), /kept\.txt: Permission denied/);
+      assert.doesNotMatch(r.output, /secret/);
+    } finally {
+      await after.stop();
+    }
+  } finally {
+    await Deno.remove(workspace, { recursive: true });
+    await Deno.remove(stateDir, { recursive: true });
+  }
+});
+
+Deno.test("a uid handed out again no longer owns what its earlier session kept", async () => {
+  assert.equal(Deno.uid(), 0, "this test needs a root server");
+  // Three session uids: the range goes round within a few sessions.
+  const { range, first: resting } = uidRange(3);
+  const server = await startServer({ UEXEC_UID_RANGE: range });
+  try {
+    const first = await exec(server, "echo secret > kept.txt; chmod 600 kept.txt; id -u");
+    const writer = Number(first.output.trim());
+    let reader: Body | undefined;
+    for (let i = 0; i < 10 && !reader; i++) {
+      const r = await exec(server, "id -u; cat kept.txt 2>&1; true");
+      if (Number(r.output.split("\n")[0]) === writer) reader = r;
+    }
+    assert.ok(reader, `uid ${writer} never came back`);
+    assert.equal(reader.output, `${writer}\ncat: kept.txt: Permission denied\n`);
+    const info = await Deno.stat(`${server.workspace}/kept.txt`);
+    // The range's first uid: what spawners rest as, never a session's.
+    assert.equal(info.uid, resting);
+    assert.equal(info.mode! & 0o777, 0o600);
+  } finally {
+    await server.stop();
+  }
+});
