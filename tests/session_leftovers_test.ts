@@ -112,3 +112,53 @@ Deno.test("a uid handed out again no longer owns what its earlier session kept",
     await server.stop();
   }
 });
+
+/** The `0x...` rows of `ipcs` output: one per segment, queue or semaphore set. */
+function ipcRows(output: string): string[] {
+  return output.split(/\r?\n/).filter((line) => line.startsWith("0x"));
+}
+
+/** Rows of a host /proc/sysvipc file whose owner (uid column) is `uid`. */
+async function hostIpcOf(file: "shm" | "msg", uid: number): Promise<string[]> {
+  const [head, ...rows] = (await Deno.readTextFile(`/proc/sysvipc/${file}`)).split("\n");
+  const col = head.trim().split(/\s+/).indexOf("uid");
+  return rows.filter((row) => Number(row.trim().split(/\s+/)[col]) === uid);
+}
+
+Deno.test("System V IPC objects are private to their session and go with it", async () => {
+  assert.equal(Deno.uid(), 0, "this test needs a root server");
+  const server = await startServer();
+  try {
+    const make = await server.post("/v1/exec_command", {
+      cmd: "id -u; readlink /proc/self/ns/ipc; ipcmk -M 4096; ipcmk -Q; ipcs -m -q; " +
+        "echo ready; exec sleep 600",
+      login: false,
+      tty: false,
+      until: "ready\\n",
+      yield_time_ms: 10000,
+    });
+    assert.equal(make.status, 200, JSON.stringify(make.body));
+    const [uid, ns] = make.body.output.split("\n");
+    assert.match(make.body.output, /Shared memory id: \d+\nMessage queue id: \d+\n/);
+    assert.equal(ipcRows(make.body.output).length, 2, make.body.output);
+    // Not on the host, even while the session holds them.
+    assert.deepEqual(await hostIpcOf("shm", Number(uid)), []);
+    assert.deepEqual(await hostIpcOf("msg", Number(uid)), []);
+    // Not in another session of the same domain, nor of another one.
+    for (const profile of ["workspace-write", "read-only"]) {
+      const other = await exec(server, "readlink /proc/self/ns/ipc; ipcs -m -q -s", { profile });
+      assert.deepEqual(ipcRows(other.output), [], other.output);
+      assert.notEqual(other.output.split("\n")[0], ns);
+    }
+    assert.equal((await server.del(`/v1/sessions/${make.body.session_id}`)).status, 200);
+    const after = await exec(server, "readlink /proc/self/ns/ipc; ipcs -m -q -s");
+    assert.deepEqual(ipcRows(after.output), [], after.output);
+    assert.notEqual(after.output.split("\n")[0], ns);
+    assert.notEqual(ns, await Deno.readLink("/proc/self/ns/ipc"));
+    // Children cannot make a namespace of their own (the filter lets the spawner alone).
+    const unshare = await exec(server, "unshare --ipc true 2>&1; echo $?");
+    assert.match(unshare.output, /Operation not permitted\n1\n$/);
+  } finally {
+    await server.stop();
+  }
+});

@@ -6,8 +6,10 @@
  * one shared group (`UEXEC_SANDBOX_GID`,
  * default: the range's first id) with no supplementary groups and no capabilities. The range's
  * first uid is never a session's: it is what spawning threads rest as between spawns. A
- * spawning worker keeps only CAP_SETUID and CAP_SETGID, permitted but not effective, and
- * switches its own thread to the session's uid just around one spawn, with raw per-thread
+ * spawning worker keeps only CAP_SETUID, CAP_SETGID and CAP_SYS_ADMIN, permitted but not
+ * effective; it raises CAP_SYS_ADMIN for one `unshare(CLONE_NEWIPC)` between sessions (a
+ * private IPC namespace each) and switches its own thread to the session's uid just around one
+ * spawn, with raw per-thread
  * system calls (glibc's wrappers would change every thread of the server). The server, still
  * root, gives each session a private directory owned by its uid (mode 0700) and grants the
  * group a POSIX ACL entry on the workspace. This module must never change the credentials of a
@@ -176,8 +178,14 @@ export function sandboxIdentity(explicit: Partial<SandboxIdentity> = {}): Sandbo
 const CAPABILITY_VERSION_3 = 0x20080522;
 const CAP_SETGID = 6;
 const CAP_SETUID = 7;
+const CAP_SYS_ADMIN = 21;
 /** CAP_SETUID and CAP_SETGID as a capability bit set (low word). */
 const SWITCH_CAPS = (1 << CAP_SETGID) | (1 << CAP_SETUID);
+/** CAP_SYS_ADMIN alone: what `unshare(CLONE_NEWIPC)` needs. */
+const IPC_CAPS = 1 << CAP_SYS_ADMIN;
+/** What a spawning thread keeps permitted (never effective but around one call). */
+const KEPT_CAPS = SWITCH_CAPS | IPC_CAPS;
+const CLONE_NEWIPC = 0x08000000;
 const PR_SET_KEEPCAPS = 8;
 const PR_CAPBSET_READ = 23;
 const PR_CAPBSET_DROP = 24;
@@ -203,10 +211,14 @@ function threadCapabilities(): string {
 }
 
 const capHeader = new Uint8Array(new Uint32Array([CAPABILITY_VERSION_3, 0]).buffer);
-const capsRaised = new Uint8Array(new Uint32Array([SWITCH_CAPS, SWITCH_CAPS, 0, 0, 0, 0]).buffer);
-const capsLowered = new Uint8Array(new Uint32Array([0, SWITCH_CAPS, 0, 0, 0, 0]).buffer);
+/** The capability sets with `effective` raised and {@link KEPT_CAPS} permitted. */
+const capSets = (effective: number) =>
+  new Uint8Array(new Uint32Array([effective, KEPT_CAPS, 0, 0, 0, 0]).buffer);
+const capsRaised = capSets(SWITCH_CAPS);
+const capsLowered = capSets(0);
+const capsIpc = capSets(IPC_CAPS);
 
-/** Sets the calling thread's capabilities: only the switch caps permitted, effective if `raised`. */
+/** Sets the calling thread's capabilities: the kept caps permitted, the switch caps effective if `raised`. */
 function setSwitchCaps(raised: boolean): void {
   checkedSyscall("capset", SYS.capset, capHeader, raised ? capsRaised : capsLowered);
 }
@@ -243,8 +255,8 @@ let stuck: string | undefined;
  * Turns the calling (root) thread into a spawner that can switch to session uids and nothing
  * else: an empty bounding and ambient set (so no child can ever gain a capability, even as
  * root), KEEPCAPS, then no supplementary groups, gid `ids.gid` and uid `ids.spawner` for real,
- * effective and saved ids, keeping only CAP_SETUID and CAP_SETGID, permitted but not
- * effective. Verifies the result with system calls (not /proc, which may be mounted with
+ * effective and saved ids, keeping only CAP_SETUID, CAP_SETGID and CAP_SYS_ADMIN (for
+ * {@link freshIpcNamespace}), permitted but not effective. Verifies the result with system calls (not /proc, which may be mounted with
  * hidepid by then). Call it once, before Landlock and seccomp.
  */
 export function enterSpawnerIdentity(ids: { uid: number; gid: number }): void {
@@ -262,7 +274,7 @@ export function enterSpawnerIdentity(ids: { uid: number; gid: number }): void {
     ["uids", threadIds(SYS.getresuid, "getresuid"), `${uid} ${uid} ${uid}`],
     ["gids", threadIds(SYS.getresgid, "getresgid"), `${gid} ${gid} ${gid}`],
     ["supplementary groups", String(checkedSyscall("getgroups", SYS.getgroups, 0, null)), "0"],
-    ["capabilities", threadCapabilities(), `0 ${SWITCH_CAPS.toString(16)} 0 0 0 0`],
+    ["capabilities", threadCapabilities(), `0 ${KEPT_CAPS.toString(16)} 0 0 0 0`],
     ["bounding or ambient capabilities", boundingAndAmbient().join(" "), ""],
   ], "spawner identity");
   restingUid = uid;
@@ -294,6 +306,23 @@ export function withThreadUid<T>(uid: number, fn: () => T): T {
     } catch (e) {
       stuck = String(e);
     }
+  }
+}
+
+/**
+ * Moves the calling spawner thread into a new, empty System V IPC namespace (CAP_SYS_ADMIN
+ * effective for that one call), so the next child it spawns, and only that child's session,
+ * shares it: its segments, queues and semaphores are invisible to every other session and to
+ * the host, and the kernel destroys them with the namespace once the session's last process is
+ * gone (the thread holds a namespace only until its next spawn, see spawner.ts).
+ */
+export function freshIpcNamespace(): void {
+  if (restingUid === undefined) throw new Error("this thread has not entered the spawner identity");
+  checkedSyscall("capset(CAP_SYS_ADMIN)", SYS.capset, capHeader, capsIpc);
+  try {
+    checkedSyscall("unshare(CLONE_NEWIPC)", SYS.unshare, CLONE_NEWIPC);
+  } finally {
+    setSwitchCaps(false);
   }
 }
 

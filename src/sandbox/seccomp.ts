@@ -7,7 +7,10 @@
  *   AF_INET6 only when the network is not `none` (so no AF_NETLINK, AF_PACKET, AF_VSOCK, ...);
  * - no new namespaces: `clone` and `unshare` with any `CLONE_NEW*` flag, `setns`; `clone3`
  *   (whose flags live in a struct seccomp cannot read) fails with ENOSYS, so libc falls back to
- *   `clone`, whose flags are checked;
+ *   `clone`, whose flags are checked. One exception: `unshare(CLONE_NEWIPC)` alone, which the
+ *   spawning thread itself makes before each session (a private System V IPC namespace per
+ *   session, see identity.ts); the kernel refuses it to children, which hold no CAP_SYS_ADMIN
+ *   and cannot make a user namespace to gain one;
  * - `personality` only for the harmless personas (Linux, 32-bit, uname26, query);
  * - the usual container deny list ({@link DENIED_SYSCALLS}): keyrings, bpf, userfaultfd,
  *   perf_event_open, io_uring (whose IORING_OP_SOCKET would bypass the socket check), modules,
@@ -60,6 +63,8 @@ const CLONE_NEW_FLAGS = 0x00020000 | // NEWNS
   0x10000000 | // NEWUSER
   0x20000000 | // NEWPID
   0x40000000; // NEWNET
+/** The one namespace `unshare` may make: the spawning thread's per-session IPC namespace. */
+const CLONE_NEWIPC = 0x08000000;
 /** `unshare` also takes CLONE_NEWTIME. */
 const UNSHARE_NEW_FLAGS = CLONE_NEW_FLAGS | 0x00000080;
 
@@ -217,6 +222,7 @@ export function filterProgram(network: NetworkMode): BpfInstruction[] {
     jset(CLONE_NEW_FLAGS, "deny", "allow"),
     { label: "unshare" },
     load(OFFSET_ARG0),
+    jeq(CLONE_NEWIPC, "allow"),
     jset(UNSHARE_NEW_FLAGS, "deny", "allow"),
     { label: "personality" },
     load(OFFSET_ARG0),
@@ -255,7 +261,7 @@ export function seccompDenials(network: NetworkMode): SeccompDenials {
       socket: `families other than ${families.join(", ")}`,
       socketpair: `families other than ${families.join(", ")}`,
       clone: "with any CLONE_NEW* flag",
-      unshare: "with any CLONE_NEW* flag",
+      unshare: "with any CLONE_NEW* flag but CLONE_NEWIPC alone (needs CAP_SYS_ADMIN)",
       personality: `personas other than ${personas}`,
     },
     enosys: ["clone3"],

@@ -3,11 +3,14 @@
  * restricts itself at most once (through synchronous calls only) and then starts children with
  * `posix_spawnp` on this same thread, switched to the session's uid when the server is root,
  * and lets a gated child run once it put it into its cgroups (no trip through the main thread).
+ * Each child of a switching spawner gets a System V IPC namespace of its own (made for it after
+ * the previous spawn, see identity.ts freshIpcNamespace), never one another session used.
  * An unrestricted worker may instead reap uids (kill what is left of one before its reuse, and
  * take back the files a uid handed out before owns).
  *
  * It must never spawn before a requested restriction succeeded, never restrict twice, never
- * spawn as its resting uid when it switches uids, and never reap once restricted.
+ * spawn as its resting uid when it switches uids, never spawn two sessions into one IPC
+ * namespace, and never reap once restricted.
  *
  * @module
  */
@@ -16,12 +19,24 @@
 
 import { openGate, spawnChild, SpawnError } from "../pty/spawn.ts";
 import { applySandbox, SandboxUnavailableError } from "../sandbox/apply.ts";
-import { killAllOf, switchesUid, withThreadUid } from "../sandbox/identity.ts";
+import { freshIpcNamespace, killAllOf, switchesUid, withThreadUid } from "../sandbox/identity.ts";
 import { takeBackFiles } from "../sandbox/uid_files.ts";
 import type { WorkerReply, WorkerRequest } from "./protocol.ts";
 
 let broken: string | undefined;
 let restricted = false;
+/**
+ * Whether a session may share this thread's IPC namespace (the host's, before the restriction):
+ * a switching spawner moves to a new one before its next spawn, at the latest.
+ */
+let ipcUsed = false;
+
+/** A new IPC namespace for the next session, unless the current one is still unused. */
+function freshIpc(): void {
+  if (!ipcUsed || !switchesUid()) return;
+  freshIpcNamespace();
+  ipcUsed = false;
+}
 
 function reply(msg: WorkerReply): void {
   self.postMessage(msg);
@@ -37,6 +52,8 @@ function handle(req: WorkerRequest): WorkerReply {
       }
       try {
         const { uid } = req.spec;
+        freshIpc();
+        ipcUsed = true;
         const spawned = uid === undefined
           ? spawnChild(req.spec)
           : withThreadUid(uid, () => spawnChild(req.spec));
@@ -77,6 +94,7 @@ function handle(req: WorkerRequest): WorkerReply {
       restricted = true;
       try {
         applySandbox(req.policy, req);
+        ipcUsed = true;
         return { id: req.id, type: "restricted" };
       } catch (err) {
         broken = err instanceof SandboxUnavailableError ? err.message : `sandbox: ${err}`;
@@ -91,6 +109,11 @@ self.onmessage = (e: MessageEvent<WorkerRequest>) => {
   } catch (err) {
     reply({ id: e.data.id, type: "failed", kind: "internal", message: String(err) });
   }
+  // The next session's IPC namespace, made after the reply so no spawn waits for it (a failure
+  // here is tried again, and reported, by the next spawn).
+  try {
+    freshIpc();
+  } catch { /* the next spawn tries again and fails with the reason */ }
 };
 
 reply({ type: "ready" });
