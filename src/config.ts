@@ -35,6 +35,8 @@ export interface Config {
   workspace: string;
   shell: string;
   maxSessions: number;
+  /** `UEXEC_MAX_PTYS_PER_SESSION`: terminals one session may hold (default 64; a root server). */
+  maxPtysPerSession: number;
   /** Sandbox profiles, loaded and validated from `profilesDir`. */
   profiles: Map<string, Profile>;
   profilesDir: string;
@@ -189,6 +191,12 @@ export function loadConfig(
     workspace: Deno.realPathSync(workspace),
     shell: env.SHELL || "/bin/bash",
     maxSessions: integer("UEXEC_MAX_SESSIONS", env.UEXEC_MAX_SESSIONS ?? "64", 1, 100_000),
+    maxPtysPerSession: integer(
+      "UEXEC_MAX_PTYS_PER_SESSION",
+      env.UEXEC_MAX_PTYS_PER_SESSION ?? "64",
+      1,
+      4096,
+    ),
     profiles,
     profilesDir,
     defaultProfile,

@@ -131,6 +131,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     reactor,
     gitIdentity: await operatorGitIdentity(),
     grantJournal: new GrantJournal(state.file("grants")),
+    maxPtys: config.maxPtysPerSession,
   });
   // Before any session can be handed a uid a dead server's grant still names.
   const grants = await domains.takeBackDeadGrants();

@@ -162,3 +162,47 @@ Deno.test("System V IPC objects are private to their session and go with it", as
     await server.stop();
   }
 });
+
+/** Opens terminals until refused (at most 100); prints how many, then holds them until stdin ends. */
+const OPEN_PTYS = `import os, sys
+fds = []
+why = "none refused"
+try:
+    while len(fds) < 100:
+        fds.append(os.openpty())
+except OSError as e:
+    why = e.strerror
+print("opened", len(fds), why, flush=True)
+sys.stdin.read()`;
+
+Deno.test("a session opening terminals until refused leaves other sessions theirs", async () => {
+  assert.equal(Deno.uid(), 0, "this test needs a root server");
+  const server = await startServer({ UEXEC_MAX_PTYS_PER_SESSION: "8" });
+  try {
+    const hog = await server.post("/v1/exec_command", {
+      cmd: `python3 -c '${OPEN_PTYS}'`,
+      login: false,
+      tty: true,
+      until: "opened [^\\n]*\\n",
+      yield_time_ms: 10000,
+    });
+    assert.equal(hog.status, 200, JSON.stringify(hog.body));
+    // Its own terminal is one of the eight.
+    assert.match(hog.body.output, /opened 7 No space left on device\r\n/);
+    assert.equal(typeof hog.body.session_id, "number");
+    // Another session of the same domain, and one of another, still get a terminal and more.
+    for (const profile of ["workspace-write", "read-only"]) {
+      const r = await server.post("/v1/exec_command", {
+        cmd: "tty; python3 -c 'import os; os.openpty(); print(\"pty ok\")'",
+        login: false,
+        tty: true,
+        profile,
+      });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      assert.match(r.body.output, /^\/dev\/pts\/0\r\npty ok\r\n$/);
+    }
+    assert.equal((await server.del(`/v1/sessions/${hog.body.session_id}`)).status, 200);
+  } finally {
+    await server.stop();
+  }
+});

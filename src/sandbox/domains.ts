@@ -50,6 +50,7 @@ import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
 import { claimPooledBlock, leaseUidRange, type UidLease } from "./uid_lease.ts";
 import { type UidCursor, UidPool } from "./uids.ts";
 import { loadCursor } from "./uid_cursor.ts";
+import { DEFAULT_MAX_PTYS, DEFAULT_SLOTS, type TerminalPlan } from "./terminal_slots.ts";
 import { canonical, widen, type Widening } from "./widening.ts";
 import { SocketListing, socketsToHide } from "./unix_sockets.ts";
 import { type GrantedRoot, GrantError } from "./write_grant.ts";
@@ -131,6 +132,10 @@ export interface DomainOptions {
   gitIdentity?: GitIdentity;
   /** Where the write grants held are recorded for the next start (grant_journal.ts). */
   grantJournal?: GrantJournal;
+  /** Terminals one session may hold (`UEXEC_MAX_PTYS_PER_SESSION`, default 64). */
+  maxPtys?: number;
+  /** Terminal slots per domain (terminal_slots.ts; default 16). */
+  terminalSlots?: number;
   /** Where a uid range is handed out from across runs (default: uid_cursor.ts's host file). */
   uidCursor?: (first: number, last: number) => UidCursor;
 }
@@ -225,11 +230,17 @@ export class SandboxDomains {
   #grants = new GrantThread();
   /** Workdirs outside the workspace that sessions ran in: their uids' files are taken back too. */
   #outsideWorkdirs = new Set<string>();
+  /** Each domain's terminal slots (terminal_slots.ts; a root server). */
+  #terminals: TerminalPlan;
   /** The leased uid range and its reaper, before the pool of `#uids` is made. */
   #range?: Omit<Uids, "pool"> | null;
 
   constructor(opts: DomainOptions) {
     this.#opts = opts;
+    this.#terminals = {
+      slots: opts.terminalSlots ?? DEFAULT_SLOTS,
+      maxPtys: opts.maxPtys ?? DEFAULT_MAX_PTYS,
+    };
     this.#gitconfig = new TextEncoder().encode(gitConfigText(opts.gitIdentity ?? {}));
     this.#sockets = opts.sockets ?? new SocketListing();
     this.#protectedNames = protectedNames(
@@ -300,6 +311,7 @@ export class SandboxDomains {
         uid: uids?.ids.spawner,
         gid: uids?.ids.gid,
         accounts: this.#accounts(domain, uids)?.files,
+        terminals: uids ? this.#terminals : undefined,
       }),
       launch: (command, env, gate) => launch(command, env, { limits: domain.policy.limits, gate }),
       session: () => this.#session(domain, uids),

@@ -6,9 +6,10 @@
  * one shared group (`UEXEC_SANDBOX_GID`,
  * default: the range's first id) with no supplementary groups and no capabilities. The range's
  * first uid is never a session's: it is what spawning threads rest as between spawns. A
- * spawning worker keeps only CAP_SETUID, CAP_SETGID and CAP_SYS_ADMIN, permitted but not
- * effective; it raises CAP_SYS_ADMIN for one `unshare(CLONE_NEWIPC)` between sessions (a
- * private IPC namespace each) and switches its own thread to the session's uid just around one
+ * spawning worker keeps only CAP_SETUID, CAP_SETGID, CAP_SYS_ADMIN and CAP_SYS_CHROOT,
+ * permitted but not effective; it raises the last two for one `unshare(CLONE_NEWIPC)` between
+ * sessions (a private IPC namespace each) and for the `setns` into and out of a session's own
+ * mount namespace around its spawn (session_ns.ts), and switches its own thread to the session's uid just around one
  * spawn, with raw per-thread
  * system calls (glibc's wrappers would change every thread of the server). The server, still
  * root, gives each session a private directory owned by its uid (mode 0700) and grants the
@@ -178,13 +179,14 @@ export function sandboxIdentity(explicit: Partial<SandboxIdentity> = {}): Sandbo
 const CAPABILITY_VERSION_3 = 0x20080522;
 const CAP_SETGID = 6;
 const CAP_SETUID = 7;
+const CAP_SYS_CHROOT = 18;
 const CAP_SYS_ADMIN = 21;
 /** CAP_SETUID and CAP_SETGID as a capability bit set (low word). */
 const SWITCH_CAPS = (1 << CAP_SETGID) | (1 << CAP_SETUID);
-/** CAP_SYS_ADMIN alone: what `unshare(CLONE_NEWIPC)` needs. */
-const IPC_CAPS = 1 << CAP_SYS_ADMIN;
+/** What `unshare(CLONE_NEWIPC)` and `setns` into a mount namespace need. */
+const NAMESPACE_CAPS = (1 << CAP_SYS_ADMIN) | (1 << CAP_SYS_CHROOT);
 /** What a spawning thread keeps permitted (never effective but around one call). */
-const KEPT_CAPS = SWITCH_CAPS | IPC_CAPS;
+const KEPT_CAPS = SWITCH_CAPS | NAMESPACE_CAPS;
 const CLONE_NEWIPC = 0x08000000;
 const PR_SET_KEEPCAPS = 8;
 const PR_CAPBSET_READ = 23;
@@ -216,7 +218,7 @@ const capSets = (effective: number) =>
   new Uint8Array(new Uint32Array([effective, KEPT_CAPS, 0, 0, 0, 0]).buffer);
 const capsRaised = capSets(SWITCH_CAPS);
 const capsLowered = capSets(0);
-const capsIpc = capSets(IPC_CAPS);
+const capsNamespace = capSets(NAMESPACE_CAPS);
 
 /** Sets the calling thread's capabilities: the kept caps permitted, the switch caps effective if `raised`. */
 function setSwitchCaps(raised: boolean): void {
@@ -255,8 +257,8 @@ let stuck: string | undefined;
  * Turns the calling (root) thread into a spawner that can switch to session uids and nothing
  * else: an empty bounding and ambient set (so no child can ever gain a capability, even as
  * root), KEEPCAPS, then no supplementary groups, gid `ids.gid` and uid `ids.spawner` for real,
- * effective and saved ids, keeping only CAP_SETUID, CAP_SETGID and CAP_SYS_ADMIN (for
- * {@link freshIpcNamespace}), permitted but not effective. Verifies the result with system calls (not /proc, which may be mounted with
+ * effective and saved ids, keeping only CAP_SETUID, CAP_SETGID, CAP_SYS_ADMIN and CAP_SYS_CHROOT
+ * (for {@link withNamespaceCaps}), permitted but not effective. Verifies the result with system calls (not /proc, which may be mounted with
  * hidepid by then). Call it once, before Landlock and seccomp.
  */
 export function enterSpawnerIdentity(ids: { uid: number; gid: number }): void {
@@ -317,10 +319,18 @@ export function withThreadUid<T>(uid: number, fn: () => T): T {
  * gone (the thread holds a namespace only until its next spawn, see spawner.ts).
  */
 export function freshIpcNamespace(): void {
+  withNamespaceCaps(() => checkedSyscall("unshare(CLONE_NEWIPC)", SYS.unshare, CLONE_NEWIPC));
+}
+
+/**
+ * Runs `call` on the calling spawner thread with CAP_SYS_ADMIN and CAP_SYS_CHROOT effective
+ * (what namespace calls need), lowered again before it returns.
+ */
+export function withNamespaceCaps<T>(call: () => T): T {
   if (restingUid === undefined) throw new Error("this thread has not entered the spawner identity");
-  checkedSyscall("capset(CAP_SYS_ADMIN)", SYS.capset, capHeader, capsIpc);
+  checkedSyscall("capset(namespaces)", SYS.capset, capHeader, capsNamespace);
   try {
-    checkedSyscall("unshare(CLONE_NEWIPC)", SYS.unshare, CLONE_NEWIPC);
+    return call();
   } finally {
     setSwitchCaps(false);
   }

@@ -7,10 +7,11 @@
  *   AF_INET6 only when the network is not `none` (so no AF_NETLINK, AF_PACKET, AF_VSOCK, ...);
  * - no new namespaces: `clone` and `unshare` with any `CLONE_NEW*` flag, `setns`; `clone3`
  *   (whose flags live in a struct seccomp cannot read) fails with ENOSYS, so libc falls back to
- *   `clone`, whose flags are checked. One exception: `unshare(CLONE_NEWIPC)` alone, which the
- *   spawning thread itself makes before each session (a private System V IPC namespace per
- *   session, see identity.ts); the kernel refuses it to children, which hold no CAP_SYS_ADMIN
- *   and cannot make a user namespace to gain one;
+ *   `clone`, whose flags are checked. Two exceptions, for the spawning thread itself:
+ *   `unshare(CLONE_NEWIPC)` alone (a private System V IPC namespace per session, see
+ *   identity.ts) and `setns(fd, CLONE_NEWNS)` (into and out of a session's own mount namespace,
+ *   session_ns.ts); the kernel refuses both to children, which hold no CAP_SYS_ADMIN and cannot
+ *   make a user namespace to gain one;
  * - `personality` only for the harmless personas (Linux, 32-bit, uname26, query);
  * - the usual container deny list ({@link DENIED_SYSCALLS}): keyrings, bpf, userfaultfd,
  *   perf_event_open, io_uring (whose IORING_OP_SOCKET would bypass the socket check), modules,
@@ -49,6 +50,11 @@ const OFFSET_NR = 0;
 const OFFSET_ARCH = 4;
 /** Low 32 bits of args[0] (little-endian). */
 const OFFSET_ARG0 = 16;
+/** Low 32 bits of args[1]. */
+const OFFSET_ARG1 = 24;
+const SETNS = 308;
+/** The one namespace type `setns` may join: the spawning thread's per-session mounts. */
+const CLONE_NEWNS = 0x00020000;
 
 const SECCOMP_SET_MODE_FILTER = 1;
 
@@ -119,7 +125,6 @@ export const DENIED_SYSCALLS: Readonly<Record<string, number>> = {
   perf_event_open: 298,
   open_by_handle_at: 304,
   clock_adjtime: 305,
-  setns: 308,
   finit_module: 313,
   kexec_file_load: 320,
   bpf: 321,
@@ -209,6 +214,7 @@ export function filterProgram(network: NetworkMode): BpfInstruction[] {
     jeq(NR.socketpair, "family"),
     jeq(NR.clone, "clone"),
     jeq(NR.unshare, "unshare"),
+    jeq(SETNS, "setns"),
     jeq(NR.personality, "personality"),
     jeq(CLONE3, "enosys"),
     ...Object.values(DENIED_SYSCALLS).map((nr) => jeq(nr, "deny")),
@@ -224,6 +230,9 @@ export function filterProgram(network: NetworkMode): BpfInstruction[] {
     load(OFFSET_ARG0),
     jeq(CLONE_NEWIPC, "allow"),
     jset(UNSHARE_NEW_FLAGS, "deny", "allow"),
+    { label: "setns" },
+    load(OFFSET_ARG1),
+    jeq(CLONE_NEWNS, "allow", "deny"),
     { label: "personality" },
     load(OFFSET_ARG0),
     ...SAFE_PERSONAS.map((persona) => jeq(persona, "allow")),
@@ -262,6 +271,7 @@ export function seccompDenials(network: NetworkMode): SeccompDenials {
       socketpair: `families other than ${families.join(", ")}`,
       clone: "with any CLONE_NEW* flag",
       unshare: "with any CLONE_NEW* flag but CLONE_NEWIPC alone (needs CAP_SYS_ADMIN)",
+      setns: "but into a mount namespace, named as such (needs CAP_SYS_ADMIN)",
       personality: `personas other than ${personas}`,
     },
     enosys: ["clone3"],

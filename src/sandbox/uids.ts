@@ -55,6 +55,8 @@ export class UidPool {
   #reap: Reap;
   #spare: number;
   #broken?: Error;
+  /** Why the last batch could not be recorded (and so was not handed out). */
+  #unsaved?: Error;
   /** Uids never to hand out (an earlier server's grant on them could not be taken back). */
   #retired: ReadonlySet<number>;
 
@@ -93,6 +95,11 @@ export class UidPool {
       this.#topUp();
       if (uid !== undefined) return uid;
       const waits = this.#reaping.size > 0 ? this.#reaping : this.#returning;
+      const unsaved = this.#unsaved;
+      this.#unsaved = undefined;
+      if (unsaved && this.#reaping.size === 0) {
+        throw new SandboxUnavailableError(`cannot record the sandbox uid cursor: ${unsaved}`);
+      }
       if (waits.size === 0) {
         throw new SandboxUnavailableError(
           "every sandbox uid is held by a live session; widen UEXEC_UID_RANGE or end sessions",
@@ -134,6 +141,7 @@ export class UidPool {
     if (this.#broken || this.#ready.length + this.#inFlight > this.#spare / 2) return;
     const batch: number[] = [];
     const used: number[] = [];
+    const start = { next: this.#next, wrapped: this.#wrapped };
     while (this.#ready.length + this.#inFlight + batch.length < this.#spare) {
       const found = this.#candidate();
       if (found === undefined) break;
@@ -146,7 +154,10 @@ export class UidPool {
       // Recorded before any of them is used: a crash never hands them out again from the start.
       this.#cursor?.save(this.#next, this.#wrapped);
     } catch (err) {
-      this.#broken = err instanceof Error ? err : new Error(String(err));
+      // None of them is handed out; the next take tries again (descriptors may be short now).
+      for (const uid of batch) this.#held.delete(uid);
+      [this.#next, this.#wrapped] = [start.next, start.wrapped];
+      this.#unsaved = err instanceof Error ? err : new Error(String(err));
       return;
     }
     this.#inFlight += batch.length;

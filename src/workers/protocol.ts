@@ -12,6 +12,7 @@
 import type { SpawnSpec } from "../pty/spawn.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
 import type { AccountFiles } from "../sandbox/accounts.ts";
+import type { TerminalPlan } from "../sandbox/terminal_slots.ts";
 
 /** How a domain's worker restricts itself. */
 export interface Restriction {
@@ -22,6 +23,8 @@ export interface Restriction {
   gid?: number;
   /** The account files its children see (a root server only). */
   accounts?: AccountFiles;
+  /** The terminal slots it makes, one per concurrent session (a root server only). */
+  terminals?: TerminalPlan;
 }
 
 /**
@@ -30,7 +33,14 @@ export interface Restriction {
  * exist, so the main thread knows them even if the worker dies before it answers.
  */
 export type WorkerRequest =
-  | { id: number; type: "spawn"; spec: SpawnSpec; started: Int32Array }
+  | {
+    id: number;
+    type: "spawn";
+    spec: SpawnSpec;
+    started: Int32Array;
+    /** The session's terminal slot (terminal_slots.ts), joined just around the spawn. */
+    slot?: number;
+  }
   | ({ id: number; type: "restrict" } & Restriction)
   | { id: number; type: "reap"; uids: number[]; takeBack?: TakeBack };
 
@@ -47,7 +57,14 @@ export interface TakeBack {
 export type WorkerReply =
   | { type: "ready" }
   | { id: number; type: "spawned"; pid: number; master?: number; unplaced?: boolean }
-  | { id: number; type: "restricted" }
+  | {
+    id: number;
+    type: "restricted";
+    /** The descriptors of its domain's and its terminal slots' mount namespaces. */
+    namespaces?: number[];
+    /** How many terminal slots it has. */
+    slots?: number;
+  }
   | { id: number; type: "reaped" }
   | {
     id: number;

@@ -18,8 +18,15 @@
 /// <reference lib="deno.worker" />
 
 import { openGate, spawnChild, SpawnError } from "../pty/spawn.ts";
-import { applySandbox, SandboxUnavailableError } from "../sandbox/apply.ts";
-import { freshIpcNamespace, killAllOf, switchesUid, withThreadUid } from "../sandbox/identity.ts";
+import { type Applied, applySandbox, SandboxUnavailableError } from "../sandbox/apply.ts";
+import {
+  freshIpcNamespace,
+  killAllOf,
+  switchesUid,
+  withNamespaceCaps,
+  withThreadUid,
+} from "../sandbox/identity.ts";
+import { inSlot, StuckError } from "../sandbox/terminal_slots.ts";
 import { takeBackFiles } from "../sandbox/uid_files.ts";
 import type { WorkerReply, WorkerRequest } from "./protocol.ts";
 
@@ -30,6 +37,27 @@ let restricted = false;
  * a switching spawner moves to a new one before its next spawn, at the latest.
  */
 let ipcUsed = false;
+
+/** The restricted thread's terminal slots (a root server's), and its domain's namespace. */
+let applied: Applied = {};
+
+/**
+ * Runs `spawn` inside terminal slot `slot`'s mount namespace, or in the domain's own when the
+ * session has no slot (all held); a thread that could not return to its domain's namespace never
+ * spawns again.
+ */
+function inSlotOf<T>(slot: number | undefined, spawn: () => T): T {
+  const { domainNs, slots } = applied;
+  if (domainNs === undefined || slot === undefined) return spawn();
+  const slotNs = slots![slot];
+  if (slotNs === undefined) throw new Error(`no terminal slot ${slot} on this spawner`);
+  try {
+    return inSlot(slotNs, domainNs, withNamespaceCaps, spawn);
+  } catch (err) {
+    if (err instanceof StuckError) broken = err.message;
+    throw err;
+  }
+}
 
 /** A new IPC namespace for the next session, unless the current one is still unused. */
 function freshIpc(): void {
@@ -54,9 +82,9 @@ function handle(req: WorkerRequest): WorkerReply {
         const { uid } = req.spec;
         freshIpc();
         ipcUsed = true;
-        const spawned = uid === undefined
-          ? spawnChild(req.spec)
-          : withThreadUid(uid, () => spawnChild(req.spec));
+        const spawn = () =>
+          uid === undefined ? spawnChild(req.spec) : withThreadUid(uid, () => spawnChild(req.spec));
+        const spawned = inSlotOf(req.slot, spawn);
         // The master first: a pid there means both are known, should this worker die now.
         Atomics.store(req.started, 1, spawned.master ?? -1);
         Atomics.store(req.started, 0, spawned.pid);
@@ -93,9 +121,15 @@ function handle(req: WorkerRequest): WorkerReply {
       if (restricted) throw new Error("this worker is already restricted");
       restricted = true;
       try {
-        applySandbox(req.policy, req);
+        applied = applySandbox(req.policy, req);
         ipcUsed = true;
-        return { id: req.id, type: "restricted" };
+        const { domainNs, slots } = applied;
+        return {
+          id: req.id,
+          type: "restricted",
+          namespaces: domainNs === undefined ? undefined : [domainNs, ...slots!],
+          slots: slots?.length,
+        };
       } catch (err) {
         broken = err instanceof SandboxUnavailableError ? err.message : `sandbox: ${err}`;
         return { id: req.id, type: "failed", kind: "sandbox", message: broken };
