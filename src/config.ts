@@ -9,6 +9,7 @@
 import { type ApprovalPolicy, parseApprovalPolicy } from "./approvals/policy.ts";
 import type { ConnectionLimits } from "./http/listener.ts";
 import { loadProfiles, type Profile } from "./sandbox/profiles.ts";
+import { DEFAULT_MAX_PTYS } from "./sandbox/terminal_slots.ts";
 import { DEFAULT_AGENT } from "./service/agents.ts";
 import { stateDirFrom } from "./service/state_dir.ts";
 import { LINEAR_ENGINE, LINEAR_ENGINE_FLAG } from "./sessions/until.ts";
@@ -193,7 +194,7 @@ export function loadConfig(
     maxSessions: integer("UEXEC_MAX_SESSIONS", env.UEXEC_MAX_SESSIONS ?? "64", 1, 100_000),
     maxPtysPerSession: integer(
       "UEXEC_MAX_PTYS_PER_SESSION",
-      env.UEXEC_MAX_PTYS_PER_SESSION ?? "64",
+      env.UEXEC_MAX_PTYS_PER_SESSION ?? String(DEFAULT_MAX_PTYS),
       1,
       4096,
     ),

@@ -108,27 +108,32 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): A
   const slots = root && opts.terminals
     ? sandboxStep("terminal slots", () => makeTerminalSlots(opts.terminals!))
     : undefined;
-  const rulesetFd = sandboxStep("Landlock ruleset", () => {
-    const plan = planRuleset(policy, abi, { readOnlyEnforcedElsewhere: root });
-    const fd = createRuleset(plan);
-    try {
-      if (slots) addTerminalRules(fd, plan, slots.roots);
-    } catch (err) {
-      closeFd(fd);
-      throw err;
-    } finally {
-      for (const dir of slots?.roots ?? []) closeFd(dir);
-    }
-    return fd;
-  });
   try {
-    if (identity) sandboxStep("identity drop", () => enterSpawnerIdentity(identity));
+    const rulesetFd = sandboxStep("Landlock ruleset", () => {
+      const plan = planRuleset(policy, abi, { readOnlyEnforcedElsewhere: root });
+      const fd = createRuleset(plan);
+      try {
+        if (slots) addTerminalRules(fd, plan, slots.roots);
+      } catch (err) {
+        closeFd(fd);
+        throw err;
+      }
+      return fd;
+    });
+    try {
+      if (identity) sandboxStep("identity drop", () => enterSpawnerIdentity(identity));
+    } catch (e) {
+      closeFd(rulesetFd);
+      throw e;
+    }
+    sandboxStep("Landlock restrict", () => restrictThread(rulesetFd));
+    sandboxStep("seccomp", () => installFilter(policy.network));
   } catch (e) {
-    closeFd(rulesetFd);
+    for (const fd of slots ? [slots.domainNs, ...slots.slots] : []) closeFd(fd);
     throw e;
+  } finally {
+    for (const dir of slots?.roots ?? []) closeFd(dir);
   }
-  sandboxStep("Landlock restrict", () => restrictThread(rulesetFd));
-  sandboxStep("seccomp", () => installFilter(policy.network));
   return slots ? { domainNs: slots.domainNs, slots: slots.slots } : {};
 }
 
