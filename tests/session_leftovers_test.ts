@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import { type Client, startServer } from "./helpers/server.ts";
 import { UidPool } from "../src/sandbox/uids.ts";
+import { takeBackFiles } from "../src/sandbox/uid_files.ts";
 
 // deno-lint-ignore no-explicit-any
 type Body = any;
@@ -175,6 +176,13 @@ except OSError as e:
 print("opened", len(fds), why, flush=True)
 sys.stdin.read()`;
 
+/** Tries to join its own mount namespace again (as the spawner joins a slot's). */
+const SETNS = `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open("/proc/self/ns/mnt", os.O_RDONLY)
+rc = libc.setns(fd, 0x20000)
+print("joined" if rc == 0 else "setns: " + os.strerror(ctypes.get_errno()))`;
+
 Deno.test("a session opening terminals until refused leaves other sessions theirs", async () => {
   assert.equal(Deno.uid(), 0, "this test needs a root server");
   const server = await startServer({ UEXEC_MAX_PTYS_PER_SESSION: "8" });
@@ -201,8 +209,54 @@ Deno.test("a session opening terminals until refused leaves other sessions their
       assert.equal(r.status, 200, JSON.stringify(r.body));
       assert.match(r.body.output, /^\/dev\/pts\/0\r\npty ok\r\n$/);
     }
+    // Only the spawner joins a slot: a child, with no capability, cannot setns (nor mount).
+    const join = await exec(server, `python3 -c '${SETNS}'`);
+    assert.equal(join.output, "setns: Operation not permitted\n");
     assert.equal((await server.del(`/v1/sessions/${hog.body.session_id}`)).status, 200);
   } finally {
     await server.stop();
+  }
+});
+
+Deno.test("taking back a uid's files never follows a link, and reaches names that are not UTF-8", async () => {
+  assert.equal(Deno.uid(), 0, "this test needs root (it changes owners)");
+  const [uid, other, resting] = [1_900_000_001, 1_900_000_002, 1_900_000_000];
+  const root = await Deno.makeTempDir({ prefix: "uexec-takeback-" });
+  const outside = await Deno.makeTempDir({ prefix: "uexec-takeback-outside-" });
+  try {
+    await Deno.mkdir(`${root}/d`);
+    await Deno.writeTextFile(`${root}/d/kept`, "x");
+    await Deno.writeTextFile(`${root}/theirs`, "x");
+    await Deno.writeTextFile(`${outside}/beyond`, "x");
+    await Deno.symlink(outside, `${root}/d/link`);
+    // A name that is not UTF-8 (0xff), made through a descriptor-free shell call.
+    const made = await new Deno.Command("sh", {
+      args: ["-c", `printf x > "$1/$(printf '\\377')"`, "sh", root],
+    }).output();
+    assert.ok(made.success);
+    const odd = [...Deno.readDirSync(root)].find((e) => e.name.includes("\ufffd"));
+    assert.ok(odd, "the odd name was not made");
+    for (const path of [root, `${root}/d`, `${root}/d/kept`, outside, `${outside}/beyond`]) {
+      await Deno.chown(path, uid, null);
+    }
+    await new Deno.Command("chown", { args: ["-h", String(uid), `${root}/d/link`] }).output();
+    await new Deno.Command("sh", { args: ["-c", `chown ${uid} "$1"/*`, "sh", root] }).output();
+    await Deno.chown(`${root}/theirs`, other, null);
+    const changed = takeBackFiles([root], [uid], resting);
+    const owner = (path: string) => Deno.lstatSync(path).uid;
+    assert.equal(owner(root), resting);
+    assert.equal(owner(`${root}/d`), resting);
+    assert.equal(owner(`${root}/d/kept`), resting);
+    assert.equal(owner(`${root}/d/link`), resting);
+    assert.equal(owner(`${root}/theirs`), other);
+    // Nothing through the link: what it points at keeps its owner.
+    assert.equal(owner(outside), uid);
+    assert.equal(owner(`${outside}/beyond`), uid);
+    const unowned = await new Deno.Command("find", { args: [root, "-uid", String(uid)] }).output();
+    assert.equal(new TextDecoder().decode(unowned.stdout), "", "an entry kept its owner");
+    assert.equal(changed, 5);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+    await Deno.remove(outside, { recursive: true });
   }
 });
