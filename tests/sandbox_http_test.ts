@@ -522,7 +522,7 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
       assert.equal(typeof id, "number");
       assert.ok(!start.output.includes("no job control"), start.output);
       const flags = await write("echo flags=$- uid=$(id -u)\n", "uid=\\d+\\r\\n");
-      assert.match(flags.body.output, /flags=\w*m\w* uid=20000\d{5}\r\n/);
+      assert.match(flags.body.output, /flags=\w*m\w* uid=20\d{8}\r\n/);
       const bg = await write("sleep 30 &\njobs\n", "Running");
       assert.match(bg.body.output, /\[1\]\+\s+Running\s+sleep 30 &/);
       const killed = await write("kill %1; wait\njobs\n", "Terminated");
@@ -745,7 +745,7 @@ Deno.test("domains follow the workspace: read-only first, late .git and .uexec, 
           assert.equal((await Deno.stat(outside)).mode! & 0o777, 0o700);
           await Deno.chmod(outside, 0o755);
           const ok = await run(server, "pwd; id -u", { workdir: outside, profile: "read-only" });
-          assert.equal(ok.output.replace(/\r\n20000\d{5}\r\n$/, ""), outside);
+          assert.equal(ok.output.replace(/\r\n20\d{8}\r\n$/, ""), outside);
         } finally {
           await Deno.remove(outside, { recursive: true });
         }
