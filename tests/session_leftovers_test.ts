@@ -10,14 +10,21 @@ import assert from "node:assert/strict";
 import { type Client, startServer } from "./helpers/server.ts";
 import { UidPool } from "../src/sandbox/uids.ts";
 import { takeBackFiles } from "../src/sandbox/uid_files.ts";
+import { CURSOR_DIR } from "../src/sandbox/uid_cursor.ts";
 
 // deno-lint-ignore no-explicit-any
 type Body = any;
 
-/** A small explicit range of its own (outside the default pool), so a restart gets it again. */
-function uidRange(size: number): { range: string; first: number } {
+/**
+ * A small explicit range of its own (outside the default pool), so a restart gets it again;
+ * `forget` removes the cursor its servers left on the host (uid_cursor.ts).
+ */
+function uidRange(size: number): { range: string; first: number; forget(): Promise<void> } {
   const first = 1_900_000_000 + Math.floor(Math.random() * 1_000_000) * 64;
-  return { range: `${first}-${first + size}`, first };
+  const range = `${first}-${first + size}`;
+  // The cursor's range starts at the first session uid (the range's first is the spawners').
+  const cursor = `${CURSOR_DIR}/${first + 1}-${first + size}`;
+  return { range, first, forget: () => Deno.remove(cursor).catch(() => {}) };
 }
 
 /** `POST /v1/exec_command` without a login shell or terminal; asserts 200, returns the body. */
@@ -57,7 +64,7 @@ Deno.test("the uid pool goes round the whole range from its cursor; used uids ar
 
 Deno.test("after a restart, another agent cannot read what an earlier session kept to itself", async () => {
   assert.equal(Deno.uid(), 0, "this test needs a root server");
-  const { range } = uidRange(16);
+  const { range, forget } = uidRange(16);
   const workspace = await Deno.makeTempDir({ prefix: "uexec-ws-" });
   const stateDir = await Deno.makeTempDir({ prefix: "uexec-state-" });
   const env = { UEXEC_UID_RANGE: range, UEXEC_WORKSPACE: workspace, UEXEC_STATE_DIR: stateDir };
@@ -87,13 +94,14 @@ Deno.test("after a restart, another agent cannot read what an earlier session ke
   } finally {
     await Deno.remove(workspace, { recursive: true });
     await Deno.remove(stateDir, { recursive: true });
+    await forget();
   }
 });
 
 Deno.test("a uid handed out again no longer owns what its earlier session kept", async () => {
   assert.equal(Deno.uid(), 0, "this test needs a root server");
   // Three session uids: the range goes round within a few sessions.
-  const { range, first: resting } = uidRange(3);
+  const { range, first: resting, forget } = uidRange(3);
   const server = await startServer({ UEXEC_UID_RANGE: range });
   try {
     const first = await exec(server, "echo secret > kept.txt; chmod 600 kept.txt; id -u");
@@ -111,6 +119,7 @@ Deno.test("a uid handed out again no longer owns what its earlier session kept",
     assert.equal(info.mode! & 0o777, 0o600);
   } finally {
     await server.stop();
+    await forget();
   }
 });
 
