@@ -9,6 +9,7 @@
 import { type ApprovalPolicy, parseApprovalPolicy } from "./approvals/policy.ts";
 import type { ConnectionLimits } from "./http/listener.ts";
 import { loadProfiles, type Profile } from "./sandbox/profiles.ts";
+import { DEFAULT_MAX_PTYS } from "./sandbox/terminal_slots.ts";
 import { DEFAULT_AGENT } from "./service/agents.ts";
 import { stateDirFrom } from "./service/state_dir.ts";
 import { LINEAR_ENGINE, LINEAR_ENGINE_FLAG } from "./sessions/until.ts";
@@ -35,6 +36,8 @@ export interface Config {
   workspace: string;
   shell: string;
   maxSessions: number;
+  /** `UEXEC_MAX_PTYS_PER_SESSION`: terminals one session may hold (default 64; a root server). */
+  maxPtysPerSession: number;
   /** Sandbox profiles, loaded and validated from `profilesDir`. */
   profiles: Map<string, Profile>;
   profilesDir: string;
@@ -206,6 +209,12 @@ export function loadConfig(
     workspace: Deno.realPathSync(workspace),
     shell: env.SHELL || "/bin/bash",
     maxSessions: integer("UEXEC_MAX_SESSIONS", env.UEXEC_MAX_SESSIONS ?? "64", 1, 100_000),
+    maxPtysPerSession: integer(
+      "UEXEC_MAX_PTYS_PER_SESSION",
+      env.UEXEC_MAX_PTYS_PER_SESSION ?? String(DEFAULT_MAX_PTYS),
+      1,
+      4096,
+    ),
     profiles,
     profilesDir,
     defaultProfile,

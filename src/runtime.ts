@@ -137,6 +137,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     gitIdentity: await operatorGitIdentity(),
     grantJournal: new GrantJournal(state.file("grants")),
     tmpBytes: config.memoryMax,
+    maxPtys: config.maxPtysPerSession,
   });
   const gitHint = await hostGitHint();
   if (gitHint !== null) log.warn("host_git", { hint: gitHint });

@@ -128,7 +128,6 @@ Deno.test("seccomp program: every listed call is refused whatever its arguments"
       "bpf",
       "userfaultfd",
       "perf_event_open",
-      "setns",
       "mount",
       "kexec_load",
       "init_module",
@@ -198,8 +197,11 @@ Deno.test("seccomp program: no new namespaces through clone, clone3 or unshare",
     for (const [name, flag] of Object.entries(CLONE_NEW)) {
       assert.equal(verdict(network, 56, [flag | SIGCHLD]), EPERM, `clone ${name}`);
       assert.equal(verdict(network, 56, [flag | spawnFlags]), EPERM, `clone ${name} + vfork`);
-      assert.equal(verdict(network, 272, [flag]), EPERM, `unshare ${name}`);
+      if (name !== "NEWIPC") assert.equal(verdict(network, 272, [flag]), EPERM, `unshare ${name}`);
+      assert.equal(verdict(network, 272, [flag | 0x200n]), EPERM, `unshare ${name} + CLONE_FS`);
     }
+    // The spawning thread's per-session IPC namespace; children lack the capability it needs.
+    assert.equal(verdict(network, 272, [CLONE_NEW.NEWIPC]), ALLOW, "unshare(CLONE_NEWIPC)");
     assert.equal(verdict(network, 435, [0n, 88n]), ENOSYS, "clone3 falls back to clone");
   }
 });
@@ -208,6 +210,18 @@ Deno.test("seccomp program: pidfd_open is ENOSYS (no descriptor on a host proces
   for (const network of MODES) {
     assert.equal(verdict(network, 434, [1n, 0n]), ENOSYS, "pidfd_open");
     assert.equal(verdict(network, 62, [1n, 0n]), ALLOW, "kill stays (the kernel checks it)");
+  }
+});
+
+Deno.test("seccomp program: setns only into a mount namespace, named as such", () => {
+  for (const network of MODES) {
+    // The spawning thread's terminal slots; children lack the capabilities setns needs.
+    assert.equal(verdict(network, 308, [3n, CLONE_NEW.NEWNS]), ALLOW, "setns(CLONE_NEWNS)");
+    assert.equal(verdict(network, 308, [3n, 0n]), EPERM, "setns of any type");
+    for (const [name, flag] of Object.entries(CLONE_NEW)) {
+      if (name === "NEWNS") continue;
+      assert.equal(verdict(network, 308, [3n, flag]), EPERM, `setns ${name}`);
+    }
   }
 });
 
@@ -235,6 +249,7 @@ Deno.test("seccompDenials: the /healthz summary matches the program's tables", (
   assert.deepEqual(Object.keys(none.conditional).sort(), [
     "clone",
     "personality",
+    "setns",
     "socket",
     "socketpair",
     "unshare",

@@ -14,7 +14,13 @@
 
 import type { ResolvedPolicy } from "./policy.ts";
 import { sandboxStep, SandboxUnavailableError } from "./errors.ts";
-import { createRuleset, landlockAbi, planRuleset, restrictThread } from "./landlock.ts";
+import {
+  addTerminalRules,
+  createRuleset,
+  landlockAbi,
+  planRuleset,
+  restrictThread,
+} from "./landlock.ts";
 import { enterNamespaces } from "./namespaces.ts";
 import type { AccountFiles } from "./accounts.ts";
 import { installFilter, seccompSupported } from "./seccomp.ts";
@@ -23,6 +29,7 @@ import { DASH, limitWrapper, PRLIMIT } from "./limits.ts";
 import { existingPaths } from "./fsinfo.ts";
 import { boundUnixSockets, socketReachable, socketsToHide } from "./unix_sockets.ts";
 import { closeFd, threadEuid } from "./syscalls.ts";
+import { makeTerminalSlots, type TerminalPlan } from "./terminal_slots.ts";
 
 export { SandboxUnavailableError } from "./errors.ts";
 
@@ -37,6 +44,16 @@ export interface ApplyOptions {
   gid?: number;
   /** The account files children see over `/etc/passwd` and `/etc/group` (a root server). */
   accounts?: AccountFiles;
+  /** The terminal slots to make, one per concurrent session (a root server). */
+  terminals?: TerminalPlan;
+}
+
+/** What {@link applySandbox} leaves the caller: a root server's terminal slots. */
+export interface Applied {
+  /** The domain's mount namespace, which the thread returns to after each spawn in a slot. */
+  domainNs?: number;
+  /** Each terminal slot's mount namespace (terminal_slots.ts). */
+  slots?: number[];
 }
 
 /**
@@ -44,8 +61,8 @@ export interface ApplyOptions {
  * Does nothing when `policy.enforce` is false. Throws {@link SandboxUnavailableError} when any
  * part cannot be enforced.
  */
-export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): void {
-  if (!policy.enforce) return;
+export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): Applied {
+  if (!policy.enforce) return {};
   const abi = landlockAbi();
   if (abi < MIN_LANDLOCK_ABI) {
     throw new SandboxUnavailableError(
@@ -80,6 +97,7 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): v
         readOnlyPaths: readOnlyMounts,
         hideProcesses: root,
         privateTerminals: root,
+        maxTerminals: opts.terminals?.maxPtys,
         accounts: opts.accounts,
         hiddenSockets: {
           paths: hidden.map((s) => s.path),
@@ -87,18 +105,36 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): v
         },
       }),
   );
-  const rulesetFd = sandboxStep("Landlock ruleset", () => {
-    const plan = planRuleset(policy, abi, { readOnlyEnforcedElsewhere: root });
-    return createRuleset(plan);
-  });
+  const slots = root && opts.terminals
+    ? sandboxStep("terminal slots", () => makeTerminalSlots(opts.terminals!))
+    : undefined;
   try {
-    if (identity) sandboxStep("identity drop", () => enterSpawnerIdentity(identity));
+    const rulesetFd = sandboxStep("Landlock ruleset", () => {
+      const plan = planRuleset(policy, abi, { readOnlyEnforcedElsewhere: root });
+      const fd = createRuleset(plan);
+      try {
+        if (slots) addTerminalRules(fd, plan, slots.roots);
+      } catch (err) {
+        closeFd(fd);
+        throw err;
+      }
+      return fd;
+    });
+    try {
+      if (identity) sandboxStep("identity drop", () => enterSpawnerIdentity(identity));
+    } catch (e) {
+      closeFd(rulesetFd);
+      throw e;
+    }
+    sandboxStep("Landlock restrict", () => restrictThread(rulesetFd));
+    sandboxStep("seccomp", () => installFilter(policy.network));
   } catch (e) {
-    closeFd(rulesetFd);
+    for (const fd of slots ? [slots.domainNs, ...slots.slots] : []) closeFd(fd);
     throw e;
+  } finally {
+    for (const dir of slots?.roots ?? []) closeFd(dir);
   }
-  sandboxStep("Landlock restrict", () => restrictThread(rulesetFd));
-  sandboxStep("seccomp", () => installFilter(policy.network));
+  return slots ? { domainNs: slots.domainNs, slots: slots.slots } : {};
 }
 
 /** What this machine can enforce, as reported by `/healthz`. */

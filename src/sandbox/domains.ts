@@ -21,6 +21,7 @@
 import { InvalidRequestError } from "../sessions/errors.ts";
 import { accountEnv, DomainAccounts } from "./accounts.ts";
 import { type Restriction, Spawner } from "../workers/pool.ts";
+import type { TakeBack } from "../workers/protocol.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { existingPaths } from "./fsinfo.ts";
 import {
@@ -48,7 +49,9 @@ import { type Launch, launch, type ShellCommand } from "./launch.ts";
 import type { ResolvedPolicy } from "./policy.ts";
 import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
 import { claimPooledBlock, leaseUidRange, type UidLease } from "./uid_lease.ts";
-import { UidPool } from "./uids.ts";
+import { type UidCursor, UidPool } from "./uids.ts";
+import { loadCursor } from "./uid_cursor.ts";
+import { DEFAULT_MAX_PTYS, DEFAULT_SLOTS, type TerminalPlan } from "./terminal_slots.ts";
 import { canonical, widen, type Widening } from "./widening.ts";
 import { SocketListing, socketsToHide } from "./unix_sockets.ts";
 import { type GrantedRoot, GrantError } from "./write_grant.ts";
@@ -132,6 +135,12 @@ export interface DomainOptions {
   grantJournal?: GrantJournal;
   /** The size of the tmpfs all sessions' HOME and TMPDIR are on (root server; see identity.ts). */
   tmpBytes?: number;
+  /** Terminals one session may hold (`UEXEC_MAX_PTYS_PER_SESSION`, default 64). */
+  maxPtys?: number;
+  /** Terminal slots per domain (terminal_slots.ts; default 16). */
+  terminalSlots?: number;
+  /** Where a uid range is handed out from across runs (default: uid_cursor.ts's host file). */
+  uidCursor?: (first: number, last: number) => UidCursor;
 }
 
 interface Domain {
@@ -222,11 +231,19 @@ export class SandboxDomains {
   #retired = new Set<number>();
   /** Where write grants are made and taken back, off the server's thread. */
   #grants = new GrantThread();
+  /** Workdirs outside the workspace that sessions ran in: their uids' files are taken back too. */
+  #outsideWorkdirs = new Set<string>();
+  /** Each domain's terminal slots (terminal_slots.ts; a root server). */
+  #terminals: TerminalPlan;
   /** The leased uid range and its reaper, before the pool of `#uids` is made. */
   #range?: Omit<Uids, "pool"> | null;
 
   constructor(opts: DomainOptions) {
     this.#opts = opts;
+    this.#terminals = {
+      slots: opts.terminalSlots ?? DEFAULT_SLOTS,
+      maxPtys: opts.maxPtys ?? DEFAULT_MAX_PTYS,
+    };
     this.#gitconfig = new TextEncoder().encode(gitConfigText(opts.gitIdentity ?? {}));
     this.#sockets = opts.sockets ?? new SocketListing();
     this.#protectedNames = protectedNames(
@@ -310,6 +327,7 @@ export class SandboxDomains {
         uid: uids?.ids.spawner,
         gid: uids?.ids.gid,
         accounts: this.#accounts(domain, uids)?.files,
+        terminals: uids ? this.#terminals : undefined,
       }),
       launch: (command, env, gate) => launch(command, env, { limits: domain.policy.limits, gate }),
       session: () => this.#session(domain, uids),
@@ -517,12 +535,20 @@ export class SandboxDomains {
     const pool = new UidPool(
       ids.first,
       ids.last,
-      (batch) => reaper.reap(batch),
+      (batch, used) =>
+        reaper.reap(batch, used.length > 0 ? this.#takeBack(used, ids.spawner) : undefined),
       undefined,
       this.#retired,
+      this.#opts.uidCursor?.(ids.first, ids.last) ?? loadCursor(ids.first, ids.last),
     );
     this.#uids = { ...range, pool };
     return this.#uids;
+  }
+
+  /** Where uids handed out before may have left files: the workspace, and workdirs outside it. */
+  #takeBack(uids: number[], owner: number): TakeBack {
+    const roots = [this.#opts.workspace, ...this.#outsideWorkdirs];
+    return { uids, roots, owner };
   }
 
   /** The range of session uids, leased, with its reaper; null when the server is not root. */
@@ -577,7 +603,11 @@ export class SandboxDomains {
    */
   #makeReachable(workdir: string, ids: SandboxIds, profile: Profile): void {
     const workspace = this.#opts.workspace;
-    if (!isWithin(workdir, workspace)) return assertReachable(workdir, ids, true);
+    if (!isWithin(workdir, workspace)) {
+      assertReachable(workdir, ids, true);
+      this.#outsideWorkdirs.add(workdir);
+      return;
+    }
     if (this.#prepared) return;
     this.#guard ??= new GitGuard({
       names: this.#protectedNames,

@@ -6,8 +6,11 @@
  * one shared group (`UEXEC_SANDBOX_GID`,
  * default: the range's first id) with no supplementary groups and no capabilities. The range's
  * first uid is never a session's: it is what spawning threads rest as between spawns. A
- * spawning worker keeps only CAP_SETUID and CAP_SETGID, permitted but not effective, and
- * switches its own thread to the session's uid just around one spawn, with raw per-thread
+ * spawning worker keeps only CAP_SETUID, CAP_SETGID, CAP_SYS_ADMIN and CAP_SYS_CHROOT,
+ * permitted but not effective; it raises the last two for one `unshare(CLONE_NEWIPC)` between
+ * sessions (a private IPC namespace each) and for the `setns` into and out of a session's own
+ * mount namespace around its spawn (session_ns.ts), and switches its own thread to the session's uid just around one
+ * spawn, with raw per-thread
  * system calls (glibc's wrappers would change every thread of the server). The server, still
  * root, gives each session a private directory owned by its uid (mode 0700) and grants the
  * group a POSIX ACL entry on the workspace. This module must never change the credentials of a
@@ -34,7 +37,7 @@ import { checkedSyscall, prctl, SYS, threadEuid } from "./syscalls.ts";
 import { LOGIN_PATH } from "../sessions/env.ts";
 import { INSTANCE_NAME, instanceName, instanceRuns } from "./instance.ts";
 import { gitConfigText } from "./git_config.ts";
-import { pooledBlock } from "./uid_lease.ts";
+import { DEFAULT_POOL, pooledBlock } from "./uid_lease.ts";
 
 /** The credentials one sandboxed session runs as. */
 export interface SandboxIdentity {
@@ -176,8 +179,15 @@ export function sandboxIdentity(explicit: Partial<SandboxIdentity> = {}): Sandbo
 const CAPABILITY_VERSION_3 = 0x20080522;
 const CAP_SETGID = 6;
 const CAP_SETUID = 7;
+const CAP_SYS_CHROOT = 18;
+const CAP_SYS_ADMIN = 21;
 /** CAP_SETUID and CAP_SETGID as a capability bit set (low word). */
 const SWITCH_CAPS = (1 << CAP_SETGID) | (1 << CAP_SETUID);
+/** What `unshare(CLONE_NEWIPC)` and `setns` into a mount namespace need. */
+const NAMESPACE_CAPS = (1 << CAP_SYS_ADMIN) | (1 << CAP_SYS_CHROOT);
+/** What a spawning thread keeps permitted (never effective but around one call). */
+const KEPT_CAPS = SWITCH_CAPS | NAMESPACE_CAPS;
+const CLONE_NEWIPC = 0x08000000;
 const PR_SET_KEEPCAPS = 8;
 const PR_CAPBSET_READ = 23;
 const PR_CAPBSET_DROP = 24;
@@ -203,10 +213,14 @@ function threadCapabilities(): string {
 }
 
 const capHeader = new Uint8Array(new Uint32Array([CAPABILITY_VERSION_3, 0]).buffer);
-const capsRaised = new Uint8Array(new Uint32Array([SWITCH_CAPS, SWITCH_CAPS, 0, 0, 0, 0]).buffer);
-const capsLowered = new Uint8Array(new Uint32Array([0, SWITCH_CAPS, 0, 0, 0, 0]).buffer);
+/** The capability sets with `effective` raised and {@link KEPT_CAPS} permitted. */
+const capSets = (effective: number) =>
+  new Uint8Array(new Uint32Array([effective, KEPT_CAPS, 0, 0, 0, 0]).buffer);
+const capsRaised = capSets(SWITCH_CAPS);
+const capsLowered = capSets(0);
+const capsNamespace = capSets(NAMESPACE_CAPS);
 
-/** Sets the calling thread's capabilities: only the switch caps permitted, effective if `raised`. */
+/** Sets the calling thread's capabilities: the kept caps permitted, the switch caps effective if `raised`. */
 function setSwitchCaps(raised: boolean): void {
   checkedSyscall("capset", SYS.capset, capHeader, raised ? capsRaised : capsLowered);
 }
@@ -243,8 +257,8 @@ let stuck: string | undefined;
  * Turns the calling (root) thread into a spawner that can switch to session uids and nothing
  * else: an empty bounding and ambient set (so no child can ever gain a capability, even as
  * root), KEEPCAPS, then no supplementary groups, gid `ids.gid` and uid `ids.spawner` for real,
- * effective and saved ids, keeping only CAP_SETUID and CAP_SETGID, permitted but not
- * effective. Verifies the result with system calls (not /proc, which may be mounted with
+ * effective and saved ids, keeping only CAP_SETUID, CAP_SETGID, CAP_SYS_ADMIN and CAP_SYS_CHROOT
+ * (for {@link withNamespaceCaps}), permitted but not effective. Verifies the result with system calls (not /proc, which may be mounted with
  * hidepid by then). Call it once, before Landlock and seccomp.
  */
 export function enterSpawnerIdentity(ids: { uid: number; gid: number }): void {
@@ -262,7 +276,7 @@ export function enterSpawnerIdentity(ids: { uid: number; gid: number }): void {
     ["uids", threadIds(SYS.getresuid, "getresuid"), `${uid} ${uid} ${uid}`],
     ["gids", threadIds(SYS.getresgid, "getresgid"), `${gid} ${gid} ${gid}`],
     ["supplementary groups", String(checkedSyscall("getgroups", SYS.getgroups, 0, null)), "0"],
-    ["capabilities", threadCapabilities(), `0 ${SWITCH_CAPS.toString(16)} 0 0 0 0`],
+    ["capabilities", threadCapabilities(), `0 ${KEPT_CAPS.toString(16)} 0 0 0 0`],
     ["bounding or ambient capabilities", boundingAndAmbient().join(" "), ""],
   ], "spawner identity");
   restingUid = uid;
@@ -294,6 +308,31 @@ export function withThreadUid<T>(uid: number, fn: () => T): T {
     } catch (e) {
       stuck = String(e);
     }
+  }
+}
+
+/**
+ * Moves the calling spawner thread into a new, empty System V IPC namespace (CAP_SYS_ADMIN
+ * effective for that one call), so the next child it spawns, and only that child's session,
+ * shares it: its segments, queues and semaphores are invisible to every other session and to
+ * the host, and the kernel destroys them with the namespace once the session's last process is
+ * gone (the thread holds a namespace only until its next spawn, see spawner.ts).
+ */
+export function freshIpcNamespace(): void {
+  withNamespaceCaps(() => checkedSyscall("unshare(CLONE_NEWIPC)", SYS.unshare, CLONE_NEWIPC));
+}
+
+/**
+ * Runs `call` on the calling spawner thread with CAP_SYS_ADMIN and CAP_SYS_CHROOT effective
+ * (what namespace calls need), lowered again before it returns.
+ */
+export function withNamespaceCaps<T>(call: () => T): T {
+  if (restingUid === undefined) throw new Error("this thread has not entered the spawner identity");
+  checkedSyscall("capset(namespaces)", SYS.capset, capHeader, capsNamespace);
+  try {
+    return call();
+  } finally {
+    setSwitchCaps(false);
   }
 }
 
@@ -579,14 +618,32 @@ function grant(path: string, info: Deno.FileInfo, gid: number): number {
 /** Told about each path before it is granted; true keeps the grant out of it (git_guard.ts). */
 export type GrantHook = (path: string, info: Deno.FileInfo) => boolean;
 
-function grantTree(path: string, gid: number, skip: Set<string>, claim?: GrantHook): number {
+/**
+ * Whether `uid` is one a sandbox hands out: of `ids`' range (its resting uid included), or of
+ * the default pool (another server's block, or this one's before a restart).
+ */
+function sessionMade(uid: number | null, ids: SandboxIds): boolean {
+  if (uid === null) return false;
+  const { base, blockSize, blocks } = DEFAULT_POOL;
+  return (uid >= ids.spawner && uid <= ids.last) ||
+    (uid >= base && uid < base + blockSize * blocks);
+}
+
+function grantTree(
+  path: string,
+  ids: SandboxIds,
+  skip: Set<string>,
+  claim?: GrantHook,
+): number {
   const info = Deno.lstatSync(path);
   if (claim?.(path, info) || skip.has(path)) return 0;
   if (!info.isDirectory && !info.isFile) return 0;
-  let changed = grant(path, info, gid);
+  // What a session made got the group's access when it was made (the default ACL); if it is
+  // narrower now, its session narrowed it (`chmod 600`): never widened again.
+  let changed = sessionMade(info.uid, ids) ? 0 : grant(path, info, ids.gid);
   if (info.isDirectory) {
     for (const entry of Deno.readDirSync(path)) {
-      changed += grantTree(`${path}/${entry.name}`, gid, skip, claim);
+      changed += grantTree(`${path}/${entry.name}`, ids, skip, claim);
     }
   }
   return changed;
@@ -636,7 +693,8 @@ export function assertReachable(workdir: string, ids: SandboxIds, self = false):
  * workspace tree gets an ACL entry granting the group rw (rwx on directories, x on files whose
  * owner has x) and a default ACL, so files a session creates (owned by its own uid) stay
  * writable by the next session's uid. Paths in `skip` (read-only subpaths), and paths `claim`
- * returns true for, are left alone. Returns how many ACLs were written. Throws a
+ * returns true for, are left alone, and so is an entry a session uid owns (it had the group's
+ * access from its start; a session that took it away meant to). Returns how many ACLs were written. Throws a
  * {@link SandboxUnavailableError} that says why and how to fix it when the workspace cannot be
  * made usable.
  */
@@ -650,7 +708,7 @@ export function prepareWorkdir(
   const real = Deno.realPathSync(workdir);
   try {
     const skipReal = skip.map(realPathOrSelf);
-    return grantTree(real, ids.gid, new Set(skipReal), claim);
+    return grantTree(real, ids, new Set(skipReal), claim);
   } catch (e) {
     if (!(e instanceof OsError)) throw e;
     const why = e.errno === E.EOPNOTSUPP

@@ -225,20 +225,35 @@ function addPathRule(rulesetFd: number, rule: PathRule): void {
   }
   try {
     const isDir = lstatOrNull(rule.path, true)?.isDirectory ?? false;
-    const attr = new Uint8Array(12);
-    const view = new DataView(attr.buffer);
-    view.setBigUint64(0, isDir ? rule.access : rule.access & FILE_ONLY, true);
-    view.setInt32(8, fd, true);
-    checkedSyscall(
-      `landlock_add_rule(${rule.path})`,
-      SYS.landlock_add_rule,
-      rulesetFd,
-      RULE_PATH_BENEATH,
-      attr,
-      0,
-    );
+    addFdRule(rulesetFd, fd, isDir ? rule.access : rule.access & FILE_ONLY, rule.path);
   } finally {
     closeFd(fd);
+  }
+}
+
+/** Adds a rule granting `access` beneath the directory open as `fd` (not closed here). */
+function addFdRule(rulesetFd: number, fd: number, access: bigint, what: string): void {
+  const attr = new Uint8Array(12);
+  const view = new DataView(attr.buffer);
+  view.setBigUint64(0, access, true);
+  view.setInt32(8, fd, true);
+  checkedSyscall(
+    `landlock_add_rule(${what})`,
+    SYS.landlock_add_rule,
+    rulesetFd,
+    RULE_PATH_BENEATH,
+    attr,
+    0,
+  );
+}
+
+/**
+ * Grants terminal rights beneath each directory of `dirFds`: the devpts instances of a domain's
+ * terminal slots (terminal_slots.ts), which no path reaches from the domain's own view.
+ */
+export function addTerminalRules(rulesetFd: number, plan: RulesetPlan, dirFds: number[]): void {
+  for (const fd of dirFds) {
+    addFdRule(rulesetFd, fd, (DEVICE | FS.READ_DIR) & plan.handledFs, "a slot's /dev/pts");
   }
 }
 

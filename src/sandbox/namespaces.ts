@@ -68,6 +68,8 @@ export interface NamespacePlan {
    * Each terminal is mode 0600, owned by the uid that opened it: the session's own.
    */
   privateTerminals: boolean;
+  /** At most this many terminals in that instance (sessions without a terminal slot share it). */
+  maxTerminals?: number;
   /** Unix sockets to cover, when they still are sockets and `reachable` refuses their real path. */
   hiddenSockets: SocketHiding;
   /** Files to mount over `/etc/passwd` and `/etc/group`, read-only. */
@@ -202,7 +204,11 @@ export function enterNamespaces(plan: NamespacePlan): void {
       cString("/dev/pts"),
       cString("devpts"),
       MS_NOSUID | MS_NOEXEC,
-      cString("newinstance,ptmxmode=0666,mode=0600"),
+      cString(
+        `newinstance,ptmxmode=0666,mode=0600${
+          plan.maxTerminals === undefined ? "" : `,max=${plan.maxTerminals}`
+        }`,
+      ),
     );
   }
   if (plan.hideProcesses) {

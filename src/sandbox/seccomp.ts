@@ -7,7 +7,11 @@
  *   AF_INET6 only when the network is not `none` (so no AF_NETLINK, AF_PACKET, AF_VSOCK, ...);
  * - no new namespaces: `clone` and `unshare` with any `CLONE_NEW*` flag, `setns`; `clone3`
  *   (whose flags live in a struct seccomp cannot read) fails with ENOSYS, so libc falls back to
- *   `clone`, whose flags are checked;
+ *   `clone`, whose flags are checked. Two exceptions, for the spawning thread itself:
+ *   `unshare(CLONE_NEWIPC)` alone (a private System V IPC namespace per session, see
+ *   identity.ts) and `setns(fd, CLONE_NEWNS)` (into and out of a session's own mount namespace,
+ *   session_ns.ts); the kernel refuses both to children, which hold no CAP_SYS_ADMIN and cannot
+ *   make a user namespace to gain one;
  * - `pidfd_open` fails with ENOSYS (programs fall back to waiting on their children): it needs
  *   no permission at all, so it would hand a sandboxed command a descriptor on any host process
  *   that tells it when that process exits;
@@ -49,6 +53,11 @@ const OFFSET_NR = 0;
 const OFFSET_ARCH = 4;
 /** Low 32 bits of args[0] (little-endian). */
 const OFFSET_ARG0 = 16;
+/** Low 32 bits of args[1]. */
+const OFFSET_ARG1 = 24;
+const SETNS = 308;
+/** The one namespace type `setns` may join: the spawning thread's per-session mounts. */
+const CLONE_NEWNS = 0x00020000;
 
 const SECCOMP_SET_MODE_FILTER = 1;
 
@@ -63,6 +72,8 @@ const CLONE_NEW_FLAGS = 0x00020000 | // NEWNS
   0x10000000 | // NEWUSER
   0x20000000 | // NEWPID
   0x40000000; // NEWNET
+/** The one namespace `unshare` may make: the spawning thread's per-session IPC namespace. */
+const CLONE_NEWIPC = 0x08000000;
 /** `unshare` also takes CLONE_NEWTIME. */
 const UNSHARE_NEW_FLAGS = CLONE_NEW_FLAGS | 0x00000080;
 
@@ -117,7 +128,6 @@ export const DENIED_SYSCALLS: Readonly<Record<string, number>> = {
   perf_event_open: 298,
   open_by_handle_at: 304,
   clock_adjtime: 305,
-  setns: 308,
   finit_module: 313,
   kexec_file_load: 320,
   bpf: 321,
@@ -208,6 +218,7 @@ export function filterProgram(network: NetworkMode): BpfInstruction[] {
     jeq(NR.socketpair, "family"),
     jeq(NR.clone, "clone"),
     jeq(NR.unshare, "unshare"),
+    jeq(SETNS, "setns"),
     jeq(NR.personality, "personality"),
     jeq(CLONE3, "enosys"),
     jeq(PIDFD_OPEN, "enosys"),
@@ -222,7 +233,11 @@ export function filterProgram(network: NetworkMode): BpfInstruction[] {
     jset(CLONE_NEW_FLAGS, "deny", "allow"),
     { label: "unshare" },
     load(OFFSET_ARG0),
+    jeq(CLONE_NEWIPC, "allow"),
     jset(UNSHARE_NEW_FLAGS, "deny", "allow"),
+    { label: "setns" },
+    load(OFFSET_ARG1),
+    jeq(CLONE_NEWNS, "allow", "deny"),
     { label: "personality" },
     load(OFFSET_ARG0),
     ...SAFE_PERSONAS.map((persona) => jeq(persona, "allow")),
@@ -263,7 +278,8 @@ export function seccompDenials(network: NetworkMode): SeccompDenials {
       socket: `families other than ${families.join(", ")}`,
       socketpair: `families other than ${families.join(", ")}`,
       clone: "with any CLONE_NEW* flag",
-      unshare: "with any CLONE_NEW* flag",
+      unshare: "with any CLONE_NEW* flag but CLONE_NEWIPC alone (needs CAP_SYS_ADMIN)",
+      setns: "but into a mount namespace, named as such (needs CAP_SYS_ADMIN)",
       personality: `personas other than ${personas}`,
     },
     enosys: ["clone3", "pidfd_open"],

@@ -535,7 +535,7 @@ export class SessionManager {
         cwd: req.workdir,
         stdio: pipes ? { kind: "pipes", ...pipes.child } : { kind: "pty", size: req.size },
         gate,
-      });
+      }, lease.slot);
       if (spawned.unplaced) {
         throw new SandboxUnavailableError("cannot put the session's child into its cgroup");
       }
@@ -809,8 +809,8 @@ function diedOr(err: unknown): unknown {
 function noTerminalLeft(): OutOfResourcesError {
   const max = readSmallFile("/proc/sys/kernel/pty/max")?.trim();
   return new OutOfResourcesError(
-    `no pseudo-terminal is left: the system's limit (kernel.pty.max${max ? ` = ${max}` : ""}) ` +
-      "is reached; nothing was started. End sessions and try again, or use tty: false (pipes " +
+    `no pseudo-terminal is left: the system's limit (kernel.pty.max${max ? ` = ${max}` : ""}), ` +
+      "or the terminals a session may hold (UEXEC_MAX_PTYS_PER_SESSION), is reached; nothing was started. End sessions and try again, or use tty: false (pipes " +
       "need no terminal)",
   );
 }

@@ -11,11 +11,11 @@
  * @module
  */
 
-import { OsError } from "../ffi/libc.ts";
+import { closeAll, OsError } from "../ffi/libc.ts";
 import { startWorker } from "../io/descriptor_reserve.ts";
 import type { Spawned, SpawnSpec } from "../pty/spawn.ts";
 import { SandboxUnavailableError } from "../sandbox/errors.ts";
-import type { Restriction, WorkerReply, WorkerRequest } from "./protocol.ts";
+import type { Restriction, TakeBack, WorkerReply, WorkerRequest } from "./protocol.ts";
 
 /**
  * A failed worker request: `kind` says whether the spawn itself failed, the worker reported an
@@ -49,6 +49,10 @@ export class Spawner {
   #pending = new Map<number, Pending>();
   #nextId = 1;
   #dead?: Error;
+  /** Its domain's and terminal slots' mount namespaces, closed when it is stopped. */
+  #namespaces: number[] = [];
+  /** Its free terminal slots (terminal_slots.ts), lowest first. */
+  #freeSlots: number[] = [];
   /** Resolves once the worker loaded and can take requests; rejects if it died first. */
   readonly ready: Promise<void>;
   /** Called once if the worker dies. */
@@ -80,12 +84,15 @@ export class Spawner {
     };
   }
 
-  /** Start a child on this worker's thread; resolves to its pid (and PTY master). */
-  async spawn(spec: SpawnSpec): Promise<Spawned> {
+  /**
+   * Start a child on this worker's thread, in terminal slot `slot` when the worker has slots
+   * (terminal_slots.ts); resolves to its pid (and PTY master).
+   */
+  async spawn(spec: SpawnSpec, slot?: number): Promise<Spawned> {
     const started = new Int32Array(new SharedArrayBuffer(8)).fill(-1);
     let reply: WorkerReply;
     try {
-      reply = await this.#request({ type: "spawn", spec, started });
+      reply = await this.#request({ type: "spawn", spec, started, slot });
     } catch (err) {
       const pid = Atomics.load(started, 0);
       if (!(err instanceof SpawnFailure) || err.kind !== "died" || pid < 0) throw err;
@@ -97,9 +104,12 @@ export class Spawner {
     return { pid: reply.pid, master: reply.master, unplaced: reply.unplaced };
   }
 
-  /** Kill every process of each of `uids` (only on a worker that is never restricted, as root). */
-  async reap(uids: number[]): Promise<void> {
-    const reply = await this.#request({ type: "reap", uids });
+  /**
+   * Kill every process of each of `uids`, then take back the files `takeBack` names (only on a
+   * worker that is never restricted, as root).
+   */
+  async reap(uids: number[], takeBack?: TakeBack): Promise<void> {
+    const reply = await this.#request({ type: "reap", uids, takeBack });
     if (reply.type !== "reaped") throw failure(reply);
   }
 
@@ -107,10 +117,28 @@ export class Spawner {
   async restrict(r: Restriction): Promise<void> {
     const reply = await this.#request({ type: "restrict", ...r });
     if (reply.type !== "restricted") throw failure(reply);
+    this.#namespaces = reply.namespaces ?? [];
+    this.#freeSlots = Array.from({ length: reply.slots ?? 0 }, (_, i) => i);
+  }
+
+  /**
+   * A free terminal slot for one session; undefined when the worker has none, or every one is
+   * held (the session then shares the domain's own devpts instance, capped as well).
+   */
+  takeSlot(): number | undefined {
+    return this.#freeSlots.shift();
+  }
+
+  /** Gives back a slot `takeSlot` handed out, once its session ended. */
+  giveSlot(slot: number): void {
+    this.#freeSlots.push(slot);
+    this.#freeSlots.sort((a, b) => a - b);
   }
 
   /** Stop the worker thread (its children live on). */
   terminate(): void {
+    closeAll(this.#namespaces);
+    this.#namespaces = [];
     this.#worker.terminate();
     this.#stopped.resolve();
   }
@@ -143,6 +171,8 @@ function failure(reply: WorkerReply): Error {
 /** A session's hold on its domain's worker; `release` it when the session ends. */
 export interface Lease {
   spawner: Spawner;
+  /** The session's terminal slot on it, when the worker has slots (a root server). */
+  slot?: number;
   release(): void;
 }
 
@@ -215,12 +245,15 @@ export class SpawnerPool {
     this.#idle.delete(domain);
     try {
       const spawner = await held.spawner;
+      const slot = spawner.takeSlot();
       let released = false;
       return {
         spawner,
+        slot,
         release: () => {
           if (released) return;
           released = true;
+          if (slot !== undefined) spawner.giveSlot(slot);
           this.#release(domain, held);
         },
       };

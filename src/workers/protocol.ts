@@ -1,7 +1,8 @@
 /**
  * Messages between the main thread and spawner workers. A worker is bound to one sandbox domain:
  * it may be told once to restrict its own thread, and then only spawns. An unrestricted root
- * worker may instead serve as the reaper, killing what is left of a uid before it is reused.
+ * worker may instead serve as the reaper, killing what is left of a uid before it is reused and
+ * taking back the files it owns.
  *
  * Types only; nothing here may run code.
  *
@@ -11,6 +12,7 @@
 import type { SpawnSpec } from "../pty/spawn.ts";
 import type { ResolvedPolicy } from "../sandbox/policy.ts";
 import type { AccountFiles } from "../sandbox/accounts.ts";
+import type { TerminalPlan } from "../sandbox/terminal_slots.ts";
 
 /** How a domain's worker restricts itself. */
 export interface Restriction {
@@ -21,6 +23,8 @@ export interface Restriction {
   gid?: number;
   /** The account files its children see (a root server only). */
   accounts?: AccountFiles;
+  /** The terminal slots it makes, one per concurrent session (a root server only). */
+  terminals?: TerminalPlan;
 }
 
 /**
@@ -29,15 +33,38 @@ export interface Restriction {
  * exist, so the main thread knows them even if the worker dies before it answers.
  */
 export type WorkerRequest =
-  | { id: number; type: "spawn"; spec: SpawnSpec; started: Int32Array }
+  | {
+    id: number;
+    type: "spawn";
+    spec: SpawnSpec;
+    started: Int32Array;
+    /** The session's terminal slot (terminal_slots.ts), joined just around the spawn. */
+    slot?: number;
+  }
   | ({ id: number; type: "restrict" } & Restriction)
-  | { id: number; type: "reap"; uids: number[] };
+  | { id: number; type: "reap"; uids: number[]; takeBack?: TakeBack };
+
+/** Files to take back from uids handed out before (uid_files.ts), after their processes died. */
+export interface TakeBack {
+  uids: number[];
+  /** Who gets them: the range's resting uid. */
+  owner: number;
+  /** Where to look: the workspace and the workdirs outside it that sessions used. */
+  roots: string[];
+}
 
 /** A worker's reply. */
 export type WorkerReply =
   | { type: "ready" }
   | { id: number; type: "spawned"; pid: number; master?: number; unplaced?: boolean }
-  | { id: number; type: "restricted" }
+  | {
+    id: number;
+    type: "restricted";
+    /** The descriptors of its domain's and its terminal slots' mount namespaces. */
+    namespaces?: number[];
+    /** How many terminal slots it has. */
+    slots?: number;
+  }
   | { id: number; type: "reaped" }
   | {
     id: number;
