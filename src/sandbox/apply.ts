@@ -22,7 +22,8 @@ import { enterSpawnerIdentity, sandboxIdentity, sandboxIds } from "./identity.ts
 import { DASH, limitWrapper, PRLIMIT } from "./limits.ts";
 import { existingPaths } from "./fsinfo.ts";
 import { boundUnixSockets, socketReachable, socketsToHide } from "./unix_sockets.ts";
-import { closeFd, threadEuid } from "./syscalls.ts";
+import { checkedSyscall, closeFd, SYS, threadEuid } from "./syscalls.ts";
+import { AT_FDCWD, cString, O } from "../ffi/libc.ts";
 
 export { SandboxUnavailableError } from "./errors.ts";
 
@@ -42,10 +43,12 @@ export interface ApplyOptions {
 /**
  * Restricts the calling thread, and every child it spawns from now on, to `policy`.
  * Does nothing when `policy.enforce` is false. Throws {@link SandboxUnavailableError} when any
- * part cannot be enforced.
+ * part cannot be enforced. For a policy with egress rules it returns a descriptor of the
+ * thread's private network namespace (close-on-exec), in which the server opens the egress
+ * proxy's listener (src/egress/gateway.ts); the caller owns it.
  */
-export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): void {
-  if (!policy.enforce) return;
+export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): number | undefined {
+  if (!policy.enforce) return undefined;
   const abi = landlockAbi();
   if (abi < MIN_LANDLOCK_ABI) {
     throw new SandboxUnavailableError(
@@ -87,6 +90,33 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): v
         },
       }),
   );
+  // Opened while the thread is still root and unrestricted; it closes on any failure below.
+  const netns = policy.egress
+    ? sandboxStep("egress namespace", () =>
+      checkedSyscall(
+        "open(/proc/thread-self/ns/net)",
+        SYS.openat,
+        AT_FDCWD,
+        cString("/proc/thread-self/ns/net"),
+        O.CLOEXEC,
+        0,
+      ))
+    : undefined;
+  try {
+    restrict(policy, abi, root, identity);
+  } catch (e) {
+    if (netns !== undefined) closeFd(netns);
+    throw e;
+  }
+  return netns;
+}
+
+function restrict(
+  policy: ResolvedPolicy,
+  abi: number,
+  root: boolean,
+  identity: ReturnType<typeof sandboxIdentity>,
+): void {
   const rulesetFd = sandboxStep("Landlock ruleset", () => {
     const plan = planRuleset(policy, abi, { readOnlyEnforcedElsewhere: root });
     return createRuleset(plan);

@@ -54,6 +54,7 @@ import { type GrantedRoot, GrantError } from "./write_grant.ts";
 import { type GrantSpec, GrantThread } from "./grant_thread.ts";
 import type { GrantJournal } from "./grant_journal.ts";
 import { gitConfigText, type GitIdentity } from "./git_config.ts";
+import { proxyEnv } from "../egress/gateway.ts";
 
 /**
  * Sandboxed git trusts repositories whatever their owner: every session runs as its own uid,
@@ -349,7 +350,12 @@ export class SandboxDomains {
     let released = false;
     const user = reserved.uid === undefined ? {} : accountEnv(reserved.uid);
     return {
-      env: { ...privateEnv(reserved.dir), ...user, ...GIT_TRUSTS_EVERY_OWNER },
+      env: {
+        ...privateEnv(reserved.dir),
+        ...user,
+        ...GIT_TRUSTS_EVERY_OWNER,
+        ...(domain.policy.egress ? proxyEnv() : {}),
+      },
       uid: reserved.uid,
       granted: grant !== undefined,
       // Without a grant, all of it happens before this returns.

@@ -183,6 +183,16 @@ export interface ManagerOptions {
    * is made when absent).
    */
   descriptors?: DescriptorReserve;
+  /** The egress proxy: told whose connections are whose, and asked what it refused them. */
+  egress?: EgressSessions;
+}
+
+/** What the manager needs of the egress gateway (src/egress/gateway.ts). */
+export interface EgressSessions {
+  /** Connections from `uid` are `sessionId`'s until the returned function is called. */
+  register(uid: number, session: { sessionId: number; agent: string }): () => void;
+  /** What the proxy refused `sessionId` so far (taken). */
+  takeRefusals(sessionId: number): { host: string; port: number; rule: string }[];
 }
 
 const PROTECTED_RECENT = 8;
@@ -517,6 +527,11 @@ export class SessionManager {
       // First of all: its worker may be started now, which can fail short of descriptors.
       if (req.screen || req.outputMode === "screen") screen = this.#screens.open(req.size);
       dir = await sandbox.session();
+      if (dir.uid !== undefined && sandbox.policy.egress && this.#opts.egress) {
+        const unregister = this.#opts.egress.register(dir.uid, { sessionId: id, agent: req.owner });
+        const { release } = dir;
+        dir = { ...dir, release: () => (unregister(), release()) };
+      }
       cgroup = cgroups && contain(() => cgroups.create(sandbox.policy.limits, req.owner, !short));
       gate = cgroup && gateFor(cgroup);
       pipes = req.tty ? undefined : openPipes();
@@ -711,7 +726,7 @@ export class SessionManager {
       result.exit_code = session.exit!.code;
       if (session.usage) result.usage = session.usage;
       if (session.endReason === "timeout") result.timed_out = true;
-      const found = detectDenial({
+      const found = this.#egressDenial(session) ?? detectDenial({
         policy: session.policy,
         exitCode: result.exit_code,
         output: got.text,
@@ -731,6 +746,22 @@ export class SessionManager {
       }
     }
     return result;
+  }
+
+  /** The first connection the egress proxy refused `session`, as its denial. */
+  #egressDenial(session: Session): { denied: true; denial: Denial } | undefined {
+    if (!session.policy.egress) return undefined;
+    const [first] = this.#opts.egress?.takeRefusals(session.id) ?? [];
+    if (!first) return undefined;
+    return {
+      denied: true,
+      denial: {
+        kind: "network",
+        host: first.host,
+        port: first.port,
+        evidence: `egress proxy refused ${first.host}:${first.port} (rule ${first.rule})`,
+      },
+    };
   }
 
   /**

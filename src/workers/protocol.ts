@@ -37,7 +37,8 @@ export type WorkerRequest =
 export type WorkerReply =
   | { type: "ready" }
   | { id: number; type: "spawned"; pid: number; master?: number; unplaced?: boolean }
-  | { id: number; type: "restricted" }
+  /** `netns`: the worker's network namespace, when its policy has egress rules (see apply.ts). */
+  | { id: number; type: "restricted"; netns?: number }
   | { id: number; type: "reaped" }
   | {
     id: number;

@@ -70,8 +70,8 @@ function handle(req: WorkerRequest): WorkerReply {
       if (restricted) throw new Error("this worker is already restricted");
       restricted = true;
       try {
-        applySandbox(req.policy, req);
-        return { id: req.id, type: "restricted" };
+        const netns = applySandbox(req.policy, req);
+        return { id: req.id, type: "restricted", ...(netns === undefined ? {} : { netns }) };
       } catch (err) {
         broken = err instanceof SandboxUnavailableError ? err.message : `sandbox: ${err}`;
         return { id: req.id, type: "failed", kind: "sandbox", message: broken };

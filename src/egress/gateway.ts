@@ -1,0 +1,241 @@
+/**
+ * The egress gateway: one proxy listener inside each egress domain's network namespace (at
+ * `127.0.0.1:3128` there, the namespace's only way out), the sessions each connection is
+ * attributed to, and the audit of every connection.
+ *
+ * A connection is attributed by the kernel, not by anything the client says: every session runs
+ * as a uid of its own, and the namespace's TCP table (`/proc/net/tcp`, read inside it) names
+ * the uid that owns the client's socket. Connections per session are capped (a session past
+ * the cap is refused without delaying others), and an idle connection is closed.
+ *
+ * It must never accept connections from outside a sandbox's namespace, never let a connection
+ * through that its domain's rules refuse, and never drop a record of one.
+ *
+ * @module
+ */
+
+import { type ConnectionRecord, handleConnection } from "./proxy.ts";
+import { type Cidr, type EgressRules } from "./rules.ts";
+import { Resolver } from "./resolver.ts";
+import { insideNamespace } from "./netns.ts";
+import { closeAll, cString, errno, libc, O, OsError } from "../ffi/libc.ts";
+
+/** Where the proxy listens inside every egress namespace. */
+export const PROXY_PORT = 3128;
+
+/** The environment that points a session's tools at the proxy. */
+export function proxyEnv(): Record<string, string> {
+  const url = `http://127.0.0.1:${PROXY_PORT}`;
+  return {
+    HTTP_PROXY: url,
+    HTTPS_PROXY: url,
+    ALL_PROXY: url,
+    http_proxy: url,
+    https_proxy: url,
+    all_proxy: url,
+    NO_PROXY: "localhost,127.0.0.1",
+    no_proxy: "localhost,127.0.0.1",
+  };
+}
+
+/** Who a connection belongs to. */
+export interface EgressSession {
+  sessionId: number;
+  agent: string;
+}
+
+/** One audited connection. */
+export interface EgressEvent extends ConnectionRecord {
+  session_id?: number;
+  agent?: string;
+}
+
+/** Settings of the gateway. */
+export interface GatewayOptions {
+  /** `UEXEC_EGRESS_HOSTS`: a file in /etc/hosts form consulted before DNS. */
+  hostsFile?: string;
+  /** `UEXEC_EGRESS_ALLOW_PRIVATE`: ranges the proxy may dial although private. */
+  allowPrivate: Cidr[];
+  /** Live connections one session may hold (default 64). */
+  maxPerSession?: number;
+  /** Close a connection after this long without traffic (default 60 s). */
+  idleMs?: number;
+  /** Told of every connection once it ended. */
+  onConnection?: (event: EgressEvent) => void;
+}
+
+/** A live listener in one namespace. */
+export interface EgressListener {
+  close(): void;
+}
+
+/** Refusals kept per session for its result's denial (the first few only). */
+const MAX_REFUSALS = 16;
+/** Sessions whose refusals are kept until their result takes them. */
+const MAX_REFUSING_SESSIONS = 1024;
+
+/**
+ * The whole of a /proc file, read through libc: Deno's own file API asks for --allow-all to
+ * read `/proc/<pid>/net`, which the server does not run with.
+ */
+function readProcFile(path: string): string {
+  const c = libc();
+  const fd = c.open(cString(path), O.CLOEXEC);
+  if (fd < 0) throw new OsError(`open(${path})`, errno());
+  const parts: Uint8Array[] = [];
+  try {
+    for (;;) {
+      const buf = new Uint8Array(64 * 1024);
+      const n = c.read(fd, buf, BigInt(buf.length));
+      if (n < 0) throw new OsError(`read(${path})`, errno());
+      if (n === 0) break;
+      parts.push(buf.subarray(0, n));
+    }
+  } finally {
+    c.close(fd);
+  }
+  const decoder = new TextDecoder();
+  return parts.map((part) => decoder.decode(part, { stream: true })).join("") + decoder.decode();
+}
+
+/** Reads the uid owning the client socket of a connection from `peerPort` to the proxy. */
+function ownerUid(peerPort: number): number | undefined {
+  const text = readProcFile("/proc/thread-self/net/tcp");
+  const local = `:${peerPort.toString(16).toUpperCase().padStart(4, "0")}`;
+  const remote = `:${PROXY_PORT.toString(16).toUpperCase().padStart(4, "0")}`;
+  for (const line of text.split("\n").slice(1)) {
+    const f = line.trim().split(/\s+/);
+    if (f.length > 7 && f[1].endsWith(local) && f[2].endsWith(remote)) return Number(f[7]);
+  }
+  return undefined;
+}
+
+/** Proxies, session attribution and audit for every egress domain. */
+export class EgressGateway {
+  #opts: GatewayOptions;
+  #resolver: Resolver;
+  #sessions = new Map<number, EgressSession>();
+  #live = new Map<number, number>();
+  #refusals = new Map<number, EgressEvent[]>();
+  #listeners = new Set<Deno.TcpListener>();
+
+  constructor(opts: GatewayOptions) {
+    this.#opts = opts;
+    this.#resolver = new Resolver(opts.hostsFile);
+  }
+
+  /** Connections from `uid` belong to `session` until the returned function is called. */
+  register(uid: number, session: EgressSession): () => void {
+    this.#sessions.set(uid, session);
+    return () => {
+      if (this.#sessions.get(uid) === session) this.#sessions.delete(uid);
+    };
+  }
+
+  /** The connections refused to `sessionId` so far, oldest first; taken, not kept. */
+  takeRefusals(sessionId: number): EgressEvent[] {
+    const found = this.#refusals.get(sessionId) ?? [];
+    this.#refusals.delete(sessionId);
+    return found;
+  }
+
+  /**
+   * Opens the proxy listener inside the namespace `nsFd` (which the gateway then owns and
+   * closes with the listener), judging by `rules`.
+   */
+  open(nsFd: number, rules: EgressRules): EgressListener {
+    let listener: Deno.TcpListener;
+    try {
+      listener = insideNamespace(
+        nsFd,
+        () => Deno.listen({ hostname: "127.0.0.1", port: PROXY_PORT, transport: "tcp" }),
+      );
+    } catch (err) {
+      closeAll([nsFd]);
+      throw err;
+    }
+    this.#listeners.add(listener);
+    this.#serve(listener, nsFd, rules);
+    let closed = false;
+    return {
+      close: () => {
+        if (closed) return;
+        closed = true;
+        this.#listeners.delete(listener);
+        try {
+          listener.close();
+        } catch {
+          // Already closed.
+        }
+      },
+    };
+  }
+
+  /** Stops every listener (server shutdown). */
+  close(): void {
+    for (const listener of this.#listeners) {
+      try {
+        listener.close();
+      } catch {
+        // Already closed.
+      }
+    }
+    this.#listeners.clear();
+  }
+
+  async #serve(listener: Deno.TcpListener, nsFd: number, rules: EgressRules): Promise<void> {
+    try {
+      for await (const conn of listener) this.#accepted(conn, nsFd, rules);
+    } catch {
+      // The listener was closed.
+    } finally {
+      closeAll([nsFd]);
+    }
+  }
+
+  #accepted(conn: Deno.TcpConn, nsFd: number, rules: EgressRules): void {
+    let uid: number | undefined;
+    try {
+      uid = insideNamespace(nsFd, () => ownerUid(conn.remoteAddr.port));
+    } catch (err) {
+      console.error(`uexec: egress: cannot attribute a connection: ${err}`);
+    }
+    const session = uid === undefined ? undefined : this.#sessions.get(uid);
+    const live = uid === undefined ? 0 : this.#live.get(uid) ?? 0;
+    const who = session ? { session_id: session.sessionId, agent: session.agent } : {};
+    if (live >= (this.#opts.maxPerSession ?? 64)) {
+      conn.write(new TextEncoder().encode(
+        "HTTP/1.1 503 Busy\r\nX-Uexec-Egress: error; rule=limit:connections\r\n" +
+          "Content-Length: 0\r\nConnection: close\r\n\r\n",
+      )).catch(() => {}).finally(() => conn.close());
+      return;
+    }
+    if (uid !== undefined) this.#live.set(uid, live + 1);
+    const ctx = {
+      rules,
+      allowPrivate: this.#opts.allowPrivate,
+      resolver: this.#resolver,
+      idleMs: this.#opts.idleMs ?? 60_000,
+    };
+    handleConnection(conn, ctx, (rec) => {
+      const event: EgressEvent = { ...who, ...rec };
+      if (event.decision === "denied" && session) {
+        const list = this.#refusals.get(session.sessionId) ?? [];
+        if (list.length < MAX_REFUSALS) list.push(event);
+        this.#refusals.delete(session.sessionId);
+        this.#refusals.set(session.sessionId, list);
+        // Results never read (a session killed) leave theirs: the oldest go past the cap.
+        for (const id of this.#refusals.keys()) {
+          if (this.#refusals.size <= MAX_REFUSING_SESSIONS) break;
+          this.#refusals.delete(id);
+        }
+      }
+      this.#opts.onConnection?.(event);
+    }).finally(() => {
+      if (uid === undefined) return;
+      const left = (this.#live.get(uid) ?? 1) - 1;
+      if (left > 0) this.#live.set(uid, left);
+      else this.#live.delete(uid);
+    });
+  }
+}

@@ -1,0 +1,60 @@
+/**
+ * Name resolution for the egress proxy: the operator's hosts file (`UEXEC_EGRESS_HOSTS`, in
+ * `/etc/hosts` form, read at each lookup so edits apply at once) first, then DNS through
+ * `Deno.resolveDns` (A, then AAAA). The proxy dials one of the addresses returned here and
+ * nothing else: a name is looked up once per connection, so the address judged is the address
+ * connected to (no second lookup a rebinding server could answer differently).
+ *
+ * It must never connect anywhere itself, nor cache an answer beyond one lookup.
+ *
+ * @module
+ */
+
+import { canonicalHost, parseAddress } from "./rules.ts";
+
+/** Looks names up. */
+export class Resolver {
+  #hostsFile?: string;
+
+  constructor(hostsFile?: string) {
+    this.#hostsFile = hostsFile;
+  }
+
+  /** The addresses of `host` (canonical): itself when it is an address literal. */
+  async resolve(host: string): Promise<string[]> {
+    if (parseAddress(host)) return [host];
+    const listed = await this.#fromHostsFile(host);
+    if (listed.length > 0) return listed;
+    const found: string[] = [];
+    for (const type of ["A", "AAAA"] as const) {
+      try {
+        found.push(...await Deno.resolveDns(host, type));
+      } catch {
+        // No such record (or no answer): the other family, or nothing.
+      }
+      if (found.length > 0) break;
+    }
+    return found;
+  }
+
+  async #fromHostsFile(host: string): Promise<string[]> {
+    if (!this.#hostsFile) return [];
+    const text = await Deno.readTextFile(this.#hostsFile);
+    return parseHosts(text).get(host) ?? [];
+  }
+}
+
+/** The entries of a file in `/etc/hosts` form: canonical name to addresses, in file order. */
+export function parseHosts(text: string): Map<string, string[]> {
+  const names = new Map<string, string[]>();
+  for (const raw of text.split("\n")) {
+    const [address, ...aliases] = raw.replace(/#.*/, "").trim().split(/\s+/);
+    if (!address || !parseAddress(address)) continue;
+    for (const alias of aliases) {
+      const name = canonicalHost(alias);
+      if (name === undefined) continue;
+      names.set(name, [...names.get(name) ?? [], address]);
+    }
+  }
+  return names;
+}
