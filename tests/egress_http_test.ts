@@ -11,6 +11,7 @@
 
 import assert from "node:assert/strict";
 import { startServer, type TestServer } from "./helpers/server.ts";
+import { connectSse } from "./helpers/sse.ts";
 
 // deno-lint-ignore no-explicit-any
 type Body = any;
@@ -150,5 +151,174 @@ Deno.test("egress: an allowed name resolving to a private address not allowed is
     assert.equal(web.seen.length, 0);
   } finally {
     await w.close();
+  }
+});
+
+/** A bare git repository with one commit, served over dumb HTTP by the test; its commit id. */
+async function dumbGitOrigin() {
+  const dir = await Deno.makeTempDir({ prefix: "uexec-egress-git-" });
+  const git = async (...args: string[]) => {
+    const out = await new Deno.Command("git", {
+      args,
+      env: {
+        GIT_AUTHOR_NAME: "t",
+        GIT_AUTHOR_EMAIL: "t@t",
+        GIT_COMMITTER_NAME: "t",
+        GIT_COMMITTER_EMAIL: "t@t",
+      },
+    }).output();
+    assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+    return new TextDecoder().decode(out.stdout).trim();
+  };
+  await git("init", "-q", "-b", "main", `${dir}/src`);
+  await git("-C", `${dir}/src`, "commit", "-q", "--allow-empty", "-m", "first");
+  const commit = await git("-C", `${dir}/src`, "rev-parse", "HEAD");
+  await git("clone", "-q", "--bare", `${dir}/src`, `${dir}/repo.git`);
+  await git("-C", `${dir}/repo.git`, "update-server-info");
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+    const path = new URL(req.url).pathname;
+    if (path.includes("..")) return new Response("no", { status: 400 });
+    try {
+      return new Response(await Deno.readFile(`${dir}${path}`), {
+        headers: { "content-type": "text/plain" },
+      });
+    } catch {
+      return new Response("not found", { status: 404 });
+    }
+  });
+  return {
+    port: server.addr.port,
+    commit,
+    async close() {
+      await server.shutdown();
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+/** The egress counters of the server's metrics. */
+async function egressMetrics(server: TestServer): Promise<Record<string, number>> {
+  const r = await server.raw("/metrics", {
+    headers: { authorization: `Bearer ${server.operatorToken}` },
+  });
+  const found: Record<string, number> = {};
+  for (const m of r.text.matchAll(/^(uexec_egress_\w+)\{(\w+)="(\w+)"\} (\d+)$/gm)) {
+    found[`${m[1]}{${m[3]}}`] = Number(m[4]);
+  }
+  return found;
+}
+
+Deno.test("egress: Python's urllib, git over HTTP and tunnels; every connection audited", async () => {
+  const w = await world();
+  const repo = await dumbGitOrigin();
+  const events = await connectSse(`${w.server.url}/v1/events`, w.server.operator.auth);
+  try {
+    const { server, web } = w;
+    const before = await egressMetrics(server);
+    assert.deepEqual(before, {}, "no connection yet");
+    const py = await run(
+      server,
+      `python3 -c "import urllib.request as u; ` +
+        `print(u.urlopen('http://allowed.test:${web.port}/py').read().decode(), end='')"`,
+    );
+    assert.equal(py.output, "origin says GET /py\r\n");
+    const lsRemote = await run(server, `git ls-remote http://allowed.test:${repo.port}/repo.git`);
+    assert.equal(lsRemote.exit_code, 0, lsRemote.output);
+    assert.match(lsRemote.output, new RegExp(`^${repo.commit}\trefs/heads/main\r$`, "m"));
+    // A CONNECT tunnel (what HTTPS uses), then plain HTTP inside it.
+    const tunnel = await run(server, `curl -sS -p http://allowed.test:${web.port}/tunnel`);
+    assert.equal(tunnel.output, "origin says GET /tunnel\r\n");
+    const refused = await run(server, `curl -sS -o /dev/null http://other.test:${web.port}/no`);
+    assert.equal(refused.sandbox.denial.host, "other.test");
+
+    // The stream names each connection: session, agent, host, port, address, decision, rule.
+    const all = await events.until((evs) =>
+      evs.some((e) => e.event === "egress" && e.data.host === "other.test")
+    );
+    const egress = all.filter((e) => e.event === "egress").map((e) => e.data);
+    const [pySession, gitSession, tunnelSession, refusedSession] = all
+      .filter((e) => e.event === "begin").map((e) => e.data.session_id);
+    const summary = egress.map((e) => [e.agent, e.host, e.port, e.address, e.decision, e.rule]);
+    const gitRequests = egress.filter((e) => e.port === repo.port).length;
+    assert.ok(gitRequests >= 1);
+    assert.deepEqual(summary, [
+      ["default", "allowed.test", web.port, "127.0.0.1", "allowed", "allow:allowed.test"],
+      ...Array(gitRequests).fill(
+        ["default", "allowed.test", repo.port, "127.0.0.1", "allowed", "allow:allowed.test"],
+      ),
+      ["default", "allowed.test", web.port, "127.0.0.1", "allowed", "allow:allowed.test"],
+      ["default", "other.test", web.port, undefined, "denied", "not-allowed"],
+    ]);
+    assert.deepEqual(egress.map((e) => e.session_id), [
+      pySession,
+      ...Array(gitRequests).fill(gitSession),
+      tunnelSession,
+      refusedSession,
+    ]);
+    assert.deepEqual(egress.map((e) => e.method), [
+      "GET",
+      ...Array(gitRequests).fill("GET"),
+      "CONNECT",
+      "GET",
+    ]);
+    for (const e of egress.filter((e) => e.decision === "allowed")) {
+      assert.ok(e.bytes_up > 0 && e.bytes_down > 0, JSON.stringify(e));
+      assert.ok(e.duration_ms >= 0);
+    }
+    // The tunnel's bytes are what went through it: the request inside, the whole response.
+    const inTunnel = egress[gitRequests + 1];
+    assert.ok(inTunnel.bytes_down > "origin says GET /tunnel\n".length);
+    const metrics = await egressMetrics(server);
+    const sum = (dir: string) => egress.reduce((n, e) => n + e[`bytes_${dir}`], 0);
+    assert.deepEqual(metrics, {
+      "uexec_egress_connections_total{allowed}": 2 + gitRequests,
+      "uexec_egress_connections_total{denied}": 1,
+      "uexec_egress_bytes_total{up}": sum("up"),
+      "uexec_egress_bytes_total{down}": sum("down"),
+    });
+  } finally {
+    await events.close();
+    await repo.close();
+    await w.close();
+  }
+});
+
+Deno.test("egress: read-only refuses a POST, a body and a CONNECT; GET goes through", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "uexec-profiles-" });
+  const shipped = new URL("../sandbox-profiles/", import.meta.url).pathname;
+  for await (const entry of Deno.readDir(shipped)) {
+    await Deno.copyFile(`${shipped}${entry.name}`, `${dir}/${entry.name}`);
+  }
+  const profile = JSON.parse(await Deno.readTextFile(`${shipped}${EGRESS}.json`));
+  profile.egress = { methods: "read-only" };
+  await Deno.writeTextFile(`${dir}/egress-read-only.json`, JSON.stringify(profile));
+  const w = await world({ UEXEC_PROFILES_DIR: dir });
+  try {
+    const { server, web } = w;
+    const ro = { profile: "egress-read-only" };
+    const url = `http://allowed.test:${web.port}`;
+    const get = await run(server, `curl -sS ${url}/get`, ro);
+    assert.equal(get.output, "origin says GET /get\r\n");
+    const head = await run(server, `curl -sS -o /dev/null -w '%{http_code}' -I ${url}/h`, ro);
+    assert.equal(head.output, "200");
+    const post = await run(server, `curl -sS -d x=1 ${url}/post`, ro);
+    assert.match(post.output, /refused allowed\.test:\d+: .*\(rule read-only:POST\)/);
+    const withBody = await run(server, `curl -sS -X GET -d x=1 ${url}/body`, ro);
+    assert.match(withBody.output, /\(rule read-only:body\)/);
+    const connect = await run(server, `curl -sS -p ${url}/tunnel`, ro);
+    assert.notEqual(connect.exit_code, 0);
+    assert.match(connect.output, /CONNECT tunnel failed, response 403/);
+    assert.equal(connect.sandbox.denial.host, "allowed.test");
+    // The control: the same requests under the profile that allows every method.
+    const allPost = await run(server, `curl -sS -d x=1 ${url}/post`);
+    assert.equal(allPost.output, "origin says POST /postx=1\r\n");
+    assert.deepEqual(web.seen, [
+      `GET /get host=allowed.test:${web.port}`,
+      `HEAD /h host=allowed.test:${web.port}`,
+      `POST /post host=allowed.test:${web.port}`,
+    ]);
+  } finally {
+    await w.close();
+    await Deno.remove(dir, { recursive: true });
   }
 });

@@ -325,6 +325,7 @@ export async function handleConnection(
     rec.decision = "allowed";
     if (head.upstreamHead) {
       await writeAll(upstream, head.upstreamHead);
+      rec.bytes_up += head.upstreamHead.length;
     } else {
       await writeAll(
         client,

@@ -19,6 +19,8 @@ export interface EgressRules {
   deny: string[];
   /** `read-only`: GET, HEAD and OPTIONS over plain HTTP only; no tunnels. */
   methods: "all" | "read-only";
+  /** The agent's `max_egress`: a host none of these match is refused whatever `allow` says. */
+  cap?: string[];
 }
 
 /** Why a connection was let through or refused: the rule, as shown in the 403. */
@@ -66,11 +68,14 @@ const READ_ONLY_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
 
 /**
  * The verdict for a request for `host` with `method` (`CONNECT` for a tunnel). Deny wins, then
- * the method, then allow; nothing allowed is a refusal.
+ * the agent's cap, then allow, then the method; nothing allowed is a refusal.
  */
 export function judgeHost(rules: EgressRules, host: string, method: string): Verdict {
   const denied = rules.deny.find((p) => matches(p, host));
   if (denied) return { allowed: false, rule: `deny:${denied}` };
+  if (rules.cap && !rules.cap.some((p) => matches(p, host))) {
+    return { allowed: false, rule: "max-egress" };
+  }
   const allowed = rules.allow.find((p) => matches(p, host));
   if (!allowed) return { allowed: false, rule: "not-allowed" };
   if (rules.methods === "read-only" && !READ_ONLY_METHODS.has(method)) {

@@ -91,7 +91,7 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): n
       }),
   );
   // Opened while the thread is still root and unrestricted; it closes on any failure below.
-  const netns = policy.egress
+  const netns = policy.egress && policy.network === "loopback"
     ? sandboxStep("egress namespace", () =>
       checkedSyscall(
         "open(/proc/thread-self/ns/net)",

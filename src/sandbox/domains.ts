@@ -108,6 +108,8 @@ export interface ChooseOptions {
   agent?: string;
   /** An approved widening of the profile. */
   widening?: Widening;
+  /** The agent's `max_egress`: what its egress proxy may ever let through (no cap: undefined). */
+  egressCap?: string[];
 }
 
 /** Settings of the domain registry. */
@@ -269,12 +271,14 @@ export class SandboxDomains {
   choose(name: string, workdir: string, opts: ChooseOptions = {}): SandboxChoice {
     const widening = canonical(opts.widening ?? {});
     const base = this.profile(name);
-    const profile = widen(base, widening, (n) => this.profile(n), FULL_ACCESS);
+    const widened = widen(base, widening, (n) => this.profile(n), FULL_ACCESS);
+    const cap = widened.egress && opts.egressCap ? [...opts.egressCap].sort() : undefined;
+    const profile = cap ? { ...widened, egress: { ...widened.egress!, cap } } : widened;
     name = widening.unsandboxed ? FULL_ACCESS : widening.profile ?? name;
     if (!profile.enforce) return this.#unenforced(name, profile, workdir);
     const uids = this.#sessionUids();
     assertNotInsideProtected(workdir, this.#protectedNames, uids && sandboxOwners(uids.ids));
-    const id = JSON.stringify([name, widening, opts.agent ?? null, workdir]);
+    const id = JSON.stringify([name, widening, opts.agent ?? null, workdir, cap ?? null]);
     let domain = this.#domains.get(id);
     if (!domain) {
       domain = this.#create(profile, workdir, uids, widening);

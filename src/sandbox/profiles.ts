@@ -342,6 +342,7 @@ export function resolveProfile(profile: Profile, ctx: ResolveContext): ResolvedP
           allow: unique(profile.egress.allow),
           deny: unique(profile.egress.deny),
           methods: profile.egress.methods,
+          ...(profile.egress.cap ? { cap: unique(profile.egress.cap) } : {}),
         },
       }
       : {}),

@@ -1,6 +1,7 @@
 /**
  * Narrow escalation: what an approved command may do beyond its profile. A widening names a
- * wider profile, extra writable roots, extra TCP ports, or (the widest) no sandbox at all; it is
+ * wider profile, extra writable roots, extra TCP ports, extra hosts for the egress proxy (of a
+ * profile with egress rules), or (the widest) no sandbox at all; it is
  * applied to a profile to give the profile the command then runs under, still sandboxed unless
  * `unsandboxed` is set.
  *
@@ -20,13 +21,16 @@ export interface Widening {
   write?: string[];
   /** Extra TCP ports the command may connect to, on any host. */
   tcp_ports?: number[];
+  /** Extra host patterns the egress proxy lets through (a profile with egress rules only). */
+  hosts?: string[];
   /** No sandbox at all. */
   unsandboxed?: boolean;
 }
 
 /** True when the widening adds nothing. */
 export function isEmpty(w: Widening): boolean {
-  return !w.unsandboxed && w.profile === undefined && !w.write?.length && !w.tcp_ports?.length;
+  return !w.unsandboxed && w.profile === undefined && !w.write?.length && !w.tcp_ports?.length &&
+    !w.hosts?.length;
 }
 
 function union<T>(a: T[] | undefined, b: T[] | undefined): T[] | undefined {
@@ -39,10 +43,12 @@ export function canonical(w: Widening): Widening {
   if (w.unsandboxed) return { unsandboxed: true };
   const write = union(w.write, undefined)?.sort();
   const ports = union(w.tcp_ports, undefined)?.sort((a, b) => a - b);
+  const hosts = union(w.hosts, undefined)?.sort();
   return {
     ...(w.profile === undefined ? {} : { profile: w.profile }),
     ...(write ? { write } : {}),
     ...(ports ? { tcp_ports: ports } : {}),
+    ...(hosts ? { hosts } : {}),
   };
 }
 
@@ -53,6 +59,7 @@ export function combine(a: Widening, b: Widening): Widening {
     profile: b.profile ?? a.profile,
     write: union(a.write, b.write),
     tcp_ports: union(a.tcp_ports, b.tcp_ports),
+    hosts: union(a.hosts, b.hosts),
   });
 }
 
@@ -70,10 +77,15 @@ export function widen(
   const profile = w.profile === undefined ? base : lookup(w.profile);
   if (!profile.enforce) return profile;
   const writableRoots = union(profile.writableRoots, w.write) ?? [];
-  if (!w.tcp_ports?.length) return { ...profile, writableRoots };
+  const egress = profile.egress && w.hosts?.length
+    ? { ...profile.egress, allow: union(profile.egress.allow, w.hosts)! }
+    : profile.egress;
+  if (!w.tcp_ports?.length) return { ...profile, writableRoots, ...(egress ? { egress } : {}) };
   const open = profile.network === "all" && profile.tcpPorts === undefined;
+  // Ports on any host leave the egress namespace: connections go out directly.
+  const { egress: _proxied, ...direct } = profile;
   return {
-    ...profile,
+    ...direct,
     writableRoots,
     network: "all",
     ...(open ? {} : { tcpPorts: union(profile.tcpPorts, w.tcp_ports) }),
@@ -94,6 +106,11 @@ export function describe(profile: string, w: Widening): string {
           ? " (a git directory: its config and hooks can make git run commands for whoever " +
             "uses that repository next, outside any sandbox)"
           : ""),
+    );
+  }
+  if (w.hosts?.length) {
+    parts.push(
+      `plus HTTP(S) through the egress proxy to ${w.hosts.join(", ")} (for this command only)`,
     );
   }
   if (w.tcp_ports?.length) {

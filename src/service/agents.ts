@@ -27,6 +27,8 @@ export interface AgentInfo {
   name: string;
   max_profile: string | null;
   max_sessions: number | null;
+  /** Host patterns it may ever reach through the egress proxy, or ask for; null: no cap. */
+  max_egress: string[] | null;
   created_at: string;
 }
 
@@ -39,6 +41,7 @@ export interface NewAgent {
   name: string;
   maxProfile?: string;
   maxSessions?: number;
+  maxEgress?: string[];
 }
 
 /** An agent name already taken (409 `agent_exists`). */
@@ -206,6 +209,7 @@ export class AgentRegistry {
       name: spec.name,
       max_profile: spec.maxProfile ?? null,
       max_sessions: spec.maxSessions ?? null,
+      max_egress: spec.maxEgress ?? null,
       created_at: this.#now().toISOString(),
       token_sha256: tokenDigest(token),
     };
@@ -239,6 +243,7 @@ export class AgentRegistry {
       name: record.name,
       ...(record.max_profile === null ? {} : { maxProfile: record.max_profile }),
       ...(record.max_sessions === null ? {} : { maxSessions: record.max_sessions }),
+      ...(record.max_egress === null ? {} : { maxEgress: record.max_egress }),
     });
     this.#issued.set(principal, record);
     return principal;
@@ -264,8 +269,11 @@ function parseRegistry(text: string, file: string): Stored[] {
       typeof a.token_sha256 === "string" && /^[0-9a-f]{64}$/.test(a.token_sha256) &&
       (a.max_profile === null || typeof a.max_profile === "string") &&
       (a.max_sessions === null || Number.isInteger(a.max_sessions)) &&
+      (a.max_egress === undefined || a.max_egress === null ||
+        Array.isArray(a.max_egress) && a.max_egress.every((p: unknown) => typeof p === "string")) &&
       typeof a.created_at === "string";
     if (!ok) throw new Error(`${file}: agents[${i}] is malformed`);
-    return a as Stored;
+    // Registries written before max_egress existed have none: no cap.
+    return { ...a, max_egress: a.max_egress ?? null } as Stored;
   });
 }

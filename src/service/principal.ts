@@ -19,6 +19,8 @@ export interface Agent {
   maxProfile?: string;
   /** Its own live-session limit (pruning happens among its own sessions). */
   maxSessions?: number;
+  /** Host patterns it may ever reach through the egress proxy, or ask for; undefined: no cap. */
+  maxEgress?: string[];
 }
 
 /** An authenticated caller. */

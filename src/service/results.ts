@@ -25,6 +25,8 @@ export const DenialSchema = z.object({
   path: z.string().optional(),
   port: z.number().int().optional(),
   host: z.string().optional(),
+  rule: z.string().optional()
+    .describe("For a connection the egress proxy refused: the rule that refused it."),
   evidence: z.string(),
 });
 
@@ -195,6 +197,7 @@ const WideningSchema = z.object({
   profile: z.string().optional().describe("Run under this (wider) profile instead."),
   write: z.array(z.string()).optional().describe("Extra writable directories."),
   tcp_ports: z.array(z.number().int()).optional().describe("Extra TCP ports."),
+  hosts: z.array(z.string()).optional().describe("Extra hosts through the egress proxy."),
   unsandboxed: z.boolean().optional().describe("No sandbox at all."),
 });
 
@@ -228,6 +231,8 @@ export const AgentSchema = z.object({
   name: z.string(),
   max_profile: z.string().nullable(),
   max_sessions: z.number().int().nullable(),
+  max_egress: z.array(z.string()).nullable()
+    .describe("Host patterns the agent may ever reach through the egress proxy, or ask for."),
   created_at: z.string(),
 });
 

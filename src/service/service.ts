@@ -27,6 +27,7 @@ import type { Session, SessionInfo } from "../sessions/session.ts";
 import { treeUsage, type Usage } from "../sessions/usage.ts";
 import type { ScreenSnapshot } from "../output/screen.ts";
 import { type AgentInfo, type AgentRegistry, UnknownAgentError } from "./agents.ts";
+import { patternWithin } from "../egress/rules.ts";
 import {
   type Agent,
   ForbiddenError,
@@ -171,9 +172,9 @@ export class Service {
     call: ExecCall,
   ): Promise<CallResult> {
     const { supervisor, history } = this.#deps;
-    const escalation = this.#escalation(principal, body);
-    const escalating = Object.keys(escalation).length > 0;
     const profile = this.#profile(principal, body.profile);
+    const escalation = this.#escalation(principal, body, profile);
+    const escalating = Object.keys(escalation).length > 0;
     const workdir = this.#workdir(body.workdir, escalating);
     const shell = findShell(body.shell ?? this.#deps.shell);
     const serverShell = shell === findShell(this.#deps.shell);
@@ -192,6 +193,7 @@ export class Service {
       tty: body.tty,
     });
     return supervisor.exec({
+      egressCap: principal.role === "agent" ? principal.maxEgress : undefined,
       request: {
         execId,
         owner: ownerOf(principal),
@@ -343,19 +345,27 @@ export class Service {
   createAgent(
     principal: Principal,
     body: z.output<typeof AgentBody>,
-  ): { name: string; token: string; max_profile: string | null; max_sessions: number | null } {
+  ): {
+    name: string;
+    token: string;
+    max_profile: string | null;
+    max_sessions: number | null;
+    max_egress: string[] | null;
+  } {
     requireOperator(principal, "managing agents");
     if (body.max_profile !== undefined) this.#deps.domains.profile(body.max_profile);
     const { agent, token } = this.#deps.agents.create({
       name: body.name,
       maxProfile: body.max_profile,
       maxSessions: body.max_sessions,
+      maxEgress: body.max_egress,
     });
     return {
       name: agent.name,
       token,
       max_profile: agent.max_profile,
       max_sessions: agent.max_sessions,
+      max_egress: agent.max_egress,
     };
   }
 
@@ -447,7 +457,11 @@ export class Service {
   }
 
   /** What the request asks for beyond its profile, checked against the agent's cap. */
-  #escalation(principal: Principal, body: z.output<typeof ExecBody>): Widening {
+  #escalation(
+    principal: Principal,
+    body: z.output<typeof ExecBody>,
+    profile: string,
+  ): Widening {
     const { escalate } = body;
     if (!escalate) {
       if (body.sandbox_permissions !== "require_escalated") return {};
@@ -461,7 +475,34 @@ export class Service {
     }
     const base = body.workdir ? this.#workdirPath(body.workdir) : this.#deps.workspace;
     const write = escalate.write?.map((path, i) => this.#writableRoot(base, path, i));
-    return canonical({ profile: escalate.profile, write, tcp_ports: escalate.tcp_ports });
+    if (escalate.hosts) this.#egressHosts(principal, escalate.hosts, escalate.profile ?? profile);
+    return canonical({
+      profile: escalate.profile,
+      write,
+      tcp_ports: escalate.tcp_ports,
+      hosts: escalate.hosts,
+    });
+  }
+
+  /**
+   * Hosts asked for through the egress proxy: only under a profile with egress rules, and
+   * within the agent's `max_egress` (403 before the operator is asked).
+   */
+  #egressHosts(principal: Principal, hosts: string[], profile: string): void {
+    if (!this.#deps.domains.profile(profile).egress) {
+      throw new InvalidRequestError(
+        `escalate.hosts: profile ${profile} has no egress proxy; ` +
+          "run under a profile with egress rules (e.g. workspace-write-egress)",
+      );
+    }
+    const cap = principal.role === "agent" ? principal.maxEgress : undefined;
+    const beyond = cap && hosts.find((host) => !patternWithin(host, cap));
+    if (beyond) {
+      throw new ForbiddenError(
+        `escalate.hosts: agent ${(principal as { name: string }).name} may not ask for ` +
+          `${beyond}; its max_egress is ${cap.length ? cap.join(", ") : "empty"}`,
+      );
+    }
   }
 
   /** An extra writable root: an existing directory, never one holding the server's state. */

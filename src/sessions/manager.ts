@@ -195,6 +195,9 @@ export interface EgressSessions {
   takeRefusals(sessionId: number): { host: string; port: number; rule: string }[];
 }
 
+/** The egress proxy's rule for a host no allow pattern matches (src/egress/rules.ts). */
+const NOT_ALLOWED = "not-allowed";
+
 const PROTECTED_RECENT = 8;
 /** How long to wait for SIGKILLed processes to be gone (one stuck in the kernel may take long). */
 const KILLED_EXIT_LIMIT_MS = 2000;
@@ -751,7 +754,9 @@ export class SessionManager {
   /** The first connection the egress proxy refused `session`, as its denial. */
   #egressDenial(session: Session): { denied: true; denial: Denial } | undefined {
     if (!session.policy.egress) return undefined;
-    const [first] = this.#opts.egress?.takeRefusals(session.id) ?? [];
+    const refused = this.#opts.egress?.takeRefusals(session.id) ?? [];
+    // One an approval could open (a name off the list) before one none could (deny, address).
+    const first = refused.find((r) => r.rule === NOT_ALLOWED) ?? refused[0];
     if (!first) return undefined;
     return {
       denied: true,
@@ -759,6 +764,7 @@ export class SessionManager {
         kind: "network",
         host: first.host,
         port: first.port,
+        rule: first.rule,
         evidence: `egress proxy refused ${first.host}:${first.port} (rule ${first.rule})`,
       },
     };
