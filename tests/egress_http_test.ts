@@ -268,6 +268,18 @@ Deno.test("egress: Python's urllib, git over HTTP and tunnels; every connection 
     // The tunnel's bytes are what went through it: the request inside, the whole response.
     const inTunnel = egress[gitRequests + 1];
     assert.ok(inTunnel.bytes_down > "origin says GET /tunnel\n".length);
+    // The history keeps them with the command whose session made them.
+    const history = (await server.get("/v1/history?limit=10")).body.items.toReversed();
+    const sessions = [pySession, gitSession, tunnelSession, refusedSession];
+    assert.deepEqual(
+      history.map((h: Body) => h.egress.map((e: Body) => [e.session_id, e.host, e.decision])),
+      sessions.map((id) =>
+        egress.filter((e) => e.session_id === id).map((e) => [id, e.host, e.decision])
+      ),
+    );
+    const { agent: _, ...tunnelRecord } = egress[gitRequests + 1];
+    assert.deepEqual(history[2].egress, [tunnelRecord]);
+    assert.deepEqual(history[3].egress[0].address, null);
     const metrics = await egressMetrics(server);
     const sum = (dir: string) => egress.reduce((n, e) => n + e[`bytes_${dir}`], 0);
     assert.deepEqual(metrics, {
@@ -320,5 +332,105 @@ Deno.test("egress: read-only refuses a POST, a body and a CONNECT; GET goes thro
   } finally {
     await w.close();
     await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("egress: escalate hosts opens that host for that command only; max_egress caps", async () => {
+  const w = await world({ UEXEC_APPROVAL_POLICY: "on-request" });
+  const events = await connectSse(`${w.server.url}/v1/events`, w.server.operator.auth);
+  try {
+    const { server, web } = w;
+    const url = `http://other.test:${web.port}/esc`;
+    const before = await run(server, `curl -fsS ${url}`);
+    assert.equal(before.sandbox.denial.host, "other.test", "the control: refused without it");
+
+    const pending = server.post("/v1/exec_command", {
+      cmd: `curl -fsS ${url}`,
+      login: false,
+      profile: EGRESS,
+      escalate: { hosts: ["other.test"] },
+    });
+    const asked = await events.until((evs) => evs.some((e) => e.event === "approval_requested"));
+    const approval = asked.find((e) => e.event === "approval_requested")!.data.approval;
+    assert.deepEqual(approval.escalation, { hosts: ["other.test"] });
+    assert.equal(
+      approval.runs,
+      `sandboxed under ${EGRESS}, plus HTTP(S) through the egress proxy to other.test ` +
+        "(for this command only)",
+    );
+    await server.operator.post(`/v1/approvals/${approval.id}`, { decision: "approved" });
+    const granted = await pending;
+    assert.equal(granted.status, 200, JSON.stringify(granted.body));
+    assert.equal(granted.body.output, "origin says GET /esc\r\n");
+    // The next command without it is refused again.
+    const after = await run(server, `curl -fsS ${url}`);
+    assert.notEqual(after.exit_code, 0);
+    assert.equal(after.sandbox.denial.host, "other.test");
+    assert.deepEqual(web.seen, [`GET /esc host=other.test:${web.port}`]);
+
+    // Under a profile without the proxy, hosts mean nothing: 400.
+    const noProxy = await server.post("/v1/exec_command", {
+      cmd: "true",
+      profile: "workspace-write",
+      escalate: { hosts: ["other.test"] },
+    });
+    assert.equal(noProxy.status, 400);
+    assert.match(noProxy.body.error.message, /^escalate\.hosts: profile workspace-write has no/);
+
+    // An agent capped by max_egress: 403 beyond it, before any approval; and a cap on reach.
+    const made = await server.operator.post("/v1/agents", {
+      name: "capped",
+      max_egress: ["*.wild.test"],
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    assert.deepEqual(made.body.max_egress, ["*.wild.test"]);
+    const capped = server.as(made.body.token);
+    const beyond = await capped.post("/v1/exec_command", {
+      cmd: "true",
+      profile: EGRESS,
+      escalate: { hosts: ["other.test"] },
+    });
+    assert.equal(beyond.status, 403);
+    assert.equal(
+      beyond.body.error.message,
+      "escalate.hosts: agent capped may not ask for other.test; its max_egress is *.wild.test",
+    );
+    const reach = async (host: string) =>
+      (await capped.post("/v1/exec_command", {
+        cmd: `curl -sS http://${host}:${web.port}/cap`,
+        login: false,
+        profile: EGRESS,
+      })).body;
+    const inCap = await reach("api.wild.test");
+    assert.equal(inCap.output, "origin says GET /cap\r\n");
+    const outside = await reach("allowed.test");
+    assert.match(outside.output, /\(rule max-egress\)/);
+    const all = await events.until((evs) => evs.filter((e) => e.event === "egress").length >= 5);
+    assert.equal(all.filter((e) => e.event === "approval_requested").length, 1);
+  } finally {
+    await events.close();
+    await w.close();
+  }
+});
+
+Deno.test("egress: under on-failure a refusal proposes its host, not the network", async () => {
+  const w = await world({ UEXEC_APPROVAL_POLICY: "on-failure" });
+  const events = await connectSse(`${w.server.url}/v1/events`, w.server.operator.auth);
+  try {
+    const { server, web } = w;
+    const pending = run(server, `curl -fsS http://other.test:${web.port}/retry`);
+    const asked = await events.until((evs) => evs.some((e) => e.event === "approval_requested"));
+    const approval = asked.find((e) => e.event === "approval_requested")!.data.approval;
+    assert.deepEqual(approval.escalation, { hosts: ["other.test"] });
+    assert.equal(approval.denial.host, "other.test");
+    assert.equal(approval.denial.rule, "not-allowed");
+    await server.operator.post(`/v1/approvals/${approval.id}`, { decision: "approved" });
+    const retried = await pending;
+    assert.equal(retried.sandbox.retried, true);
+    assert.equal(retried.output, "origin says GET /retry\r\n");
+    assert.equal(retried.sandbox.profile, EGRESS);
+  } finally {
+    await events.close();
+    await w.close();
   }
 });

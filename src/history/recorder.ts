@@ -59,6 +59,8 @@ const FLUSH_ROWS = 256;
 const MAX_PENDING = 10_000;
 /** Commands kept in memory until their last event; the oldest are forgotten beyond this. */
 const MAX_TRACKED = 4096;
+/** Egress connections kept per command; the rest are counted in the metrics only. */
+const MAX_EGRESS = 256;
 
 interface Entry {
   row: CommandRow;
@@ -99,6 +101,8 @@ export class HistoryRecorder {
   #log: Logger;
   #entries = new Map<string, Entry>();
   #bySession = new WeakMap<Session, Entry>();
+  /** Commands by the id of their latest session, for the egress proxy's records. */
+  #bySessionId = new Map<number, Entry>();
   #dirty = new Map<string, CommandRow>();
   #approvals = new Map<string, ApprovalRow>();
   #timer?: ReturnType<typeof setTimeout>;
@@ -119,6 +123,17 @@ export class HistoryRecorder {
     this.#unsubscribe = bus.subscribe((event) => {
       if (event.type === "approval_requested" || event.type === "approval_decided") {
         this.#approval(event.approval as ApprovalRecord);
+      }
+      if (event.type === "egress" && event.session_id !== undefined) {
+        const entry = this.#bySessionId.get(event.session_id);
+        if (!entry || entry.row.egress.length >= MAX_EGRESS) return;
+        const { type: _, agent: __, ...connection } = event;
+        entry.row.egress.push({
+          ...connection,
+          session_id: event.session_id,
+          address: event.address ?? null,
+        });
+        this.#queue(entry.row);
       }
     });
     try {
@@ -146,6 +161,7 @@ export class HistoryRecorder {
       cpu_ms: null,
       peak_memory_bytes: null,
       denial: null,
+      egress: [],
     };
     this.#entries.set(execId, { row, settled: false, before: 0 });
     if (this.#entries.size > MAX_TRACKED) {
@@ -161,6 +177,7 @@ export class HistoryRecorder {
     entry.before = entry.row.output_bytes;
     entry.session = session;
     this.#bySession.set(session, entry);
+    this.#bySessionId.set(session.id, entry);
     Object.assign(entry.row, {
       session_id: session.id,
       status: "running",
@@ -354,6 +371,8 @@ export class HistoryRecorder {
     if (entry.settled && entry.session === undefined) {
       entry.tail = undefined;
       this.#entries.delete(entry.row.id);
+      const id = entry.row.session_id;
+      if (id !== null && this.#bySessionId.get(id) === entry) this.#bySessionId.delete(id);
     }
   }
 

@@ -265,6 +265,18 @@ export const HistoryItemSchema = z.object({
     peak_memory_bytes: z.number().int().nullable(),
   }),
   denial: DenialSchema.nullable(),
+  egress: z.array(z.object({
+    session_id: z.number().int().nullable(),
+    host: z.string(),
+    port: z.number().int(),
+    address: z.string().nullable().describe("The address dialled (or refused)."),
+    method: z.string().describe("The request's method; CONNECT for a tunnel."),
+    decision: z.string().describe("allowed, denied or failed."),
+    rule: z.string().describe("The rule that decided (allow:*.example.org, not-allowed...)."),
+    bytes_up: z.number().int(),
+    bytes_down: z.number().int(),
+    duration_ms: z.number(),
+  })).describe("Connections its sessions made through the egress proxy (the first 256)."),
   approvals: z.array(z.object({
     id: z.string(),
     status: z.string(),
