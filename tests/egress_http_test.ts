@@ -232,12 +232,18 @@ Deno.test("egress: Python's urllib, git over HTTP and tunnels; every connection 
     assert.equal(refused.sandbox.denial.host, "other.test");
 
     // The stream names each connection: session, agent, host, port, address, decision, rule.
+    // A connection is told of when it ends: a tunnel's after its origin closed it too, maybe
+    // after the next command's. Each session's own are in order; sessions are put in order.
     const all = await events.until((evs) =>
-      evs.some((e) => e.event === "egress" && e.data.host === "other.test")
+      ["CONNECT", "other.test"].every((what) =>
+        evs.some((e) => e.event === "egress" && [e.data.method, e.data.host].includes(what))
+      )
     );
-    const egress = all.filter((e) => e.event === "egress").map((e) => e.data);
     const [pySession, gitSession, tunnelSession, refusedSession] = all
       .filter((e) => e.event === "begin").map((e) => e.data.session_id);
+    const order = [pySession, gitSession, tunnelSession, refusedSession];
+    const egress = all.filter((e) => e.event === "egress").map((e) => e.data)
+      .sort((a, b) => order.indexOf(a.session_id) - order.indexOf(b.session_id));
     const summary = egress.map((e) => [e.agent, e.host, e.port, e.address, e.decision, e.rule]);
     const gitRequests = egress.filter((e) => e.port === repo.port).length;
     assert.ok(gitRequests >= 1);

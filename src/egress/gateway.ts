@@ -4,8 +4,8 @@
  * attributed to, and the audit of every connection.
  *
  * A connection is attributed by the kernel, not by anything the client says: every session runs
- * as a uid of its own, and the namespace's TCP table (`/proc/net/tcp`, read inside it) names
- * the uid that owns the client's socket. Connections per session are capped (a session past
+ * as a uid of its own, and the namespace's socket diagnostics (socket_owners.ts) name the uid
+ * that owns the client's socket. Connections per session are capped (a session past
  * the cap is refused without delaying others), and an idle connection is closed.
  *
  * It must never accept connections from outside a sandbox's namespace, never let a connection
@@ -18,7 +18,8 @@ import { type ConnectionRecord, handleConnection } from "./proxy.ts";
 import { type Cidr, type EgressRules } from "./rules.ts";
 import { Resolver } from "./resolver.ts";
 import { insideNamespace } from "./netns.ts";
-import { closeAll, cString, errno, libc, O, OsError } from "../ffi/libc.ts";
+import { closeAll } from "../ffi/libc.ts";
+import { SocketOwners } from "./socket_owners.ts";
 
 /** Where the proxy listens inside every egress namespace. */
 export const PROXY_PORT = 3128;
@@ -74,42 +75,6 @@ const MAX_REFUSALS = 16;
 /** Sessions whose refusals are kept until their result takes them. */
 const MAX_REFUSING_SESSIONS = 1024;
 
-/**
- * The whole of a /proc file, read through libc: Deno's own file API asks for --allow-all to
- * read `/proc/<pid>/net`, which the server does not run with.
- */
-function readProcFile(path: string): string {
-  const c = libc();
-  const fd = c.open(cString(path), O.CLOEXEC);
-  if (fd < 0) throw new OsError(`open(${path})`, errno());
-  const parts: Uint8Array[] = [];
-  try {
-    for (;;) {
-      const buf = new Uint8Array(64 * 1024);
-      const n = c.read(fd, buf, BigInt(buf.length));
-      if (n < 0) throw new OsError(`read(${path})`, errno());
-      if (n === 0) break;
-      parts.push(buf.subarray(0, n));
-    }
-  } finally {
-    c.close(fd);
-  }
-  const decoder = new TextDecoder();
-  return parts.map((part) => decoder.decode(part, { stream: true })).join("") + decoder.decode();
-}
-
-/** Reads the uid owning the client socket of a connection from `peerPort` to the proxy. */
-function ownerUid(peerPort: number): number | undefined {
-  const text = readProcFile("/proc/thread-self/net/tcp");
-  const local = `:${peerPort.toString(16).toUpperCase().padStart(4, "0")}`;
-  const remote = `:${PROXY_PORT.toString(16).toUpperCase().padStart(4, "0")}`;
-  for (const line of text.split("\n").slice(1)) {
-    const f = line.trim().split(/\s+/);
-    if (f.length > 7 && f[1].endsWith(local) && f[2].endsWith(remote)) return Number(f[7]);
-  }
-  return undefined;
-}
-
 /** Proxies, session attribution and audit for every egress domain. */
 export class EgressGateway {
   #opts: GatewayOptions;
@@ -140,22 +105,28 @@ export class EgressGateway {
   }
 
   /**
-   * Opens the proxy listener inside the namespace `nsFd` (which the gateway then owns and
-   * closes with the listener), judging by `rules`.
+   * Opens the proxy listener inside the namespace `nsFd` (which the gateway takes over and
+   * closes), judging by `rules`.
    */
   open(nsFd: number, rules: EgressRules): EgressListener {
     let listener: Deno.TcpListener;
+    let owners: SocketOwners;
     try {
-      listener = insideNamespace(
-        nsFd,
-        () => Deno.listen({ hostname: "127.0.0.1", port: PROXY_PORT, transport: "tcp" }),
-      );
-    } catch (err) {
+      [listener, owners] = insideNamespace(nsFd, () => {
+        const owners = new SocketOwners();
+        try {
+          return [Deno.listen({ hostname: "127.0.0.1", port: PROXY_PORT }), owners] as const;
+        } catch (err) {
+          owners.close();
+          throw err;
+        }
+      });
+    } finally {
+      // Both keep the namespace: its descriptor is needed no more.
       closeAll([nsFd]);
-      throw err;
     }
     this.#listeners.add(listener);
-    this.#serve(listener, nsFd, rules);
+    this.#serve(listener, owners, rules);
     let closed = false;
     return {
       close: () => {
@@ -183,20 +154,21 @@ export class EgressGateway {
     this.#listeners.clear();
   }
 
-  async #serve(listener: Deno.TcpListener, nsFd: number, rules: EgressRules): Promise<void> {
+  async #serve(listener: Deno.TcpListener, owners: SocketOwners, rules: EgressRules) {
     try {
-      for await (const conn of listener) this.#accepted(conn, nsFd, rules);
+      for await (const conn of listener) this.#accepted(conn, owners, rules);
     } catch {
       // The listener was closed.
     } finally {
-      closeAll([nsFd]);
+      owners.close();
     }
   }
 
-  #accepted(conn: Deno.TcpConn, nsFd: number, rules: EgressRules): void {
+  #accepted(conn: Deno.TcpConn, owners: SocketOwners, rules: EgressRules): void {
     let uid: number | undefined;
     try {
-      uid = insideNamespace(nsFd, () => ownerUid(conn.remoteAddr.port));
+      const { hostname, port } = conn.remoteAddr;
+      uid = owners.uid([hostname, port], [conn.localAddr.hostname, conn.localAddr.port]);
     } catch (err) {
       console.error(`uexec: egress: cannot attribute a connection: ${err}`);
     }

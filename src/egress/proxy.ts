@@ -242,21 +242,29 @@ class IdleTimer {
   }
 }
 
-/** Copies `from` to `to` until `from` ends; then half-closes `to`. Resolves to the bytes. */
+/**
+ * Copies `from` to `to` until `from` ends, then half-closes `to`. Two buffers: the next read
+ * runs while the last chunk is written, so both sockets stay busy.
+ */
 async function pump(
   from: Deno.TcpConn,
   to: Deno.TcpConn,
   idle: IdleTimer,
   counted: (n: number) => void,
 ): Promise<void> {
-  const buf = new Uint8Array(CHUNK);
+  let current = new Uint8Array(CHUNK);
+  let spare = new Uint8Array(CHUNK);
   try {
-    for (;;) {
-      const n = await from.read(buf);
-      if (n === null) break;
+    let n = await from.read(current);
+    while (n !== null) {
       idle.touch();
-      await writeAll(to, buf.subarray(0, n));
+      const next = from.read(spare);
+      // If the write fails, the caller closes both sockets, which ends this read.
+      next.catch(() => {});
+      await writeAll(to, current.subarray(0, n));
       counted(n);
+      [current, spare] = [spare, current];
+      n = await next;
     }
     await to.closeWrite();
   } catch {

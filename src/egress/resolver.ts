@@ -1,6 +1,7 @@
 /**
  * Name resolution for the egress proxy: the operator's hosts file (`UEXEC_EGRESS_HOSTS`, in
- * `/etc/hosts` form, read at each lookup so edits apply at once) first, then DNS through
+ * `/etc/hosts` form, read again whenever its modification time or size changed, so edits apply
+ * at once) first, then DNS through
  * `Deno.resolveDns` (A, then AAAA). The proxy dials one of the addresses returned here and
  * nothing else: a name is looked up once per connection, so the address judged is the address
  * connected to (no second lookup a rebinding server could answer differently).
@@ -15,6 +16,7 @@ import { canonicalHost, parseAddress } from "./rules.ts";
 /** Looks names up. */
 export class Resolver {
   #hostsFile?: string;
+  #parsed?: { stamp: string; names: Map<string, string[]> };
 
   constructor(hostsFile?: string) {
     this.#hostsFile = hostsFile;
@@ -23,7 +25,7 @@ export class Resolver {
   /** The addresses of `host` (canonical): itself when it is an address literal. */
   async resolve(host: string): Promise<string[]> {
     if (parseAddress(host)) return [host];
-    const listed = await this.#fromHostsFile(host);
+    const listed = this.#fromHostsFile(host);
     if (listed.length > 0) return listed;
     const found: string[] = [];
     for (const type of ["A", "AAAA"] as const) {
@@ -37,10 +39,15 @@ export class Resolver {
     return found;
   }
 
-  async #fromHostsFile(host: string): Promise<string[]> {
+  #fromHostsFile(host: string): string[] {
     if (!this.#hostsFile) return [];
-    const text = await Deno.readTextFile(this.#hostsFile);
-    return parseHosts(text).get(host) ?? [];
+    // A stat on this thread costs microseconds; an asynchronous read a trip through a pool.
+    const info = Deno.statSync(this.#hostsFile);
+    const stamp = `${info.mtime?.getTime()} ${info.size} ${info.ino}`;
+    if (this.#parsed?.stamp !== stamp) {
+      this.#parsed = { stamp, names: parseHosts(Deno.readTextFileSync(this.#hostsFile)) };
+    }
+    return this.#parsed.names.get(host) ?? [];
   }
 }
 
