@@ -440,3 +440,31 @@ Deno.test("egress: under on-failure a refusal proposes its host, not the network
     await w.close();
   }
 });
+
+Deno.test("egress: a session past its connection cap is refused while others go through", async () => {
+  const w = await world();
+  try {
+    const { server, web } = w;
+    const flood = `python3 -c '
+import socket
+held = [socket.create_connection(("127.0.0.1", 3128)) for _ in range(64)]
+extra = socket.create_connection(("127.0.0.1", 3128))
+print(extra.recv(400).decode().split("\\r\\n")[:2])
+print("held", flush=True)
+import sys; sys.stdin.read()
+'`;
+    const flooding = await run(server, flood, { until: "held", tty: false });
+    assert.equal(flooding.session_id !== undefined, true, JSON.stringify(flooding));
+    assert.match(
+      flooding.output,
+      /\['HTTP\/1\.1 503 Busy', 'X-Uexec-Egress: error; rule=limit:connections'\]/,
+    );
+    // Another session meanwhile: served at once.
+    const other = await run(server, `curl -sS http://allowed.test:${web.port}/fair`);
+    assert.equal(other.output, "origin says GET /fair\r\n");
+    const killed = await server.del(`/v1/sessions/${flooding.session_id}`);
+    assert.equal(killed.status, 200);
+  } finally {
+    await w.close();
+  }
+});
