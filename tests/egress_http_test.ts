@@ -468,3 +468,32 @@ import sys; sys.stdin.read()
     await w.close();
   }
 });
+
+Deno.test("egress: Deno's fetch goes through the proxy by the environment", async () => {
+  // Node's fetch honours the proxy variables only from Node 24 (NODE_USE_ENV_PROXY=1); this
+  // host's Node is older. Deno's fetch honours them; its binary lies under /root, which
+  // sessions cannot read, so a hard link in a directory of the test's is run instead.
+  const dir = await Deno.makeTempDir({ prefix: "uexec-egress-deno-" });
+  await Deno.chmod(dir, 0o755);
+  await Deno.link(Deno.execPath(), `${dir}/deno`);
+  const w = await world();
+  try {
+    const { server, web } = w;
+    const fetchIt = (host: string) =>
+      run(
+        server,
+        `${dir}/deno eval --quiet "const r = await fetch('http://${host}:${web.port}/deno'); ` +
+          `console.log(r.status, r.headers.get('x-uexec-egress'), await r.text())"`,
+        { tty: false },
+      );
+    const ok = await fetchIt("allowed.test");
+    assert.equal(ok.output, "200 null origin says GET /deno\n\n");
+    const off = await fetchIt("other.test");
+    assert.match(off.output, /^403 denied; rule=not-allowed uexec egress: refused other\.test/);
+    assert.equal(off.sandbox.denial.host, "other.test");
+    assert.deepEqual(web.seen, [`GET /deno host=allowed.test:${web.port}`]);
+  } finally {
+    await w.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
