@@ -1,6 +1,6 @@
 /**
  * The egress rules without a network: host patterns, deny over allow, read-only methods, the
- * addresses never dialled, CIDR parsing and the hosts file.
+ * addresses never dialled, CIDR parsing, the hosts file, and widening by hosts.
  *
  * @module
  */
@@ -16,6 +16,11 @@ import {
   patternWithin,
 } from "../src/egress/rules.ts";
 import { parseHosts } from "../src/egress/resolver.ts";
+import { loadProfiles, withEgressDefaults } from "../src/sandbox/profiles.ts";
+import { canonical, describe, isEmpty, widen } from "../src/sandbox/widening.ts";
+import { widening } from "../src/service/supervisor.ts";
+
+const PROFILE_DIR = new URL("../sandbox-profiles", import.meta.url).pathname;
 
 Deno.test("host patterns: exact names, and *.domain with its apex", () => {
   assert.equal(matches("example.org", "example.org"), true);
@@ -123,4 +128,45 @@ Deno.test("the hosts file: /etc/hosts form, comments, several names, canonical",
     "# comment\n127.0.0.1 a.test B.test.  # trailing\n\n::1 a.test\nbogus c.test\n10.0.0.1\n",
   );
   assert.deepEqual([...hosts], [["a.test", ["127.0.0.1", "::1"]], ["b.test", ["127.0.0.1"]]]);
+});
+
+Deno.test("widening by hosts: added to an egress profile's allow list, shown, proposed", () => {
+  const profiles = withEgressDefaults(loadProfiles(PROFILE_DIR), {
+    allow: ["a.test"],
+    deny: ["b.test"],
+  });
+  const lookup = (name: string) => profiles.get(name)!;
+  const base = lookup("workspace-write-egress");
+  const widened = widen(base, { hosts: ["c.test"] }, lookup, "full-access");
+  assert.deepEqual(widened.egress, {
+    allow: ["a.test", "c.test"],
+    deny: ["b.test"],
+    methods: "all",
+  });
+  assert.equal(widened.network, "loopback");
+  // Ports on any host leave the proxy behind: the network is then "all", without egress rules.
+  const ported = widen(base, { tcp_ports: [443] }, lookup, "full-access");
+  assert.equal(ported.egress, undefined);
+  assert.equal(ported.network, "all");
+  assert.deepEqual(canonical({ hosts: ["z.test", "c.test", "z.test"] }), {
+    hosts: ["c.test", "z.test"],
+  });
+  assert.equal(isEmpty({ hosts: ["c.test"] }), false);
+  assert.equal(
+    describe("workspace-write-egress", { hosts: ["c.test"] }),
+    "sandboxed under workspace-write-egress, plus HTTP(S) through the egress proxy to c.test " +
+      "(for this command only)",
+  );
+  const at = { command: "curl http://c.test:8080/", workdir: "/tmp", egress: true };
+  const refused = (rule: string) => ({
+    kind: "network" as const,
+    host: "c.test",
+    port: 8080,
+    rule,
+    evidence: "egress proxy refused c.test:8080",
+  });
+  assert.deepEqual(widening(refused("not-allowed"), at), { hosts: ["c.test"] });
+  // No host approval lifts a deny rule or a private address: nothing narrower than no sandbox.
+  assert.deepEqual(widening(refused("deny:c.test"), at), { unsandboxed: true });
+  assert.deepEqual(widening(refused("address:10.0.0.0/8"), at), { unsandboxed: true });
 });
