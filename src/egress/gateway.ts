@@ -173,16 +173,37 @@ export class EgressGateway {
       console.error(`uexec: egress: cannot attribute a connection: ${err}`);
     }
     const session = uid === undefined ? undefined : this.#sessions.get(uid);
-    const live = uid === undefined ? 0 : this.#live.get(uid) ?? 0;
+    // Connections no socket owner was found for share one allowance.
+    const key = uid ?? -1;
+    const live = this.#live.get(key) ?? 0;
     const who = session ? { session_id: session.sessionId, agent: session.agent } : {};
     if (live >= (this.#opts.maxPerSession ?? 64)) {
+      const rule = "limit:connections";
       conn.write(new TextEncoder().encode(
-        "HTTP/1.1 503 Busy\r\nX-Uexec-Egress: error; rule=limit:connections\r\n" +
+        `HTTP/1.1 503 Busy\r\nX-Uexec-Egress: error; rule=${rule}\r\n` +
           "Content-Length: 0\r\nConnection: close\r\n\r\n",
-      )).catch(() => {}).finally(() => conn.close());
+      )).catch(() => {}).finally(() => {
+        try {
+          conn.close();
+        } catch {
+          // Closed by the client meanwhile.
+        }
+      });
+      // Its request is never read: no host, port or method to tell.
+      this.#opts.onConnection?.({
+        ...who,
+        host: "",
+        port: 0,
+        method: "",
+        decision: "failed",
+        rule,
+        bytes_up: 0,
+        bytes_down: 0,
+        duration_ms: 0,
+      });
       return;
     }
-    if (uid !== undefined) this.#live.set(uid, live + 1);
+    this.#live.set(key, live + 1);
     const ctx = {
       rules,
       allowPrivate: this.#opts.allowPrivate,
@@ -204,10 +225,9 @@ export class EgressGateway {
       }
       this.#opts.onConnection?.(event);
     }).finally(() => {
-      if (uid === undefined) return;
-      const left = (this.#live.get(uid) ?? 1) - 1;
-      if (left > 0) this.#live.set(uid, left);
-      else this.#live.delete(uid);
+      const left = (this.#live.get(key) ?? 1) - 1;
+      if (left > 0) this.#live.set(key, left);
+      else this.#live.delete(key);
     });
   }
 }
