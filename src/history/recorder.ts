@@ -101,7 +101,11 @@ export class HistoryRecorder {
   #log: Logger;
   #entries = new Map<string, Entry>();
   #bySession = new WeakMap<Session, Entry>();
-  /** Commands by the id of their latest session, for the egress proxy's records. */
+  /**
+   * Commands by the id of their sessions, for the egress proxy's records, which come when a
+   * connection ended: maybe after its session, and its command, did (a tunnel ends when its
+   * origin closes it). Kept past the command, the newest {@link MAX_TRACKED} sessions.
+   */
   #bySessionId = new Map<number, Entry>();
   #dirty = new Map<string, CommandRow>();
   #approvals = new Map<string, ApprovalRow>();
@@ -177,7 +181,11 @@ export class HistoryRecorder {
     entry.before = entry.row.output_bytes;
     entry.session = session;
     this.#bySession.set(session, entry);
+    this.#bySessionId.delete(session.id);
     this.#bySessionId.set(session.id, entry);
+    if (this.#bySessionId.size > MAX_TRACKED) {
+      this.#bySessionId.delete(this.#bySessionId.keys().next().value!);
+    }
     Object.assign(entry.row, {
       session_id: session.id,
       status: "running",
@@ -371,8 +379,6 @@ export class HistoryRecorder {
     if (entry.settled && entry.session === undefined) {
       entry.tail = undefined;
       this.#entries.delete(entry.row.id);
-      const id = entry.row.session_id;
-      if (id !== null && this.#bySessionId.get(id) === entry) this.#bySessionId.delete(id);
     }
   }
 
