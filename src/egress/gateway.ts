@@ -9,7 +9,7 @@
  * the cap is refused without delaying others), and an idle connection is closed.
  *
  * It must never accept connections from outside a sandbox's namespace, never let a connection
- * through that its domain's rules refuse, and never drop a record of one.
+ * through that its domain's rules refuse, and never drop the record of a request it judged.
  *
  * @module
  */

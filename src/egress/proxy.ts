@@ -273,8 +273,9 @@ async function pump(
 }
 
 /**
- * Serves one client connection to its end, then reports what happened. `record` is told once,
- * even when the client sends nothing usable.
+ * Serves one client connection to its end, then reports what happened: `record` is told once
+ * for every request the proxy read a method and target from (one that sends no request, or an
+ * unparsable one, gets its 400 unrecorded).
  */
 export async function handleConnection(
   client: Deno.TcpConn,
