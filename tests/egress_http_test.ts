@@ -497,3 +497,24 @@ Deno.test("egress: Deno's fetch goes through the proxy by the environment", asyn
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("egress settings: a bad value stops the server with a message naming it", async () => {
+  const bad: [Record<string, string>, RegExp][] = [
+    [
+      { UEXEC_EGRESS_ALLOW_PRIVATE: "10.0.0.0/33" },
+      /UEXEC_EGRESS_ALLOW_PRIVATE: "10\.0\.0\.0\/33" is not an address range/,
+    ],
+    [
+      { UEXEC_EGRESS_ALLOW: "ok.test,*.*.test" },
+      /UEXEC_EGRESS_ALLOW: "\*\.\*\.test" is not a host pattern/,
+    ],
+    [{ UEXEC_EGRESS_DENY: "Bad.test" }, /UEXEC_EGRESS_DENY: "Bad\.test" is not a host pattern/],
+    [
+      { UEXEC_EGRESS_HOSTS: "/nonexistent/hosts" },
+      /UEXEC_EGRESS_HOSTS: cannot read \/nonexistent\/hosts/,
+    ],
+  ];
+  for (const [env, message] of bad) {
+    await assert.rejects(startServer(env), message, JSON.stringify(env));
+  }
+});
