@@ -17,7 +17,7 @@ import { connect, type Context, type Outcome, startServer } from "../workload.ts
 
 const WORKLOAD = "egress proxy: 100 MB download";
 const NAME = "origin.bench.test";
-const RUNS = 3;
+const RUNS = 5;
 
 /** An HTTP origin that answers every request with `bytes` bytes, as fast as loopback takes. */
 function origin(bytes: number) {

@@ -53,6 +53,8 @@ export interface ProxyContext {
 
 /** The largest request head read. */
 const MAX_HEAD = 64 * 1024;
+/** Relay buffers: the first ones, and those a bulk transfer grows to. */
+const FIRST_CHUNK = 64 * 1024;
 const CHUNK = 256 * 1024;
 const HEAD_END = new TextEncoder().encode("\r\n\r\n");
 
@@ -244,7 +246,8 @@ class IdleTimer {
 
 /**
  * Copies `from` to `to` until `from` ends, then half-closes `to`. Two buffers: the next read
- * runs while the last chunk is written, so both sockets stay busy.
+ * runs while the last chunk is written, so both sockets stay busy. They start small (a request
+ * or a short answer costs no large allocation) and grow once a read fills one: a bulk transfer.
  */
 async function pump(
   from: Deno.TcpConn,
@@ -252,12 +255,16 @@ async function pump(
   idle: IdleTimer,
   counted: (n: number) => void,
 ): Promise<void> {
-  let current = new Uint8Array(CHUNK);
-  let spare = new Uint8Array(CHUNK);
+  let current = new Uint8Array(FIRST_CHUNK);
+  let spare = new Uint8Array(FIRST_CHUNK);
+  let bulk = false;
   try {
     let n = await from.read(current);
     while (n !== null) {
       idle.touch();
+      bulk ||= n === current.length;
+      // `spare` is free here (written out last round): the next read goes into it.
+      if (bulk && spare.length < CHUNK) spare = new Uint8Array(CHUNK);
       const next = from.read(spare);
       // If the write fails, the caller closes both sockets, which ends this read.
       next.catch(() => {});
@@ -309,7 +316,8 @@ export async function handleConnection(
     if (ctx.rules.methods === "read-only" && head.hasBody) {
       throw refusal({ allowed: false, rule: "read-only:body" }, "read-only allows no body");
     }
-    const addresses = await ctx.resolver.resolve(head.host);
+    const known = ctx.resolver.resolve(head.host);
+    const addresses = Array.isArray(known) ? known : await known;
     if (addresses.length === 0) {
       throw new Answer(502, "the name does not resolve", "resolve", "failed");
     }

@@ -22,11 +22,18 @@ export class Resolver {
     this.#hostsFile = hostsFile;
   }
 
-  /** The addresses of `host` (canonical): itself when it is an address literal. */
-  async resolve(host: string): Promise<string[]> {
+  /**
+   * The addresses of `host` (canonical): itself when it is an address literal. An answer known
+   * at once (a literal, the hosts file) is returned as is, not as a promise: the proxy then
+   * dials without another turn of the event loop.
+   */
+  resolve(host: string): string[] | Promise<string[]> {
     if (parseAddress(host)) return [host];
     const listed = this.#fromHostsFile(host);
-    if (listed.length > 0) return listed;
+    return listed.length > 0 ? listed : this.#lookUp(host);
+  }
+
+  async #lookUp(host: string): Promise<string[]> {
     const found: string[] = [];
     for (const type of ["A", "AAAA"] as const) {
       try {
