@@ -424,12 +424,19 @@ Deno.test("egress: under on-failure a refusal proposes its host, not the network
   const events = await connectSse(`${w.server.url}/v1/events`, w.server.operator.auth);
   try {
     const { server, web } = w;
+    // A command that succeeds although refused is told, not retried: nothing is asked.
+    const succeeded = await run(server, `curl -sS -o /dev/null http://other.test:${web.port}/ok`);
+    assert.equal(succeeded.exit_code, 0);
+    assert.equal(succeeded.sandbox.denial.host, "other.test");
+    assert.equal(succeeded.sandbox.retried, undefined);
     const pending = run(server, `curl -fsS http://other.test:${web.port}/retry`);
     const asked = await events.until((evs) => evs.some((e) => e.event === "approval_requested"));
     const approval = asked.find((e) => e.event === "approval_requested")!.data.approval;
     assert.deepEqual(approval.escalation, { hosts: ["other.test"] });
     assert.equal(approval.denial.host, "other.test");
     assert.equal(approval.denial.rule, "not-allowed");
+    assert.equal(asked.filter((e) => e.event === "approval_requested").length, 1);
+    assert.match(approval.command, /\/retry$/);
     await server.operator.post(`/v1/approvals/${approval.id}`, { decision: "approved" });
     const retried = await pending;
     assert.equal(retried.sandbox.retried, true);

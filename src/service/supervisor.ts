@@ -102,7 +102,8 @@ export class Supervisor {
       policy: this.#opts.policy,
       sandboxPermissions: escalating ? "require_escalated" : "use_default",
       command: frozen.request.cmd,
-      denialDetected: first.sandbox.denied,
+      // A refusal by the egress proxy is reported whatever the exit; only a failure is retried.
+      denialDetected: first.sandbox.denied && first.exit_code !== 0,
     });
     if (next.action !== "ask") return first;
     const denial = first.sandbox.denial;
