@@ -8,8 +8,9 @@
 
 import { type ApprovalPolicy, parseApprovalPolicy } from "./approvals/policy.ts";
 import type { ConnectionLimits } from "./http/listener.ts";
-import { loadProfiles, type Profile } from "./sandbox/profiles.ts";
+import { loadProfiles, type Profile, withEgressDefaults } from "./sandbox/profiles.ts";
 import { DEFAULT_MAX_PTYS } from "./sandbox/terminal_slots.ts";
+import { type Cidr, parseCidr, patternProblem } from "./egress/rules.ts";
 import { DEFAULT_AGENT } from "./service/agents.ts";
 import { stateDirFrom } from "./service/state_dir.ts";
 import { LINEAR_ENGINE, LINEAR_ENGINE_FLAG } from "./sessions/until.ts";
@@ -41,6 +42,8 @@ export interface Config {
   /** Sandbox profiles, loaded and validated from `profilesDir`. */
   profiles: Map<string, Profile>;
   profilesDir: string;
+  /** The egress proxy's settings (`UEXEC_EGRESS_*`). */
+  egress: EgressSettings;
   /** The profile used when a request names none (`UEXEC_PROFILE`). */
   defaultProfile: string;
   approvalPolicy: ApprovalPolicy;
@@ -170,8 +173,9 @@ export function loadConfig(
   const profilesDir = env.UEXEC_PROFILES_DIR || SHIPPED_PROFILES;
   let profiles: Map<string, Profile>;
   let approvalPolicy: ApprovalPolicy;
+  const egress = egressSettings(env);
   try {
-    profiles = loadProfiles(profilesDir);
+    profiles = withEgressDefaults(loadProfiles(profilesDir), egress);
     approvalPolicy = parseApprovalPolicy(env.UEXEC_APPROVAL_POLICY);
   } catch (err) {
     throw new ConfigError((err as Error).message);
@@ -217,6 +221,7 @@ export function loadConfig(
     ),
     profiles,
     profilesDir,
+    egress,
     defaultProfile,
     approvalPolicy,
     approvalTimeoutMs: integer(
@@ -252,6 +257,47 @@ export function loadConfig(
     ...dashboardSettings(env),
     ...containmentSettings(env),
     ...boundsSettings(env),
+  };
+}
+
+/** The egress proxy's settings. */
+export interface EgressSettings {
+  /** `UEXEC_EGRESS_ALLOW`: the allow list of egress profiles that name none. */
+  allow: string[];
+  /** `UEXEC_EGRESS_DENY`: the deny list of egress profiles that name none. */
+  deny: string[];
+  /** `UEXEC_EGRESS_HOSTS`: a file in /etc/hosts form the proxy reads before DNS. */
+  hostsFile?: string;
+  /** `UEXEC_EGRESS_ALLOW_PRIVATE`: private ranges the proxy may dial after all. */
+  allowPrivate: Cidr[];
+}
+
+function egressSettings(env: Record<string, string | undefined>): EgressSettings {
+  const patterns = (name: string) =>
+    list(env[name], ",").map((pattern) => {
+      const problem = patternProblem(pattern);
+      if (problem) throw new ConfigError(`${name}: ${problem}`);
+      return pattern;
+    });
+  const hostsFile = env.UEXEC_EGRESS_HOSTS || undefined;
+  if (hostsFile !== undefined) {
+    try {
+      Deno.readTextFileSync(hostsFile);
+    } catch (err) {
+      throw new ConfigError(`UEXEC_EGRESS_HOSTS: cannot read ${hostsFile}: ${err}`);
+    }
+  }
+  return {
+    allow: patterns("UEXEC_EGRESS_ALLOW"),
+    deny: patterns("UEXEC_EGRESS_DENY"),
+    hostsFile,
+    allowPrivate: list(env.UEXEC_EGRESS_ALLOW_PRIVATE, ",").map((cidr) => {
+      try {
+        return parseCidr(cidr);
+      } catch (err) {
+        throw new ConfigError(`UEXEC_EGRESS_ALLOW_PRIVATE: ${(err as Error).message}`);
+      }
+    }),
   };
 }
 

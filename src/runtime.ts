@@ -26,6 +26,7 @@ import { baseEnv } from "./sessions/env.ts";
 import { DESCRIPTOR_RESERVE, SessionManager } from "./sessions/manager.ts";
 import { DescriptorReserve } from "./io/descriptor_reserve.ts";
 import { SpawnerPool } from "./workers/pool.ts";
+import { EgressGateway } from "./egress/gateway.ts";
 import { HistoryRecorder } from "./history/recorder.ts";
 import { HistoryStore } from "./history/store.ts";
 import { HistoryWriter } from "./history/writer.ts";
@@ -74,13 +75,21 @@ export interface RuntimeParts {
 export async function startRuntime(config: Config, parts: RuntimeParts = {}): Promise<Runtime> {
   const { state, agents } = openState(config);
   const reactor = new Reactor();
-  const pool = new SpawnerPool({ module: parts.spawnerModule });
   const bus = new EventBus();
+  let metrics: Metrics | undefined = undefined;
+  const egress = new EgressGateway({
+    hostsFile: config.egress.hostsFile,
+    allowPrivate: config.egress.allowPrivate,
+    onConnection: (event) => bus.publish({ type: "egress", ...event }),
+  });
+  const pool = new SpawnerPool({
+    module: parts.spawnerModule,
+    egress: (netns, restriction) => egress.open(netns, restriction.policy.egress!),
+  });
   const truncator = new Truncator();
   const log = new Logger(config.log);
   bus.subscribe((event) => log.event(event));
   const history = config.history ? openHistory(config, state, bus, log) : undefined;
-  let metrics: Metrics | undefined = undefined;
   // One reserve for the process: starts spend it when they run out, kills when they cannot open.
   const descriptors = new DescriptorReserve(DESCRIPTOR_RESERVE);
   const containment = await openContainment(
@@ -109,6 +118,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     bus,
     truncator,
     baseEnv: baseEnv(Deno.env.toObject()),
+    egress,
     observer: {
       started(session, execId) {
         history?.recorder?.watch(session, execId);
@@ -198,6 +208,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     async close() {
       await containment.host?.close();
       await pool.close();
+      egress.close();
       await reactor.close();
       truncator.close();
       await domains.close();

@@ -591,7 +591,7 @@ Deno.test("what an escalation may name: the server's shell, never the state dire
     assert.equal(empty.status, 400);
     assert.equal(
       empty.body.error.message,
-      "escalate: name at least one of profile, write, tcp_ports",
+      "escalate: name at least one of profile, write, tcp_ports, hosts",
     );
     assert.deepEqual((await server.operator.get("/v1/approvals")).body, { approvals: [] });
   } finally {

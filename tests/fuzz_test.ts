@@ -255,6 +255,7 @@ const FIELDS = [
   "name",
   "max_profile",
   "max_sessions",
+  "max_egress",
 ];
 /** A 400's message names what is wrong: a field, or the JSON shape when it is not an object. */
 const NAMES_FIELD = new RegExp(

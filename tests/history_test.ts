@@ -87,6 +87,7 @@ Deno.test("history: rows, tails, filters, pages, scoping, approvals, restart", a
           output_bytes: 0,
           usage: { cpu_seconds: null, peak_memory_bytes: null },
           denial: null,
+          egress: [],
           approvals: [],
         });
         assert.equal(finished.status, "exited");

@@ -14,10 +14,17 @@ import {
   ProfileError,
   type ResolveContext,
   resolveProfile,
+  withEgressDefaults,
 } from "../src/sandbox/profiles.ts";
 
 const PROFILE_DIR = new URL("../sandbox-profiles", import.meta.url).pathname;
-const SHIPPED = ["full-access", "read-only", "workspace-write", "workspace-write-net"];
+const SHIPPED = [
+  "full-access",
+  "read-only",
+  "workspace-write",
+  "workspace-write-egress",
+  "workspace-write-net",
+];
 
 const CTX: ResolveContext = {
   workdir: "/srv/work//project/./src/..",
@@ -72,6 +79,63 @@ Deno.test("every shipped profile loads", () => {
     assert.equal(profile.name, name);
     assert.ok(profile.description.length > 0);
   }
+});
+
+Deno.test("workspace-write-egress: loopback only, with the server's default egress lists", () => {
+  const loaded = loadProfiles(PROFILE_DIR);
+  const profiles = withEgressDefaults(loaded, { allow: ["*.npmjs.org"], deny: ["evil.org"] });
+  const resolved = resolveProfile(profiles.get("workspace-write-egress")!, CTX);
+  const plain = resolveProfile(loaded.get("workspace-write")!, CTX);
+  assert.deepEqual(resolved, {
+    ...plain,
+    profile: "workspace-write-egress",
+    network: "loopback",
+    egress: { allow: ["*.npmjs.org"], deny: ["evil.org"], methods: "all" },
+  });
+  // Profiles without egress are left alone; lists a file names are its own.
+  assert.equal(profiles.get("workspace-write-net"), loaded.get("workspace-write-net"));
+  const own = parseProfile(
+    "p/own.json",
+    JSON.stringify({
+      ...VALID,
+      network: "loopback",
+      egress: { allow: ["a.org"], methods: "read-only" },
+    }),
+  );
+  const filled = withEgressDefaults(new Map([["own", own]]), { allow: ["b.org"], deny: ["c.org"] });
+  assert.deepEqual(filled.get("own")!.egress, {
+    allow: ["a.org"],
+    deny: ["c.org"],
+    methods: "read-only",
+  });
+});
+
+Deno.test("egress rules are checked: loopback network, host patterns, methods", () => {
+  const loopback = { network: "loopback" };
+  assert.equal(
+    parseVariant({ network: "all", egress: {} }).field,
+    "egress",
+  );
+  assert.match(
+    parseVariant({ network: "none", egress: {} }).message,
+    /egress needs network "loopback"/,
+  );
+  assert.match(
+    parseVariant({ ...loopback, egress: { allow: ["*.*.org"] } }).message,
+    /egress\.allow\[0\]: "\*\.\*\.org" is not a host pattern/,
+  );
+  assert.match(
+    parseVariant({ ...loopback, egress: { deny: ["Evil.org"] } }).message,
+    /egress\.deny\[0\]/,
+  );
+  assert.match(
+    parseVariant({ ...loopback, egress: { methods: "post" } }).message,
+    /egress\.methods/,
+  );
+  assert.match(
+    parseVariant({ ...loopback, egress: { allow: [], extra: 1 } }).message,
+    /egress\.extra/,
+  );
 });
 
 Deno.test("enforced shipped profiles deny the default secret paths", () => {

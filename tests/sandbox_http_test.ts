@@ -181,6 +181,7 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
         "ports",
         "read-only",
         "workspace-write",
+        "workspace-write-egress",
         "workspace-write-net",
       ]);
       assert.deepEqual(rest, {
@@ -198,6 +199,7 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
           ports: true,
           "read-only": true,
           "workspace-write": true,
+          "workspace-write-egress": true,
           "workspace-write-net": true,
         },
       });
@@ -671,6 +673,7 @@ Deno.test("fail closed: a sandbox that cannot be applied runs nothing", async (t
         "full-access": true,
         "read-only": false,
         "workspace-write": false,
+        "workspace-write-egress": false,
         "workspace-write-net": false,
       });
     });

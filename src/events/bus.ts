@@ -6,6 +6,8 @@
  * @module
  */
 
+import type { EgressEvent } from "../egress/gateway.ts";
+
 /** Why a session ended. */
 export type EndReason = "exit" | "kill" | "prune" | "timeout" | "shutdown" | "revoke";
 
@@ -36,7 +38,12 @@ export type LifecycleEvent =
   | { type: "approval_requested"; agent: string; approval: unknown }
   | { type: "approval_decided"; agent: string; approval: unknown }
   /** The operator revoked the agent: its token, streams and sessions end. */
-  | { type: "agent_revoked"; agent: string };
+  | { type: "agent_revoked"; agent: string }
+  /**
+   * A connection through the egress proxy ended (allowed, denied or failed): see
+   * src/egress/gateway.ts. `agent` is absent when no live session owned it.
+   */
+  | ({ type: "egress"; agent?: string } & EgressEvent);
 
 /** A subscriber callback. */
 export type Listener = (event: LifecycleEvent) => void;

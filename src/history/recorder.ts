@@ -59,6 +59,8 @@ const FLUSH_ROWS = 256;
 const MAX_PENDING = 10_000;
 /** Commands kept in memory until their last event; the oldest are forgotten beyond this. */
 const MAX_TRACKED = 4096;
+/** Egress connections kept per command; the rest are counted in the metrics only. */
+const MAX_EGRESS = 256;
 
 interface Entry {
   row: CommandRow;
@@ -99,6 +101,12 @@ export class HistoryRecorder {
   #log: Logger;
   #entries = new Map<string, Entry>();
   #bySession = new WeakMap<Session, Entry>();
+  /**
+   * Commands by the id of their sessions, for the egress proxy's records, which come when a
+   * connection ended: maybe after its session, and its command, did (a tunnel ends when its
+   * origin closes it). Kept past the command, the newest {@link MAX_TRACKED} sessions.
+   */
+  #bySessionId = new Map<number, Entry>();
   #dirty = new Map<string, CommandRow>();
   #approvals = new Map<string, ApprovalRow>();
   #timer?: ReturnType<typeof setTimeout>;
@@ -119,6 +127,17 @@ export class HistoryRecorder {
     this.#unsubscribe = bus.subscribe((event) => {
       if (event.type === "approval_requested" || event.type === "approval_decided") {
         this.#approval(event.approval as ApprovalRecord);
+      }
+      if (event.type === "egress" && event.session_id !== undefined) {
+        const entry = this.#bySessionId.get(event.session_id);
+        if (!entry || entry.row.egress.length >= MAX_EGRESS) return;
+        const { type: _, agent: __, ...connection } = event;
+        entry.row.egress.push({
+          ...connection,
+          session_id: event.session_id,
+          address: event.address ?? null,
+        });
+        this.#queue(entry.row);
       }
     });
     try {
@@ -146,6 +165,7 @@ export class HistoryRecorder {
       cpu_ms: null,
       peak_memory_bytes: null,
       denial: null,
+      egress: [],
     };
     this.#entries.set(execId, { row, settled: false, before: 0 });
     if (this.#entries.size > MAX_TRACKED) {
@@ -161,6 +181,11 @@ export class HistoryRecorder {
     entry.before = entry.row.output_bytes;
     entry.session = session;
     this.#bySession.set(session, entry);
+    this.#bySessionId.delete(session.id);
+    this.#bySessionId.set(session.id, entry);
+    if (this.#bySessionId.size > MAX_TRACKED) {
+      this.#bySessionId.delete(this.#bySessionId.keys().next().value!);
+    }
     Object.assign(entry.row, {
       session_id: session.id,
       status: "running",

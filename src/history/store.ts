@@ -40,6 +40,8 @@ export interface CommandRow {
   cpu_ms: number | null;
   peak_memory_bytes: number | null;
   denial: Denial | null;
+  /** The connections its sessions made through the egress proxy (the first 256). */
+  egress: EgressConnection[];
   /** The output's last bytes; undefined leaves the stored tail as it is. */
   tail?: Uint8Array;
 }
@@ -81,7 +83,22 @@ export interface HistoryItem {
   output_bytes: number;
   usage: { cpu_seconds: number | null; peak_memory_bytes: number | null };
   denial: Denial | null;
+  egress: EgressConnection[];
   approvals: HistoryApproval[];
+}
+
+/** One connection through the egress proxy, as the history keeps it. */
+export interface EgressConnection {
+  session_id: number | null;
+  host: string;
+  port: number;
+  address: string | null;
+  method: string;
+  decision: string;
+  rule: string;
+  bytes_up: number;
+  bytes_down: number;
+  duration_ms: number;
 }
 
 /** A command with its output tail (`GET /v1/history/{id}`). */
@@ -148,7 +165,8 @@ CREATE TABLE IF NOT EXISTS commands (
   cpu_ms REAL,
   peak_memory_bytes INTEGER,
   denial TEXT,
-  output_tail BLOB
+  output_tail BLOB,
+  egress TEXT
 );
 CREATE INDEX IF NOT EXISTS commands_by_time ON commands (started_ms, id);
 CREATE INDEX IF NOT EXISTS commands_by_agent ON commands (agent, started_ms, id);
@@ -170,7 +188,7 @@ CREATE INDEX IF NOT EXISTS approvals_by_command ON approvals (command_id);
 
 const COMMAND_COLUMNS =
   "id, agent, command, workdir, profile, tty, session_id, status, started_ms, ended_ms, " +
-  "exit_code, end_reason, duration_ms, output_bytes, cpu_ms, peak_memory_bytes, denial";
+  "exit_code, end_reason, duration_ms, output_bytes, cpu_ms, peak_memory_bytes, denial, egress";
 
 const decoder = new TextDecoder();
 
@@ -203,18 +221,24 @@ export class HistoryStore {
         this.#db = new DatabaseSync(path);
         this.#configure();
         this.#db.exec(SCHEMA);
+        // A database made before the egress audit existed gets its column.
+        const columns = this.#db.prepare("PRAGMA table_info(commands)").all() as { name: string }[];
+        if (!columns.some((c) => c.name === "egress")) {
+          this.#db.exec("ALTER TABLE commands ADD COLUMN egress TEXT");
+        }
       } finally {
         Deno.umask(umask);
       }
     }
     this.#upsertCommand = this.#db.prepare(
       `INSERT INTO commands (${COMMAND_COLUMNS}, output_tail)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (id) DO UPDATE SET session_id = excluded.session_id,
          status = excluded.status, ended_ms = excluded.ended_ms, exit_code = excluded.exit_code,
          end_reason = excluded.end_reason, duration_ms = excluded.duration_ms,
          output_bytes = excluded.output_bytes, cpu_ms = excluded.cpu_ms,
          peak_memory_bytes = excluded.peak_memory_bytes, denial = excluded.denial,
+         egress = excluded.egress,
          output_tail = coalesce(excluded.output_tail, output_tail)`,
     );
     // Newest first through the (agent, started_ms, id) index: a row goes once it is past the
@@ -278,6 +302,7 @@ export class HistoryStore {
           c.cpu_ms,
           c.peak_memory_bytes,
           c.denial === null ? null : JSON.stringify(c.denial),
+          c.egress.length === 0 ? null : JSON.stringify(c.egress),
           c.tail ?? null,
         );
       }
@@ -413,6 +438,7 @@ export class HistoryStore {
         peak_memory_bytes: r.peak_memory_bytes,
       },
       denial: r.denial === null ? null : JSON.parse(r.denial),
+      egress: r.egress === null ? [] : JSON.parse(r.egress),
       approvals: (byCommand.get(r.id) ?? []).map((a) => ({
         id: a.id,
         status: a.status,
@@ -447,6 +473,7 @@ interface StoredCommand {
   cpu_ms: number | null;
   peak_memory_bytes: number | null;
   denial: string | null;
+  egress: string | null;
 }
 
 interface StoredApproval {

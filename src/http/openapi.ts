@@ -407,8 +407,9 @@ export const OPERATIONS: readonly Operation[] = [
     tag: "sessions",
     summary: "Lifecycle events of the caller's sessions and approvals",
     caller: "agent",
-    events: "`begin`, `interaction`, `end`, `approval_requested`, `approval_decided` and " +
-      "`agent_revoked` events, each with the agent it concerns; an agent sees only its own, " +
+    events: "`begin`, `interaction`, `end`, `approval_requested`, `approval_decided`, " +
+      "`agent_revoked` and `egress` (one connection through the egress proxy, once it ended) " +
+      "events, each with the agent it concerns; an agent sees only its own, " +
       "and its stream ends (without it) when it is revoked.",
   },
   {

@@ -2,7 +2,8 @@
  * The server's Prometheus metrics (`GET /metrics`), in a registry of its own (never
  * prom-client's global one): the standard `process_*` metrics (process.ts), and, named
  * `uexec_*`, the build, live sessions, commands started and ended, denials, approvals and their
- * wait, `exec_command` latency, output bytes, spawner workers and event-loop lag.
+ * wait, `exec_command` latency, output bytes, spawner workers, event-loop lag, and connections
+ * through the egress proxy and their bytes.
  *
  * Counters are fed by the lifecycle bus and by session hooks; gauges are read when scraped.
  * Every labelled counter has a series at 0 for each label value known before its first event
@@ -75,6 +76,8 @@ export class Metrics {
   #approvals: Counter<"decision">;
   #approvalWait: Histogram<"decision">;
   #execSeconds: Histogram;
+  #egress: Counter<"decision">;
+  #egressBytes: Counter<"direction">;
   /** Output bytes read since the counter was last collected (added to it when scraped). */
   readonly #output = { pending: 0 };
   #lag: Gauge;
@@ -144,6 +147,18 @@ export class Metrics {
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
       registers,
     });
+    this.#egress = new Counter({
+      name: "uexec_egress_connections_total",
+      help: "Connections through the egress proxy, by decision (allowed, denied, failed).",
+      labelNames: ["decision"] as const,
+      registers,
+    });
+    this.#egressBytes = new Counter({
+      name: "uexec_egress_bytes_total",
+      help: "Bytes relayed by the egress proxy, by direction (up: to the destination; down).",
+      labelNames: ["direction"] as const,
+      registers,
+    });
     // Output arrives chunk by chunk on the hot path: a plain sum there, the counter when scraped.
     const output = this.#output;
     new Counter({
@@ -191,6 +206,11 @@ export class Metrics {
         this.#approvals.inc({ decision });
         const waited = Date.parse(record.decided_at ?? "") - Date.parse(record.created_at);
         if (Number.isFinite(waited)) this.#approvalWait.observe({ decision }, waited / 1000);
+      }
+      if (event.type === "egress") {
+        this.#egress.inc({ decision: event.decision });
+        this.#egressBytes.inc({ direction: "up" }, event.bytes_up);
+        this.#egressBytes.inc({ direction: "down" }, event.bytes_down);
       }
     });
   }

@@ -28,7 +28,8 @@ import { enterSpawnerIdentity, sandboxIdentity, sandboxIds } from "./identity.ts
 import { DASH, limitWrapper, PRLIMIT } from "./limits.ts";
 import { existingPaths } from "./fsinfo.ts";
 import { boundUnixSockets, socketReachable, socketsToHide } from "./unix_sockets.ts";
-import { closeFd, threadEuid } from "./syscalls.ts";
+import { checkedSyscall, closeFd, SYS, threadEuid } from "./syscalls.ts";
+import { AT_FDCWD, cString, O } from "../ffi/libc.ts";
 import { makeTerminalSlots, type TerminalPlan } from "./terminal_slots.ts";
 
 export { SandboxUnavailableError } from "./errors.ts";
@@ -48,8 +49,13 @@ export interface ApplyOptions {
   terminals?: TerminalPlan;
 }
 
-/** What {@link applySandbox} leaves the caller: a root server's terminal slots. */
+/** What {@link applySandbox} leaves the caller: a root server's terminal slots, egress netns. */
 export interface Applied {
+  /**
+   * A descriptor of the thread's private network namespace (close-on-exec), for a policy with
+   * egress rules: the server opens the egress proxy's listener in it (src/egress/gateway.ts).
+   */
+  netns?: number;
   /** The domain's mount namespace, which the thread returns to after each spawn in a slot. */
   domainNs?: number;
   /** Each terminal slot's mount namespace (terminal_slots.ts). */
@@ -59,7 +65,7 @@ export interface Applied {
 /**
  * Restricts the calling thread, and every child it spawns from now on, to `policy`.
  * Does nothing when `policy.enforce` is false. Throws {@link SandboxUnavailableError} when any
- * part cannot be enforced.
+ * part cannot be enforced. The caller owns the descriptors it returns ({@link Applied}).
  */
 export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): Applied {
   if (!policy.enforce) return {};
@@ -108,6 +114,24 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): A
   const slots = root && opts.terminals
     ? sandboxStep("terminal slots", () => makeTerminalSlots(opts.terminals!))
     : undefined;
+  // Opened while the thread is still root and unrestricted; it closes on any failure below.
+  let netns: number | undefined;
+  try {
+    netns = policy.egress && policy.network === "loopback"
+      ? sandboxStep("egress namespace", () =>
+        checkedSyscall(
+          "open(/proc/thread-self/ns/net)",
+          SYS.openat,
+          AT_FDCWD,
+          cString("/proc/thread-self/ns/net"),
+          O.CLOEXEC,
+          0,
+        ))
+      : undefined;
+  } catch (e) {
+    for (const fd of slots ? [slots.domainNs, ...slots.slots, ...slots.roots] : []) closeFd(fd);
+    throw e;
+  }
   try {
     const rulesetFd = sandboxStep("Landlock ruleset", () => {
       const plan = planRuleset(policy, abi, { readOnlyEnforcedElsewhere: root });
@@ -130,11 +154,15 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): A
     sandboxStep("seccomp", () => installFilter(policy.network));
   } catch (e) {
     for (const fd of slots ? [slots.domainNs, ...slots.slots] : []) closeFd(fd);
+    if (netns !== undefined) closeFd(netns);
     throw e;
   } finally {
     for (const dir of slots?.roots ?? []) closeFd(dir);
   }
-  return slots ? { domainNs: slots.domainNs, slots: slots.slots } : {};
+  return {
+    ...(slots ? { domainNs: slots.domainNs, slots: slots.slots } : {}),
+    ...(netns === undefined ? {} : { netns }),
+  };
 }
 
 /** What this machine can enforce, as reported by `/healthz`. */

@@ -37,6 +37,8 @@ export interface Denial {
   port?: number;
   /** For network denials: the host the command tried to reach or look up, when named. */
   host?: string;
+  /** For a connection the egress proxy refused: the rule that refused it (`not-allowed`...). */
+  rule?: string;
   evidence: string;
 }
 

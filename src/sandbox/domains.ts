@@ -58,6 +58,7 @@ import { type GrantedRoot, GrantError } from "./write_grant.ts";
 import { type GrantSpec, GrantThread } from "./grant_thread.ts";
 import type { GrantJournal } from "./grant_journal.ts";
 import { gitConfigText, type GitIdentity } from "./git_config.ts";
+import { proxyEnv } from "../egress/gateway.ts";
 
 /**
  * Sandboxed git trusts repositories whatever their owner: every session runs as its own uid,
@@ -111,6 +112,8 @@ export interface ChooseOptions {
   agent?: string;
   /** An approved widening of the profile. */
   widening?: Widening;
+  /** The agent's `max_egress`: what its egress proxy may ever let through (no cap: undefined). */
+  egressCap?: string[];
 }
 
 /** Settings of the domain registry. */
@@ -297,12 +300,14 @@ export class SandboxDomains {
   choose(name: string, workdir: string, opts: ChooseOptions = {}): SandboxChoice {
     const widening = canonical(opts.widening ?? {});
     const base = this.profile(name);
-    const profile = widen(base, widening, (n) => this.profile(n), FULL_ACCESS);
+    const widened = widen(base, widening, (n) => this.profile(n), FULL_ACCESS);
+    const cap = widened.egress && opts.egressCap ? [...opts.egressCap].sort() : undefined;
+    const profile = cap ? { ...widened, egress: { ...widened.egress!, cap } } : widened;
     name = widening.unsandboxed ? FULL_ACCESS : widening.profile ?? name;
     if (!profile.enforce) return this.#unenforced(name, profile, workdir);
     const uids = this.#sessionUids();
     assertNotInsideProtected(workdir, this.#protectedNames, uids && sandboxOwners(uids.ids));
-    const id = JSON.stringify([name, widening, opts.agent ?? null, workdir]);
+    const id = JSON.stringify([name, widening, opts.agent ?? null, workdir, cap ?? null]);
     let domain = this.#domains.get(id);
     if (!domain) {
       domain = this.#create(profile, workdir, uids, widening);
@@ -383,7 +388,12 @@ export class SandboxDomains {
     let released = false;
     const user = reserved.uid === undefined ? {} : accountEnv(reserved.uid);
     return {
-      env: { ...privateEnv(reserved.dir), ...user, ...GIT_TRUSTS_EVERY_OWNER },
+      env: {
+        ...privateEnv(reserved.dir),
+        ...user,
+        ...GIT_TRUSTS_EVERY_OWNER,
+        ...(domain.policy.egress ? proxyEnv() : {}),
+      },
       uid: reserved.uid,
       granted: grant !== undefined,
       // Without a grant, all of it happens before this returns.

@@ -8,6 +8,8 @@
  * @module
  */
 
+import type { EgressRules } from "../egress/rules.ts";
+
 /** Which network the child may use. */
 export type NetworkMode = "none" | "loopback" | "all";
 
@@ -52,6 +54,11 @@ export interface ResolvedPolicy {
    * may still connect to, e.g. `/run/docker.sock`; every other one is hidden.
    */
   unixSockets?: string[];
+  /**
+   * When set (network `loopback`): the only way out is uexec's egress proxy inside the
+   * namespace, which lets through what these rules allow (see src/egress/).
+   */
+  egress?: EgressRules;
   /** Resource limits. */
   limits: ResourceLimits;
 }

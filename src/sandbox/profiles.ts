@@ -16,6 +16,7 @@
 
 import { z } from "zod";
 import type { NetworkMode, ResolvedPolicy, ResourceLimits } from "./policy.ts";
+import { type EgressRules, patternProblem } from "../egress/rules.ts";
 
 /** A deny-read entry that applies only in some situations. */
 export interface ConditionalPath {
@@ -44,6 +45,12 @@ export interface Profile {
   tcpPorts?: number[];
   /** Pathname unix sockets (or directories of them) that stay reachable; templates. */
   unixSockets?: string[];
+  /**
+   * The egress proxy's rules (network `loopback` only). A list the file leaves out is the
+   * server's default (`UEXEC_EGRESS_ALLOW`, `UEXEC_EGRESS_DENY`), filled in by
+   * {@link withEgressDefaults}.
+   */
+  egress?: EgressRules;
   limits: ResourceLimits;
 }
 
@@ -124,6 +131,11 @@ const profileFileSchema = z.strictObject({
   network: z.enum(["none", "loopback", "all"]),
   tcp_ports: z.array(z.number().int().min(1).max(65535)).min(1).optional(),
   unix_sockets: z.array(pathTemplate).min(1).optional(),
+  egress: z.strictObject({
+    allow: z.array(checked(patternProblem)).optional(),
+    deny: z.array(checked(patternProblem)).optional(),
+    methods: z.enum(["all", "read-only"]).default("all"),
+  }).optional(),
   limits: z.strictObject({
     max_processes: z.number().int().positive().optional(),
     max_file_size_bytes: z.number().int().positive().optional(),
@@ -136,6 +148,13 @@ const profileFileSchema = z.strictObject({
       code: "custom",
       path: ["tcp_ports"],
       message: 'a port list needs network "loopback" or "all"',
+    });
+  }
+  if (profile.egress && profile.network !== "loopback") {
+    ctx.addIssue({
+      code: "custom",
+      path: ["egress"],
+      message: 'egress needs network "loopback" (the proxy is the namespace\'s only way out)',
     });
   }
 });
@@ -189,6 +208,15 @@ export function parseProfile(file: string, text: string): Profile {
     network: p.network,
     ...(p.tcp_ports ? { tcpPorts: p.tcp_ports } : {}),
     ...(p.unix_sockets ? { unixSockets: p.unix_sockets } : {}),
+    ...(p.egress
+      ? {
+        egress: {
+          allow: p.egress.allow ?? UNSET,
+          deny: p.egress.deny ?? UNSET,
+          methods: p.egress.methods,
+        },
+      }
+      : {}),
     limits: withoutUndefined({
       maxProcesses: p.limits.max_processes,
       maxFileSizeBytes: p.limits.max_file_size_bytes,
@@ -196,6 +224,27 @@ export function parseProfile(file: string, text: string): Profile {
       addressSpaceBytes: p.limits.address_space_bytes,
     }),
   };
+}
+
+/** A list a profile file left out: the server's default list until filled in. */
+const UNSET: string[] = Object.freeze([]) as unknown as string[];
+
+/**
+ * The profiles with the server's default allow and deny lists in place of the lists their
+ * files leave out (`UEXEC_EGRESS_ALLOW`, `UEXEC_EGRESS_DENY`).
+ */
+export function withEgressDefaults(
+  profiles: Map<string, Profile>,
+  defaults: { allow: string[]; deny: string[] },
+): Map<string, Profile> {
+  return new Map(
+    [...profiles].map(([name, p]) => {
+      if (!p.egress) return [name, p];
+      const allow = p.egress.allow === UNSET ? [...defaults.allow] : p.egress.allow;
+      const deny = p.egress.deny === UNSET ? [...defaults.deny] : p.egress.deny;
+      return [name, { ...p, egress: { ...p.egress, allow, deny } }];
+    }),
+  );
 }
 
 /**
@@ -293,6 +342,16 @@ export function resolveProfile(profile: Profile, ctx: ResolveContext): ResolvedP
     network: profile.network,
     ...(profile.tcpPorts ? { tcpPorts: [...profile.tcpPorts] } : {}),
     ...(profile.unixSockets ? { unixSockets: unique(profile.unixSockets.map(expand)) } : {}),
+    ...(profile.egress
+      ? {
+        egress: {
+          allow: unique(profile.egress.allow),
+          deny: unique(profile.egress.deny),
+          methods: profile.egress.methods,
+          ...(profile.egress.cap ? { cap: unique(profile.egress.cap) } : {}),
+        },
+      }
+      : {}),
     limits: { ...profile.limits },
   };
 }

@@ -1,7 +1,8 @@
 /**
  * Narrow escalation: what an approved command may do beyond its profile. A widening names a
  * wider profile, extra writable roots, deny-read entries of the profile to lift, extra TCP
- * ports, or (the widest) no sandbox at all; it is
+ * ports, extra hosts for the egress proxy (of a profile with egress rules), or (the widest) no
+ * sandbox at all; it is
  * applied to a profile to give the profile the command then runs under, still sandboxed unless
  * `unsandboxed` is set.
  *
@@ -26,6 +27,8 @@ export interface Widening {
   read?: string[];
   /** Extra TCP ports the command may connect to, on any host. */
   tcp_ports?: number[];
+  /** Extra host patterns the egress proxy lets through (a profile with egress rules only). */
+  hosts?: string[];
   /** No sandbox at all. */
   unsandboxed?: boolean;
 }
@@ -33,7 +36,7 @@ export interface Widening {
 /** True when the widening adds nothing. */
 export function isEmpty(w: Widening): boolean {
   return !w.unsandboxed && w.profile === undefined && !w.write?.length && !w.read?.length &&
-    !w.tcp_ports?.length;
+    !w.tcp_ports?.length && !w.hosts?.length;
 }
 
 function union<T>(a: T[] | undefined, b: T[] | undefined): T[] | undefined {
@@ -47,11 +50,13 @@ export function canonical(w: Widening): Widening {
   const write = union(w.write, undefined)?.sort();
   const read = union(w.read, undefined)?.sort();
   const ports = union(w.tcp_ports, undefined)?.sort((a, b) => a - b);
+  const hosts = union(w.hosts, undefined)?.sort();
   return {
     ...(w.profile === undefined ? {} : { profile: w.profile }),
     ...(write ? { write } : {}),
     ...(read ? { read } : {}),
     ...(ports ? { tcp_ports: ports } : {}),
+    ...(hosts ? { hosts } : {}),
   };
 }
 
@@ -63,6 +68,7 @@ export function combine(a: Widening, b: Widening): Widening {
     write: union(a.write, b.write),
     read: union(a.read, b.read),
     tcp_ports: union(a.tcp_ports, b.tcp_ports),
+    hosts: union(a.hosts, b.hosts),
   });
 }
 
@@ -82,10 +88,16 @@ export function widen(
   const writableRoots = union(profile.writableRoots, w.write) ?? [];
   const readable = union(profile.liftedDenyRead, w.read);
   const lifted = readable ? { liftedDenyRead: readable } : {};
-  if (!w.tcp_ports?.length) return { ...profile, writableRoots, ...lifted };
+  const egress = profile.egress && w.hosts?.length
+    ? { ...profile.egress, allow: union(profile.egress.allow, w.hosts)! }
+    : profile.egress;
+  const withEgress = egress ? { egress } : {};
+  if (!w.tcp_ports?.length) return { ...profile, writableRoots, ...lifted, ...withEgress };
   const open = profile.network === "all" && profile.tcpPorts === undefined;
+  // Ports on any host leave the egress namespace: connections go out directly.
+  const { egress: _proxied, ...direct } = profile;
   return {
-    ...profile,
+    ...direct,
     writableRoots,
     ...lifted,
     network: "all",
@@ -111,6 +123,11 @@ export function describe(profile: string, w: Widening): string {
   }
   if (w.read?.length) {
     parts.push(`plus read access to ${w.read.join(", ")} (which the profile hides)`);
+  }
+  if (w.hosts?.length) {
+    parts.push(
+      `plus HTTP(S) through the egress proxy to ${w.hosts.join(", ")} (for this command only)`,
+    );
   }
   if (w.tcp_ports?.length) {
     // The network becomes "all" with a TCP port list: Landlock limits TCP only, so UDP (which

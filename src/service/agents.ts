@@ -37,6 +37,8 @@ export interface AgentInfo {
   max_sessions: number | null;
   /** The memory of each of its sessions, in bytes (null: the server's per-session default). */
   max_memory_bytes: number | null;
+  /** Host patterns it may ever reach through the egress proxy, or ask for; null: no cap. */
+  max_egress: string[] | null;
   created_at: string;
 }
 
@@ -51,6 +53,7 @@ export interface NewAgent {
   maxWidening?: AgentWidening;
   maxSessions?: number;
   maxMemoryBytes?: number;
+  maxEgress?: string[];
 }
 
 /** An agent name already taken (409 `agent_exists`). */
@@ -220,6 +223,7 @@ export class AgentRegistry {
       max_widening: spec.maxWidening ?? null,
       max_sessions: spec.maxSessions ?? null,
       max_memory_bytes: spec.maxMemoryBytes ?? null,
+      max_egress: spec.maxEgress ?? null,
       created_at: this.#now().toISOString(),
       token_sha256: tokenDigest(token),
     };
@@ -255,6 +259,7 @@ export class AgentRegistry {
       ...(record.max_widening ? { maxWidening: record.max_widening } : {}),
       ...(record.max_sessions === null ? {} : { maxSessions: record.max_sessions }),
       ...(record.max_memory_bytes === null ? {} : { maxMemoryBytes: record.max_memory_bytes }),
+      ...(record.max_egress === null ? {} : { maxEgress: record.max_egress }),
     });
     this.#issued.set(principal, record);
     return principal;
@@ -292,13 +297,16 @@ function parseRegistry(text: string, file: string): Stored[] {
       (a.max_widening === undefined || a.max_widening === null || isWidening(a.max_widening)) &&
       (a.max_sessions === null || Number.isInteger(a.max_sessions)) &&
       (a.max_memory_bytes == null || Number.isSafeInteger(a.max_memory_bytes)) &&
+      (a.max_egress === undefined || a.max_egress === null ||
+        Array.isArray(a.max_egress) && a.max_egress.every((p: unknown) => typeof p === "string")) &&
       typeof a.created_at === "string";
     if (!ok) throw new Error(`${file}: agents[${i}] is malformed`);
-    // Records written before max_widening or max_memory_bytes existed lack them.
+    // Records written before max_widening, max_memory_bytes or max_egress existed lack them.
     return {
       ...a,
       max_widening: a.max_widening ?? null,
       max_memory_bytes: a.max_memory_bytes ?? null,
+      max_egress: a.max_egress ?? null,
     } as Stored;
   });
 }

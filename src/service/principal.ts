@@ -26,6 +26,8 @@ export interface Agent {
   maxSessions?: number;
   /** The memory of each of its sessions, in bytes (else the server's per-session default). */
   maxMemoryBytes?: number;
+  /** Host patterns it may ever reach through the egress proxy, or ask for; undefined: no cap. */
+  maxEgress?: string[];
 }
 
 /** The parts of a narrow escalation an agent's cap may allow beyond its widest profile. */

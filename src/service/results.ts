@@ -25,6 +25,8 @@ export const DenialSchema = z.object({
   path: z.string().optional(),
   port: z.number().int().optional(),
   host: z.string().optional(),
+  rule: z.string().optional()
+    .describe("For a connection the egress proxy refused: the rule that refused it."),
   evidence: z.string(),
 });
 
@@ -200,6 +202,7 @@ const WideningSchema = z.object({
   write: z.array(z.string()).optional().describe("Extra writable directories."),
   read: z.array(z.string()).optional().describe("Paths the profile hides, made readable."),
   tcp_ports: z.array(z.number().int()).optional().describe("Extra TCP ports."),
+  hosts: z.array(z.string()).optional().describe("Extra hosts through the egress proxy."),
   unsandboxed: z.boolean().optional().describe("No sandbox at all."),
 });
 
@@ -239,6 +242,8 @@ export const AgentSchema = z.object({
   }).nullable(),
   max_sessions: z.number().int().nullable(),
   max_memory_bytes: z.number().int().nullable(),
+  max_egress: z.array(z.string()).nullable()
+    .describe("Host patterns the agent may ever reach through the egress proxy, or ask for."),
   created_at: z.string(),
 });
 
@@ -271,6 +276,18 @@ export const HistoryItemSchema = z.object({
     peak_memory_bytes: z.number().int().nullable(),
   }),
   denial: DenialSchema.nullable(),
+  egress: z.array(z.object({
+    session_id: z.number().int().nullable(),
+    host: z.string(),
+    port: z.number().int(),
+    address: z.string().nullable().describe("The address dialled (or refused)."),
+    method: z.string().describe("The request's method; CONNECT for a tunnel."),
+    decision: z.string().describe("allowed, denied or failed."),
+    rule: z.string().describe("The rule that decided (allow:*.example.org, not-allowed...)."),
+    bytes_up: z.number().int(),
+    bytes_down: z.number().int(),
+    duration_ms: z.number(),
+  })).describe("Connections its sessions made through the egress proxy (the first 256)."),
   approvals: z.array(z.object({
     id: z.string(),
     status: z.string(),

@@ -13,6 +13,7 @@ import { approvalDecisionSchema } from "../approvals/store.ts";
 import { compileUntil, UntilPatternError } from "../sessions/until.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
 import type { WaitConditions } from "../sessions/waits.ts";
+import { patternProblem } from "../egress/rules.ts";
 
 /** Yield limits, as in Codex. */
 export const YIELD = {
@@ -64,6 +65,12 @@ export function waitConditions(
 }
 
 const noNul = (s: string) => !s.includes("\0");
+
+/** A host pattern for the egress proxy: `example.org` or `*.example.org`. */
+const hostPattern = z.string().max(256).superRefine((value, ctx) => {
+  const problem = patternProblem(value);
+  if (problem) ctx.addIssue({ code: "custom", message: problem });
+});
 const envName = z.string().min(1).max(1024).regex(/^[^=\0]+$/, "must be a name without '=' or NUL");
 const size = z.number().int().min(1).max(1000);
 const maxTokens = z.number().int().min(1).max(MAX_OUTPUT_TOKENS).default(DEFAULT_MAX_OUTPUT_TOKENS);
@@ -125,12 +132,19 @@ export const ExecBody = z.strictObject({
       .describe("Extra writable directories, absolute or relative to the workdir."),
     tcp_ports: z.array(z.number().int().min(1).max(65535)).min(1).max(64).optional()
       .describe("Extra TCP ports to connect to."),
+    hosts: z.array(hostPattern).min(1).max(64).optional()
+      .describe(
+        "Extra host patterns (example.org, *.example.org) the egress proxy lets through, " +
+          "for this command (a profile with egress rules, e.g. workspace-write-egress).",
+      ),
   }).refine(
-    (e) => e.profile !== undefined || e.write !== undefined || e.tcp_ports !== undefined,
-    "name at least one of profile, write, tcp_ports",
+    (e) =>
+      e.profile !== undefined || e.write !== undefined || e.tcp_ports !== undefined ||
+      e.hosts !== undefined,
+    "name at least one of profile, write, tcp_ports, hosts",
   ).optional().describe(
     "Ask for approval to run still sandboxed, with only this added: a wider profile, " +
-      "writable directories, or TCP ports.",
+      "writable directories, TCP ports, or hosts through the egress proxy.",
   ),
   justification: z.string().max(4096).optional()
     .describe("The question shown to the approver with require_escalated."),
@@ -167,6 +181,8 @@ export const AgentBody = z.strictObject({
   max_sessions: z.number().int().min(1).max(100_000).optional(),
   max_memory_bytes: z.number().int().min(16 << 20).max(Number.MAX_SAFE_INTEGER).optional()
     .describe("The memory of each of its sessions, in bytes; at most UEXEC_MEMORY_MAX."),
+  max_egress: z.array(hostPattern).max(256).optional()
+    .describe("The host patterns the agent may ever reach through the egress proxy, or ask for."),
 });
 
 /** `POST /v1/write_stdin`. */

@@ -27,6 +27,7 @@ import type { Session, SessionInfo } from "../sessions/session.ts";
 import { treeUsage, type Usage } from "../sessions/usage.ts";
 import type { ScreenSnapshot } from "../output/screen.ts";
 import { type AgentInfo, type AgentRegistry, UnknownAgentError } from "./agents.ts";
+import { patternWithin } from "../egress/rules.ts";
 import {
   type Agent,
   ForbiddenError,
@@ -181,9 +182,9 @@ export class Service {
   ): Promise<CallResult> {
     const { supervisor, history } = this.#deps;
     this.#deps.diskFloor?.check();
-    const escalation = this.#escalation(principal, body);
-    const escalating = Object.keys(escalation).length > 0;
     const profile = this.#profile(principal, body.profile);
+    const escalation = this.#escalation(principal, body, profile);
+    const escalating = Object.keys(escalation).length > 0;
     const cap = this.#cap(principal);
     if (cap && escalating) this.#escalationWithinCap(principal, profile, escalation, cap);
     const workdir = this.#workdir(body.workdir, escalating);
@@ -204,6 +205,7 @@ export class Service {
       tty: body.tty,
     });
     return supervisor.exec({
+      egressCap: principal.role === "agent" ? principal.maxEgress : undefined,
       request: {
         execId,
         owner: ownerOf(principal),
@@ -396,6 +398,7 @@ export class Service {
       maxWidening: maxWidening && Object.keys(maxWidening).length > 0 ? maxWidening : undefined,
       maxSessions: body.max_sessions,
       maxMemoryBytes: body.max_memory_bytes,
+      maxEgress: body.max_egress,
     });
     return {
       name: agent.name,
@@ -404,6 +407,7 @@ export class Service {
       max_widening: agent.max_widening,
       max_sessions: agent.max_sessions,
       max_memory_bytes: agent.max_memory_bytes,
+      max_egress: agent.max_egress,
     };
   }
 
@@ -552,7 +556,11 @@ export class Service {
   }
 
   /** What the request asks for beyond its profile, checked against the agent's cap. */
-  #escalation(principal: Principal, body: z.output<typeof ExecBody>): Widening {
+  #escalation(
+    principal: Principal,
+    body: z.output<typeof ExecBody>,
+    profile: string,
+  ): Widening {
     const { escalate } = body;
     if (!escalate) {
       if (body.sandbox_permissions !== "require_escalated") return {};
@@ -566,7 +574,34 @@ export class Service {
     }
     const base = body.workdir ? this.#workdirPath(body.workdir) : this.#deps.workspace;
     const write = escalate.write?.map((path, i) => this.#writableRoot(base, path, i));
-    return canonical({ profile: escalate.profile, write, tcp_ports: escalate.tcp_ports });
+    if (escalate.hosts) this.#egressHosts(principal, escalate.hosts, escalate.profile ?? profile);
+    return canonical({
+      profile: escalate.profile,
+      write,
+      tcp_ports: escalate.tcp_ports,
+      hosts: escalate.hosts,
+    });
+  }
+
+  /**
+   * Hosts asked for through the egress proxy: only under a profile with egress rules, and
+   * within the agent's `max_egress` (403 before the operator is asked).
+   */
+  #egressHosts(principal: Principal, hosts: string[], profile: string): void {
+    if (!this.#deps.domains.profile(profile).egress) {
+      throw new InvalidRequestError(
+        `escalate.hosts: profile ${profile} has no egress proxy; ` +
+          "run under a profile with egress rules (e.g. workspace-write-egress)",
+      );
+    }
+    const cap = principal.role === "agent" ? principal.maxEgress : undefined;
+    const beyond = cap && hosts.find((host) => !patternWithin(host, cap));
+    if (beyond) {
+      throw new ForbiddenError(
+        `escalate.hosts: agent ${(principal as { name: string }).name} may not ask for ` +
+          `${beyond}; its max_egress is ${cap.length ? cap.join(", ") : "empty"}`,
+      );
+    }
   }
 
   /** An extra writable root: an existing directory, never one holding the server's state. */

@@ -37,6 +37,8 @@ export interface SupervisedExec {
   /** Whether `request.shell` is the server's own shell rather than one the agent named. */
   serverShell: boolean;
   justification?: string;
+  /** The agent's `max_egress`: the only hosts its egress proxy may ever let through. */
+  egressCap?: string[];
 }
 
 /** Settings of the supervisor. */
@@ -105,12 +107,14 @@ export class Supervisor {
       policy: this.#opts.policy,
       sandboxPermissions: escalating ? "require_escalated" : "use_default",
       command: frozen.request.cmd,
-      denialDetected: first.sandbox.denied,
+      // A refusal by the egress proxy is reported whatever the exit; only a failure is retried.
+      denialDetected: first.sandbox.denied && first.exit_code !== 0,
     });
     if (next.action !== "ask") return first;
     const denial = first.sandbox.denial;
     const { domains } = this.#opts;
     const narrowest = widening(denial, {
+      egress: sandbox.policy.egress !== undefined,
       command: frozen.request.cmd,
       workdir: frozen.request.workdir,
       protectedNames: domains.protectedNames,
@@ -176,6 +180,7 @@ export class Supervisor {
     return this.#opts.domains.choose(profile, input.request.workdir, {
       agent: input.request.owner,
       widening: granted,
+      egressCap: input.egressCap,
     });
   }
 
@@ -212,10 +217,13 @@ export interface ProposalContext {
   withNetwork?: string;
   /** What the denied run's policy hid: a denied read inside one of these asks for it alone. */
   denyRead?: string[];
+  /** Whether the denied run went out through the egress proxy (which names hosts). */
+  egress?: boolean;
 }
 
 /**
- * The narrowest widening a denial names: write access to the directory a denied write aimed at
+ * The narrowest widening a denial names: the host the egress proxy refused (not on its allow
+ * list), through the proxy; write access to the directory a denied write aimed at
  * (its nearest existing directory; inside a protected directory, that whole directory: git
  * writes all over its `.git`); for a denied connection, the TCP port it aimed at, else the
  * ports of the command's URLs (those of the host the message names, when it names one), else
@@ -223,6 +231,11 @@ export interface ProposalContext {
  * hides what it aimed at; no sandbox when nothing narrower fits.
  */
 export function widening(denial: Denial | undefined, context: ProposalContext): Widening {
+  // The proxy refused a name off its list: that name, through the proxy, and nothing else.
+  if (denial?.kind === "network" && context.egress && denial.rule !== undefined) {
+    // A deny rule or a private address: no host approval opens it; only no sandbox would.
+    return denial.rule === "not-allowed" ? { hosts: [denial.host!] } : { unsandboxed: true };
+  }
   if (denial?.kind === "network") {
     if (denial.port !== undefined) return { tcp_ports: [denial.port] };
     const host = denial.host?.toLowerCase();

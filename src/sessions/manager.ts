@@ -185,7 +185,20 @@ export interface ManagerOptions {
    * is made when absent).
    */
   descriptors?: DescriptorReserve;
+  /** The egress proxy: told whose connections are whose, and asked what it refused them. */
+  egress?: EgressSessions;
 }
+
+/** What the manager needs of the egress gateway (src/egress/gateway.ts). */
+export interface EgressSessions {
+  /** Connections from `uid` are `sessionId`'s until the returned function is called. */
+  register(uid: number, session: { sessionId: number; agent: string }): () => void;
+  /** What the proxy refused `sessionId` so far (taken). */
+  takeRefusals(sessionId: number): { host: string; port: number; rule: string }[];
+}
+
+/** The egress proxy's rule for a host no allow pattern matches (src/egress/rules.ts). */
+const NOT_ALLOWED = "not-allowed";
 
 const PROTECTED_RECENT = 8;
 /** How long to wait for SIGKILLed processes to be gone (one stuck in the kernel may take long). */
@@ -525,6 +538,11 @@ export class SessionManager {
       // First of all: its worker may be started now, which can fail short of descriptors.
       if (req.screen || req.outputMode === "screen") screen = this.#screens.open(req.size);
       dir = await sandbox.session();
+      if (dir.uid !== undefined && sandbox.policy.egress && this.#opts.egress) {
+        const unregister = this.#opts.egress.register(dir.uid, { sessionId: id, agent: req.owner });
+        const { release } = dir;
+        dir = { ...dir, release: () => (unregister(), release()) };
+      }
       cgroup = cgroups && contain(() => cgroups.create(limits, req.owner, !short));
       gate = cgroup && gateFor(cgroup);
       pipes = req.tty ? undefined : openPipes();
@@ -719,7 +737,7 @@ export class SessionManager {
       result.exit_code = session.exit!.code;
       if (session.usage) result.usage = session.usage;
       if (session.endReason === "timeout") result.timed_out = true;
-      const found = detectDenial({
+      const found = this.#egressDenial(session) ?? detectDenial({
         policy: session.policy,
         exitCode: result.exit_code,
         output: got.text,
@@ -739,6 +757,25 @@ export class SessionManager {
       }
     }
     return result;
+  }
+
+  /** The first connection the egress proxy refused `session`, as its denial. */
+  #egressDenial(session: Session): { denied: true; denial: Denial } | undefined {
+    if (!session.policy.egress) return undefined;
+    const refused = this.#opts.egress?.takeRefusals(session.id) ?? [];
+    // One an approval could open (a name off the list) before one none could (deny, address).
+    const first = refused.find((r) => r.rule === NOT_ALLOWED) ?? refused[0];
+    if (!first) return undefined;
+    return {
+      denied: true,
+      denial: {
+        kind: "network",
+        host: first.host,
+        port: first.port,
+        rule: first.rule,
+        evidence: `egress proxy refused ${first.host}:${first.port} (rule ${first.rule})`,
+      },
+    };
   }
 
   /**

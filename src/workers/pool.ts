@@ -113,12 +113,16 @@ export class Spawner {
     if (reply.type !== "reaped") throw failure(reply);
   }
 
-  /** Restrict this worker's thread for good. */
-  async restrict(r: Restriction): Promise<void> {
+  /**
+   * Restrict this worker's thread for good; resolves to its network namespace's descriptor
+   * when its policy has egress rules (the caller owns it).
+   */
+  async restrict(r: Restriction): Promise<number | undefined> {
     const reply = await this.#request({ type: "restrict", ...r });
     if (reply.type !== "restricted") throw failure(reply);
     this.#namespaces = reply.namespaces ?? [];
     this.#freeSlots = Array.from({ length: reply.slots ?? 0 }, (_, i) => i);
+    return reply.netns;
   }
 
   /**
@@ -201,6 +205,11 @@ export interface PoolOptions {
   maxIdle?: number;
   /** The workers' module (default the spawner; a test may pass a wrapper of it). */
   module?: URL;
+  /**
+   * Opens what a worker with egress rules needs in its network namespace `netns` (which it
+   * takes over); what it returns is closed when that worker stops. A throw fails the bind.
+   */
+  egress?: (netns: number, restriction: Restriction) => { close(): void };
 }
 
 /** Warm workers plus the workers bound to domains. */
@@ -213,8 +222,10 @@ export class SpawnerPool {
   #idleMs: number;
   #maxIdle: number;
   #module?: URL;
+  #egress?: PoolOptions["egress"];
 
   constructor(opts: PoolOptions = {}) {
+    this.#egress = opts.egress;
     this.#warmSize = opts.warm ?? 2;
     this.#idleMs = opts.idleMs ?? IDLE_MS;
     this.#maxIdle = opts.maxIdle ?? MAX_IDLE;
@@ -314,7 +325,15 @@ export class SpawnerPool {
     this.#refill();
     if (!restriction) return worker;
     try {
-      await worker.restrict(restriction);
+      const netns = await worker.restrict(restriction);
+      if (netns !== undefined) {
+        if (!this.#egress) {
+          closeAll([netns]);
+          throw new SandboxUnavailableError("egress rules need the egress proxy, which is off");
+        }
+        const opened = this.#egress(netns, restriction);
+        worker.stopped.then(() => opened.close());
+      }
       return worker;
     } catch (err) {
       worker.terminate();

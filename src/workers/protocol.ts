@@ -64,6 +64,8 @@ export type WorkerReply =
     namespaces?: number[];
     /** How many terminal slots it has. */
     slots?: number;
+    /** The worker's network namespace, when its policy has egress rules (see apply.ts). */
+    netns?: number;
   }
   | { id: number; type: "reaped" }
   | {

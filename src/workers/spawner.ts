@@ -123,12 +123,13 @@ function handle(req: WorkerRequest): WorkerReply {
       try {
         applied = applySandbox(req.policy, req);
         ipcUsed = true;
-        const { domainNs, slots } = applied;
+        const { domainNs, slots, netns } = applied;
         return {
           id: req.id,
           type: "restricted",
           namespaces: domainNs === undefined ? undefined : [domainNs, ...slots!],
           slots: slots?.length,
+          ...(netns === undefined ? {} : { netns }),
         };
       } catch (err) {
         broken = err instanceof SandboxUnavailableError ? err.message : `sandbox: ${err}`;
