@@ -47,10 +47,20 @@ const shipped = loadProfiles(new URL("../sandbox-profiles", import.meta.url).pat
 const workspaceWrite = resolveProfile(shipped.get("workspace-write")!, CTX);
 
 for (const [name, profile] of shipped) {
+  if (profile.egress) continue;
   Deno.test(`golden: shipped profile ${name}`, () => {
     checkGolden(name, resolveProfile(profile, CTX));
   });
 }
+
+Deno.test("an egress profile has no Seatbelt form: refused, never run as plain loopback", () => {
+  const egress = resolveProfile(shipped.get("workspace-write-egress")!, CTX);
+  assert.throws(() => seatbeltCommand(egress, ARGV), {
+    name: "SandboxUnavailableError",
+    message: "egress through uexec's proxy needs a Linux network namespace; Seatbelt cannot " +
+      "enforce it",
+  });
+});
 
 Deno.test("golden: loopback with listed ports", () => {
   checkGolden("loopback-ports", { ...workspaceWrite, network: "loopback", tcpPorts: [5432, 8080] });

@@ -8,14 +8,17 @@
  * because Seatbelt matches real paths; other paths must already be canonical.
  *
  * This module only builds strings: it must never run anything, and it must never produce a
- * command that runs an enforced policy without `sandbox-exec`. It is untested at runtime (the
- * project's machines are Linux); golden files pin its output.
+ * command that runs an enforced policy without `sandbox-exec`, nor one weaker than the policy: a
+ * policy whose network is uexec's egress proxy (a Linux network namespace with the proxy inside)
+ * has no Seatbelt form, and is refused. It is untested at runtime (the project's machines are
+ * Linux); golden files pin its output.
  *
  * @module
  */
 
 import type { ResolvedPolicy } from "./policy.ts";
 import { isWithin } from "./profiles.ts";
+import { SandboxUnavailableError } from "./errors.ts";
 
 /** Absolute path of the Seatbelt launcher; never looked up on PATH. */
 export const SANDBOX_EXEC = "/usr/bin/sandbox-exec";
@@ -178,6 +181,12 @@ export function seatbeltProfile(policy: ResolvedPolicy): SeatbeltProfile {
 export function seatbeltCommand(policy: ResolvedPolicy, argv: string[]): string[] {
   if (argv.length === 0) throw new Error("seatbelt: empty argv");
   if (!policy.enforce) return [...argv];
+  if (policy.egress) {
+    // Its "loopback" would reach every service on the host's loopback, not the proxy alone.
+    throw new SandboxUnavailableError(
+      "egress through uexec's proxy needs a Linux network namespace; Seatbelt cannot enforce it",
+    );
+  }
   const { text, params } = seatbeltProfile(policy);
   const defines = [...params].map(([key, value]) => `-D${key}=${value}`);
   return [SANDBOX_EXEC, "-p", text, ...defines, "--", ...argv];
