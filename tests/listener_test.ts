@@ -8,7 +8,12 @@
 import assert from "node:assert/strict";
 import { serveLimited } from "../src/http/listener.ts";
 
-const limits = { headerTimeoutMs: 60_000, idleTimeoutMs: 60_000, maxConnections: 16 };
+const limits = {
+  headerTimeoutMs: 60_000,
+  idleTimeoutMs: 60_000,
+  maxConnections: 16,
+  maxPerPeer: 16,
+};
 const echoAddr = (_req: Request, info: Deno.ServeHandlerInfo) => Response.json(info.remoteAddr);
 
 async function request(conn: Deno.Conn): Promise<string> {

@@ -1,5 +1,6 @@
 /**
- * The sandboxed-peer check on the HTTP listener looks a connection's peer up once and keeps the
+ * The sandboxed-peer check on the HTTP listener looks a connection's peer up once, at accept:
+ * a sandboxed peer is answered 403 and closed before any handler runs; any other keeps its
  * answer for every request on that connection; each new connection is looked up again.
  *
  * @module
@@ -7,9 +8,14 @@
 
 import assert from "node:assert/strict";
 import { serveLimited } from "../src/http/listener.ts";
-import { sandboxedPeerCheck } from "../src/http/sandbox_peer.ts";
+import { peerClassifier } from "../src/http/sandbox_peer.ts";
 
-const limits = { headerTimeoutMs: 60_000, idleTimeoutMs: 60_000, maxConnections: 16 };
+const limits = {
+  headerTimeoutMs: 60_000,
+  idleTimeoutMs: 60_000,
+  maxConnections: 16,
+  maxPerPeer: 16,
+};
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
@@ -39,26 +45,40 @@ async function connection(port: number) {
 }
 
 for (const sandboxed of [false, true]) {
-  Deno.test(`sandbox peer: one lookup per connection (peer sandboxed: ${sandboxed})`, async () => {
+  Deno.test(`sandbox peer: one lookup per connection, at accept (peer sandboxed: ${sandboxed})`, async () => {
     const asked: number[] = [];
-    let check: (info: Deno.ServeHandlerInfo) => boolean = () => true;
+    let served = 0;
     const http = serveLimited(
       { hostname: "127.0.0.1", port: 0 },
       limits,
-      (_req, info) => new Response(String(check(info))),
+      () => new Response(String(++served)),
+      {
+        peers: (addr) =>
+          peerClassifier(addr, (uid) => {
+            asked.push(uid);
+            return sandboxed;
+          }),
+      },
     );
     try {
       const addr = http.addr as Deno.NetAddr;
-      check = sandboxedPeerCheck(addr, (uid) => {
-        asked.push(uid);
-        return sandboxed;
-      });
       const first = await connection(addr.port);
-      for (let i = 0; i < 3; i++) assert.equal(await first.get(), String(sandboxed));
+      if (sandboxed) {
+        // Refused before the handler: the answer is the 403, then the connection closes.
+        assert.equal(
+          await first.get(),
+          '{"error":{"code":"forbidden_peer","message":"requests from sandboxed commands are refused"}}',
+        );
+        await assert.rejects(first.get(), /connection closed/);
+        assert.equal(served, 0);
+        assert.deepEqual(asked, [0]);
+        return;
+      }
+      for (let i = 1; i <= 3; i++) assert.equal(await first.get(), String(i));
       assert.deepEqual(asked, [0]);
       const second = await connection(addr.port);
-      for (let i = 0; i < 2; i++) assert.equal(await second.get(), String(sandboxed));
-      assert.equal(await first.get(), String(sandboxed));
+      for (let i = 4; i <= 5; i++) assert.equal(await second.get(), String(i));
+      assert.equal(await first.get(), "6");
       assert.deepEqual(asked, [0, 0]);
       first.close();
       second.close();
@@ -67,22 +87,3 @@ for (const sandboxed of [false, true]) {
     }
   });
 }
-
-Deno.test("sandbox peer: without a connection on the info, every request is looked up", async () => {
-  const asked: number[] = [];
-  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (_req, info) => {
-    return new Response(String(check(info)));
-  });
-  const check = sandboxedPeerCheck(server.addr, (uid) => {
-    asked.push(uid);
-    return false;
-  });
-  try {
-    const conn = await connection(server.addr.port);
-    for (let i = 0; i < 3; i++) assert.equal(await conn.get(), "false");
-    assert.deepEqual(asked, [0, 0, 0]);
-    conn.close();
-  } finally {
-    await server.shutdown();
-  }
-});
