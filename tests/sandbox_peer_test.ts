@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import { serveLimited } from "../src/http/listener.ts";
 import { peerClassifier } from "../src/http/sandbox_peer.ts";
+import { startServer } from "./helpers/server.ts";
 
 const limits = {
   headerTimeoutMs: 60_000,
@@ -87,3 +88,44 @@ for (const sandboxed of [false, true]) {
     }
   });
 }
+
+Deno.test("a sandboxed command holding 700 half-sent connections leaves the API to everyone else", async () => {
+  const server = await startServer();
+  const { hostname, port } = new URL(server.url);
+  try {
+    // Opens 700 connections, each with part of a request head, again and again (a refused
+    // connection is closed by the server; SIGPIPE is ignored so the writes to it fail quietly).
+    const flood = await server.post("/v1/exec_command", {
+      cmd: `trap '' PIPE; held=0; while :; do fds=(); ` +
+        `for i in $(seq 700); do exec {fd}<>/dev/tcp/${hostname}/${port} || exit 9; ` +
+        `printf 'GET /healthz HTTP/1.1\\r\\nho' >&$fd 2>/dev/null; fds+=($fd); done; ` +
+        `[ $held = 1 ] || echo held; held=1; for fd in "\${fds[@]}"; do exec {fd}>&-; done; done`,
+      shell: "/bin/bash",
+      login: false,
+      tty: false,
+      profile: "workspace-write-net",
+      until: "held",
+      yield_time_ms: 60_000,
+    });
+    assert.equal(flood.status, 200);
+    assert.equal(flood.body.output, "held\n", JSON.stringify(flood.body));
+    assert.equal(flood.body.exit_code, undefined, "the flood is still running");
+    const other = await server.operator.post("/v1/agents", { name: "other" });
+    // The test's own bound: each answer within a few seconds (2 shared cores), never a 503.
+    const bounded = { signal: AbortSignal.timeout(5_000) };
+    const health = await fetch(`${server.url}/healthz`, bounded);
+    assert.equal(health.status, 200);
+    await health.body?.cancel();
+    const exec = await fetch(`${server.url}/v1/exec_command`, {
+      ...bounded,
+      method: "POST",
+      headers: { authorization: `Bearer ${other.body.token}`, "content-type": "application/json" },
+      body: JSON.stringify({ cmd: "echo served", login: false, tty: false }),
+    });
+    assert.equal(exec.status, 200);
+    assert.equal((await exec.json()).output, "served\n");
+    await server.del(`/v1/sessions/${flood.body.session_id}`);
+  } finally {
+    await server.stop();
+  }
+});
