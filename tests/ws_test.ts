@@ -1,11 +1,13 @@
 /**
  * `GET /v1/ws`, over real WebSockets to a real server: every method with the HTTP API's
  * validation and errors, many requests in flight answered as they complete, the
- * subscribe/push/exit flow with every byte accounted for by its offset, who may upgrade, and a
- * client that does not read.
+ * subscribe/push/exit flow with every byte accounted for by its offset, who may upgrade, a
+ * client that does not read, and stock clients (npm `ws`, Deno's `WebSocket`) on the HTTP port.
  */
 
 import assert from "node:assert/strict";
+import type { Buffer } from "node:buffer";
+import WsClient from "ws";
 import { startServer } from "./helpers/server.ts";
 import {
   clientFrame,
@@ -385,4 +387,77 @@ Deno.test("websocket: the server stops on SIGTERM with a socket still open", asy
   const exit = await ws.wait((f) => f.method === "exit");
   assert.equal(exit.params.session_id, cat.result.session_id);
   await ws.closed;
+});
+
+/** A JSON-RPC call over an npm `ws` socket: the answer frame with that id. */
+function wsCall(
+  socket: WsClient,
+  id: number,
+  method: string,
+  params: unknown,
+): Promise<Frame> {
+  return new Promise((resolve) => {
+    const onMessage = (data: Buffer) => {
+      const frame = JSON.parse(data.toString());
+      if (frame.id !== id) return;
+      socket.off("message", onMessage);
+      resolve(frame);
+    };
+    socket.on("message", onMessage);
+    socket.send(JSON.stringify({ jsonrpc: "2.0", id, method, params }));
+  });
+}
+
+Deno.test("websocket: npm ws on the HTTP port runs exec_command and write_stdin, then closes cleanly", async () => {
+  const server = await startServer();
+  const socket = new WsClient(`${server.url.replace(/^http/, "ws")}/v1/ws`, {
+    headers: server.auth,
+  });
+  try {
+    await new Promise((resolve, reject) => {
+      socket.once("open", resolve);
+      socket.once("error", reject);
+    });
+    const cat = await wsCall(socket, 1, "exec_command", {
+      cmd: "echo ready; exec cat",
+      until: "ready",
+      login: false,
+    });
+    const id = cat.result.session_id;
+    const echoed = await wsCall(socket, 2, "write_stdin", {
+      session_id: id,
+      chars: "stock\n",
+      until: "stock[\\s\\S]*stock",
+    });
+    assert.match(echoed.result.output, /stock\r\nstock\r\n/);
+    await wsCall(socket, 3, "kill", { session_id: id });
+    const closed = new Promise<number>((resolve) => socket.once("close", resolve));
+    socket.close(1000, "done");
+    assert.equal(await closed, 1000, "the server answered the close frame");
+  } finally {
+    socket.terminate();
+    await server.stop();
+  }
+});
+
+Deno.test("websocket: Deno's WebSocket on the HTTP port runs exec_command and write_stdin, then closes cleanly", async () => {
+  const server = await startServer();
+  const ws = await RpcSocket.open(`${server.url.replace(/^http/, "ws")}/v1/ws`, server.auth);
+  const run = await ws.call("exec_command", {
+    cmd: "echo ready; exec cat",
+    until: "ready",
+    login: false,
+  });
+  const id = run.result.session_id;
+  const echoed = await ws.call("write_stdin", {
+    session_id: id,
+    chars: "stock\n",
+    until: "stock[\\s\\S]*stock",
+  });
+  assert.match(echoed.result.output, /stock\r\nstock\r\n/);
+  await ws.call("kill", { session_id: id });
+  const closed = await ws.close(1000);
+  assert.equal(closed.code, 1000);
+  assert.equal(closed.wasClean, true);
+  await server.stop();
 });

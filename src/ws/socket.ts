@@ -109,6 +109,8 @@ export class FrameSocket {
   #sendClose(code: number, reason: string): void {
     this.#closeSent = true;
     this.readyState = CLOSING;
+    // 1005 (the client's close had no code) is never sent: the answer has none either.
+    if (code === 1005) return this.#enqueue(frame(0x8, new Uint8Array(0)));
     const text = encoder.encode(reason).subarray(0, 123);
     const payload = new Uint8Array(2 + text.length);
     new DataView(payload.buffer).setUint16(0, code);
