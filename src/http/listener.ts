@@ -119,25 +119,6 @@ const TAG = "x-uexec-connection";
 
 const encoder = new TextEncoder();
 
-/** A complete response with the API's error body, closing the connection. */
-function refusal(status: string, code: string, message: string): Uint8Array {
-  const body = JSON.stringify({ error: { code, message } });
-  return encoder.encode(
-    `HTTP/1.1 ${status}\r\ncontent-type: application/json\r\n` +
-      `content-length: ${encoder.encode(body).length}\r\nconnection: close\r\n\r\n${body}`,
-  );
-}
-
-const overloaded = (message: string) => refusal("503 Service Unavailable", "overloaded", message);
-const TOO_MANY = overloaded("too many connections; retry later");
-const TOO_MANY_FROM_PEER = overloaded("too many connections from this peer; retry later");
-const NO_DESCRIPTORS = overloaded("the server is out of file descriptors; retry later");
-const FORBIDDEN_PEER = refusal(
-  "403 Forbidden",
-  "forbidden_peer",
-  "requests from sandboxed commands are refused",
-);
-
 /** The reason phrases of the statuses written here (others get "Status"). */
 const REASONS: Record<number, string> = {
   200: "OK",
@@ -155,10 +136,28 @@ const REASONS: Record<number, string> = {
   505: "HTTP Version Not Supported",
 };
 
+/** A complete response with the API's error body, closing the connection. */
+function refusal(status: number, code: string, message: string): Uint8Array {
+  const body = JSON.stringify({ error: { code, message } });
+  return encoder.encode(
+    `HTTP/1.1 ${status} ${REASONS[status] ?? "Status"}\r\ncontent-type: application/json\r\n` +
+      `content-length: ${encoder.encode(body).length}\r\nconnection: close\r\n\r\n${body}`,
+  );
+}
+
+const overloaded = (message: string) => refusal(503, "overloaded", message);
+const TOO_MANY = overloaded("too many connections; retry later");
+const TOO_MANY_FROM_PEER = overloaded("too many connections from this peer; retry later");
+const NO_DESCRIPTORS = overloaded("the server is out of file descriptors; retry later");
+const FORBIDDEN_PEER = refusal(
+  403,
+  "forbidden_peer",
+  "requests from sandboxed commands are refused",
+);
+
 /** The answer to a request the relay could not frame. */
 function framingRefusal(err: FramingError): Uint8Array {
-  const reason = REASONS[err.status] ?? "Status";
-  return refusal(`${err.status} ${reason}`, "invalid_request", err.message);
+  return refusal(err.status, "invalid_request", err.message);
 }
 
 /**

@@ -439,12 +439,13 @@ export const OPERATIONS: readonly Operation[] = [
     path: "/v1/ws",
     tag: "websocket",
     summary: "The same operations over one WebSocket (JSON-RPC 2.0)",
-    description: "Served on the WebSocket port that /healthz names (`websocket`); on the HTTP " +
-      "port it answers 426 with that URL. Methods: exec_command, write_stdin, kill, resize, " +
-      "signal, subscribe, unsubscribe; output is pushed while subscribed.",
+    description: "Served on this port (ws://HOST:PORT/v1/ws, as /healthz names it in " +
+      "`websocket`); the upgrade must be its connection's first request, and a plain GET " +
+      "answers 426. Methods: exec_command, write_stdin, kill, resize, signal, subscribe, " +
+      "unsubscribe; output is pushed while subscribed.",
     caller: "agent",
     events: "After the upgrade: JSON-RPC responses, and `output`, `gap` and `exit` notifications.",
-    errors: ["upgrade_required", "too_many_requests"],
+    errors: ["invalid_request", "upgrade_required", "too_many_requests"],
   },
   {
     method: "post",
