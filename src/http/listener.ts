@@ -203,6 +203,22 @@ async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
   for (let off = 0; off < bytes.length;) off += await conn.write(bytes.subarray(off));
 }
 
+/**
+ * Write `answer`, half-close and read (discarding) until the client closes, so that the answer
+ * is not lost to the reset a close with unread data causes; at most REFUSAL_LINGER_MS. The
+ * caller closes `conn`.
+ */
+async function answerAndLinger(conn: Deno.Conn, answer: Uint8Array): Promise<void> {
+  const timer = setTimeout(() => closeQuietly(conn), REFUSAL_LINGER_MS);
+  const buf = new Uint8Array(4096);
+  try {
+    await writeAll(conn, answer);
+    await conn.closeWrite();
+    while (await conn.read(buf) !== null) { /* discard the rest */ }
+  } catch { /* the client left, or the time is up */ }
+  clearTimeout(timer);
+}
+
 /** What a connection needs of its listener. */
 interface Relay {
   readonly backendPath: string;
@@ -301,7 +317,8 @@ class Connection {
       if (!(err instanceof FramingError)) throw err;
       // Answered only where no response of the backend can interleave with it.
       if (this.#backend === undefined && this.#inFlight === 0) {
-        await writeAll(this.#conn, framingRefusal(err)).catch(() => {});
+        clearTimeout(this.#timer);
+        await answerAndLinger(this.#conn, framingRefusal(err));
       }
       return this.close();
     }
@@ -354,8 +371,7 @@ class Connection {
         headers,
       });
     } catch {
-      await writeAll(this.#conn, framingRefusal(new FramingError(400, "malformed request")))
-        .catch(() => {});
+      await answerAndLinger(this.#conn, framingRefusal(new FramingError(400, "malformed request")));
       return this.close();
     }
     let accepted: { options: UpgradeOptions; accept: (socket: FrameSocket) => void } | undefined;
@@ -686,11 +702,8 @@ class Listener implements HttpListener {
           headed = true; // A malformed head ends it too.
         }
       }
-      await writeAll(conn, answer);
-      if (linger) {
-        await conn.closeWrite();
-        while (await conn.read(buf) !== null) { /* discard the rest */ }
-      }
+      if (linger) await answerAndLinger(conn, answer);
+      else await writeAll(conn, answer);
     } catch { /* the client left, or the time is up */ }
     clearTimeout(timer);
     this.#refused.delete(conn);

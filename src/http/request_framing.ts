@@ -128,10 +128,10 @@ export class RequestFraming {
     all.set(this.#held);
     all.set(data, start);
     const end = head ? headEnd(all, Math.max(0, start - 3)) : lineEnd(all, start);
+    if ((end < 0 ? all.length : end) > (head ? MAX_HEAD : MAX_LINE)) {
+      throw new FramingError(head ? 431 : 400, head ? "request head too large" : "line too long");
+    }
     if (end < 0) {
-      if (all.length > (head ? MAX_HEAD : MAX_LINE)) {
-        throw new FramingError(head ? 431 : 400, head ? "request head too large" : "line too long");
-      }
       this.#held = all;
       return [undefined, new Uint8Array(0)];
     }
