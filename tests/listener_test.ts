@@ -218,7 +218,7 @@ Deno.test("listener: the private socket is 0600 in a 0700 directory, and goes wi
     const paths = Deno.readTextFileSync("/proc/net/unix").split("\n").map((line) =>
       line.split(/\s+/)
     )
-      .filter((f) => ours.has(f[6]) && /\/uexec-relay-[^/]+\/http\.sock$/.test(f[7] ?? ""))
+      .filter((f) => ours.has(f[6]) && /\/uexec-relay-[^/]+\/http-\d+\.sock$/.test(f[7] ?? ""))
       .map((f) => f[7]);
     assert.equal(paths.length, 1, `one relay socket: ${paths}`);
     path = paths[0];

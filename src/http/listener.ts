@@ -221,7 +221,8 @@ async function answerAndLinger(conn: Deno.Conn, answer: Uint8Array): Promise<voi
 
 /** What a connection needs of its listener. */
 interface Relay {
-  readonly backendPath: string;
+  /** The backend's socket (a new one each time it is restarted). */
+  backendPath: string;
   readonly limits: ConnectionLimits;
   readonly handler: Deno.ServeHandler;
   readonly upgradePath?: string;
@@ -237,12 +238,13 @@ class Connection {
   readonly #relay: Relay;
   readonly #remoteAddr: Deno.Addr;
   readonly #framing = new RequestFraming();
-  #backend?: Deno.Conn;
+  readonly #backend: Deno.Conn;
   #gone = false;
   #done = Promise.withResolvers<void>();
   /** Requests whose head was relayed and whose response is not yet sent (or an upgrade). */
   #inFlight = 0;
   #heads = 0;
+  #upgraded = false;
   /** When the current wait for a request head began, and how long it may last. */
   #since = performance.now();
   #allowed: number;
@@ -250,8 +252,9 @@ class Connection {
   /** When the armed timer fires. */
   #due = 0;
 
-  constructor(conn: Deno.Conn, relay: Relay) {
+  constructor(conn: Deno.Conn, backend: Deno.Conn, relay: Relay) {
     this.#conn = conn;
+    this.#backend = backend;
     this.#relay = relay;
     this.finished = this.#done.promise;
     // A unix client has no address of its own: the handler gets the socket's path, as
@@ -261,6 +264,10 @@ class Connection {
     this.#arm(this.#allowed);
     relay.byTag.set(this.tag, this);
     this.#readClient().catch(() => this.close());
+    this.#readBackend().finally(() => {
+      // An upgraded connection no longer needs the backend.
+      if (!this.#upgraded) this.close();
+    });
   }
 
   /** When it became idle (nothing in flight), or undefined while a request is in flight. */
@@ -286,7 +293,7 @@ class Connection {
     clearTimeout(this.#timer);
     this.#relay.byTag.delete(this.tag);
     closeQuietly(this.#conn);
-    if (this.#backend) closeQuietly(this.#backend);
+    closeQuietly(this.#backend);
     this.#done.resolve();
   }
 
@@ -302,7 +309,7 @@ class Connection {
           data = rest;
           for (const segment of segments) {
             if ("body" in segment) {
-              await this.#toBackend(segment.body.slice());
+              await this.#toBackend(segment.body);
               continue;
             }
             if (this.#heads++ === 0 && this.#isUpgrade(segment.head)) {
@@ -316,35 +323,25 @@ class Connection {
     } catch (err) {
       if (!(err instanceof FramingError)) throw err;
       // Answered only where no response of the backend can interleave with it.
-      if (this.#backend === undefined && this.#inFlight === 0) {
+      if (this.#heads <= 1 && this.#inFlight === 0) {
         clearTimeout(this.#timer);
         await answerAndLinger(this.#conn, framingRefusal(err));
       }
       return this.close();
     }
     // The client is done sending: responses in flight are still delivered.
-    if (this.#backend === undefined || this.#inFlight === 0) return this.close();
+    if (this.#inFlight === 0) return this.close();
     await this.#backend.closeWrite().catch(() => this.close());
   }
 
-  /** Relay `bytes` to the backend, connecting on first use. */
+  /** Relay `bytes` to the backend. */
   async #toBackend(bytes: Uint8Array): Promise<void> {
-    if (this.#backend === undefined) {
-      try {
-        this.#backend = await Deno.connect({ transport: "unix", path: this.#relay.backendPath });
-      } catch (err) {
-        if (outOfDescriptors(err)) await writeAll(this.#conn, NO_DESCRIPTORS).catch(() => {});
-        else console.error("uexec: relaying a connection failed:", err);
-        throw new FramingError(503, "relay unavailable");
-      }
-      if (this.#gone) closeQuietly(this.#backend);
-      else this.#readBackend(this.#backend).finally(() => this.close());
-    }
     await writeAll(this.#backend, bytes);
   }
 
-  async #readBackend(backend: Deno.Conn): Promise<void> {
+  async #readBackend(): Promise<void> {
     const buf = new Uint8Array(RELAY_CHUNK);
+    const backend = this.#backend;
     try {
       for (let n = await backend.read(buf); n !== null; n = await backend.read(buf)) {
         await writeAll(this.#conn, buf.subarray(0, n));
@@ -362,6 +359,8 @@ class Connection {
   async #upgrade(head: RequestHead, rest: Uint8Array): Promise<void> {
     this.#inFlight++;
     clearTimeout(this.#timer);
+    this.#upgraded = true;
+    closeQuietly(this.#backend);
     const completed = Promise.withResolvers<void>();
     completed.promise.catch(() => {});
     let req: Request;
@@ -495,7 +494,8 @@ class Listener implements HttpListener {
   readonly #limits: ConnectionLimits;
   readonly #relay: Relay;
   readonly #dir: string;
-  readonly #backend: Deno.HttpServer;
+  #backend?: Deno.HttpServer;
+  #generation = 0;
   readonly #peerOf?: (remote: Deno.NetAddr) => Peer;
   readonly #live = new Set<Connection>();
   readonly #perPeer = new Map<string, number>();
@@ -517,14 +517,51 @@ class Listener implements HttpListener {
     // The private socket: only this process (its uid) can reach the directory.
     this.#dir = Deno.makeTempDirSync({ prefix: "uexec-relay-" });
     Deno.chmodSync(this.#dir, 0o700);
-    const byTag = new Map<string, Connection>();
-    const backendPath = `${this.#dir}/http.sock`;
-    this.#relay = { backendPath, limits, handler, upgradePath: options.upgradePath, byTag };
-    const umask = Deno.umask(0o177);
+    this.#relay = {
+      backendPath: "",
+      limits,
+      handler,
+      upgradePath: options.upgradePath,
+      byTag: new Map(),
+    };
     try {
-      this.#backend = Deno.serve({
+      this.#startBackend();
+      this.#listener = at.transport === "unix"
+        ? Deno.listen({ transport: "unix", path: at.path })
+        : Deno.listen({ hostname: at.hostname, port: at.port });
+    } catch (err) {
+      this.#closing = true;
+      this.#backend?.shutdown().finally(() => Deno.removeSync(this.#dir, { recursive: true }));
+      if (!this.#backend) Deno.removeSync(this.#dir, { recursive: true });
+      throw err;
+    }
+    this.addr = this.#listener.addr as Deno.NetAddr | Deno.UnixAddr;
+    try {
+      if (this.addr.transport === "tcp") this.#peerOf = options.peers?.(this.addr);
+    } catch (err) {
+      this.#closing = true;
+      this.#listener.close();
+      this.#backend!.shutdown().finally(() => Deno.removeSync(this.#dir, { recursive: true }));
+      throw err;
+    }
+    this.#reserve = openReserve();
+    this.#accepting = this.#acceptLoop();
+  }
+
+  /**
+   * Start the `Deno.serve` behind the relay on a fresh socket path. Its accept loop ends on an
+   * accept error (EMFILE: Deno.serve then rejects `finished` and removes its socket); it is
+   * started again as soon as a descriptor frees up, and relays meanwhile answer 503.
+   */
+  #startBackend(): void {
+    const byTag = this.#relay.byTag;
+    const path = `${this.#dir}/http-${this.#generation++}.sock`;
+    const umask = Deno.umask(0o177);
+    let backend: Deno.HttpServer;
+    try {
+      backend = Deno.serve({
         transport: "unix",
-        path: backendPath,
+        path,
         onListen() {},
         onError: internalError,
       }, (req, info) => {
@@ -537,30 +574,41 @@ class Listener implements HttpListener {
         }
         return connection.serve(req, info.completed);
       });
-    } catch (err) {
-      Deno.removeSync(this.#dir, { recursive: true });
-      throw err;
     } finally {
       Deno.umask(umask);
     }
-    try {
-      this.#listener = at.transport === "unix"
-        ? Deno.listen({ transport: "unix", path: at.path })
-        : Deno.listen({ hostname: at.hostname, port: at.port });
-    } catch (err) {
-      this.#backend.shutdown().finally(() => Deno.removeSync(this.#dir, { recursive: true }));
-      throw err;
+    this.#backend = backend;
+    this.#relay.backendPath = path;
+    backend.finished.catch((err) => {
+      if (this.#closing) return;
+      // Reported, not a crash: the relays answer 503 until it is back.
+      if (outOfDescriptors(err)) {
+        console.error(
+          "uexec: the HTTP server behind the listener ran out of descriptors; restarting it",
+        );
+      } else {console.error(
+          "uexec: the HTTP server behind the listener stopped; restarting it:",
+          err,
+        );}
+      this.#restartBackend();
+    });
+  }
+
+  /** Start the backend again; while that fails (no descriptor), retry as connections close. */
+  async #restartBackend(): Promise<void> {
+    while (!this.#closing) {
+      try {
+        return this.#startBackend();
+      } catch (err) {
+        if (!outOfDescriptors(err)) console.error("uexec: restarting the HTTP server failed:", err);
+        this.#closeLongestIdle();
+        const { promise, resolve } = Promise.withResolvers<void>();
+        const timer = setTimeout(resolve, ACCEPT_BACKOFF_MS);
+        this.#live.values().next().value?.finished.then(resolve);
+        await promise;
+        clearTimeout(timer);
+      }
     }
-    this.addr = this.#listener.addr as Deno.NetAddr | Deno.UnixAddr;
-    try {
-      if (this.addr.transport === "tcp") this.#peerOf = options.peers?.(this.addr);
-    } catch (err) {
-      this.#listener.close();
-      this.#backend.shutdown().finally(() => Deno.removeSync(this.#dir, { recursive: true }));
-      throw err;
-    }
-    this.#reserve = openReserve();
-    this.#accepting = this.#acceptLoop();
   }
 
   get connections(): number {
@@ -574,7 +622,7 @@ class Listener implements HttpListener {
     this.#reserve?.close();
     for (const conn of this.#refused) closeQuietly(conn);
     // Requests in flight finish (Deno.serve's graceful shutdown), then every relay closes.
-    await this.#backend.shutdown();
+    await this.#backend?.shutdown().catch(() => {/* it had stopped */});
     for (const c of this.#live) c.close();
     await Deno.remove(this.#dir, { recursive: true }).catch(() => {});
   }
@@ -583,18 +631,22 @@ class Listener implements HttpListener {
     while (!this.#closing) {
       let conn: Deno.Conn;
       try {
+        // A connection takes three descriptors (its own, the relay's, the backend's): short of
+        // them, accept as out of descriptors (a 503, see #acceptFailed), so that the backend's
+        // accept is never the one to fail.
+        roomFor(3);
         conn = await this.#listener.accept();
       } catch (err) {
         if (this.#closing) return;
         await this.#acceptFailed(err);
         continue;
       }
-      this.#admit(conn);
+      await this.#admit(conn);
     }
   }
 
   /** Refuse `conn` (sandboxed, over a cap) or serve it. */
-  #admit(conn: Deno.Conn): void {
+  async #admit(conn: Deno.Conn): Promise<void> {
     const max = this.#limits.maxConnections;
     let peer: Peer = { sandboxed: false };
     if (conn.remoteAddr.transport === "tcp") {
@@ -617,15 +669,34 @@ class Listener implements HttpListener {
       // Small answers and frames go out at once (Nagle's delay, against a client's delayed
       // acknowledgement, costs up to 40 ms a round trip; Deno.serve sets this on its own).
       if (conn.remoteAddr.transport === "tcp") (conn as Deno.TcpConn).setNoDelay(true);
-      return this.#open(conn, peer.key);
+      return await this.#open(conn, peer.key);
     }
     // Refusals hold descriptors too: beyond as many as the cap, a flood is closed unanswered.
     if (this.#refused.size < max) this.#refuse(conn, answer, true);
     else closeQuietly(conn);
   }
 
-  #open(conn: Deno.Conn, key: string | undefined): void {
-    const c = new Connection(conn, this.#relay);
+  /**
+   * Serve `conn` through a connection of its own to the backend, made before the next accept so
+   * that descriptors go to whole relays: it needs one for its end and one for the backend's
+   * (Deno.serve's accept loop ends at EMFILE, see #startBackend), so with fewer than two free it
+   * is answered 503 and the connection idle longest is closed.
+   */
+  async #open(conn: Deno.Conn, key: string | undefined): Promise<void> {
+    let backend: Deno.Conn;
+    try {
+      roomFor(2);
+      backend = await Deno.connect({ transport: "unix", path: this.#relay.backendPath });
+    } catch (err) {
+      // Out of descriptors, or the backend is being restarted (see #startBackend).
+      if (!outOfDescriptors(err)) console.error("uexec: relaying a connection failed:", err);
+      this.#closeLongestIdle();
+      if (this.#refused.size < this.#limits.maxConnections) {
+        this.#refuse(conn, NO_DESCRIPTORS, true);
+      } else closeQuietly(conn);
+      return;
+    }
+    const c = new Connection(conn, backend, this.#relay);
     this.#live.add(c);
     if (key !== undefined) this.#perPeer.set(key, (this.#perPeer.get(key) ?? 0) + 1);
     c.finished.then(() => {
@@ -708,6 +779,16 @@ class Listener implements HttpListener {
     clearTimeout(timer);
     this.#refused.delete(conn);
     closeQuietly(conn);
+  }
+}
+
+/** Throws EMFILE unless `n` descriptors can be had now (opened and closed again at once). */
+function roomFor(n: number): void {
+  const probes: Deno.FsFile[] = [];
+  try {
+    for (let i = 0; i < n; i++) probes.push(Deno.openSync("/dev/null"));
+  } finally {
+    for (const probe of probes) probe.close();
   }
 }
 
