@@ -7,7 +7,9 @@
  * At accept, before a connection holds a slot: a peer that `peerOf` finds sandboxed is answered
  * 403 and closed, and beyond the connection cap, beyond the per-peer cap, and when the process
  * is out of file descriptors, a client is answered 503 and closed (when not even that
- * descriptor can be had, the connection idle longest is closed for it). A connection must then
+ * descriptor can be had, the connection idle longest is closed for it; a connection is taken
+ * only with three descriptors free, its own, the relay's and the backend's, because Deno.serve's
+ * accept loop ends at EMFILE, after which the backend is started again). A connection must then
  * complete a request head within the header timeout of being accepted, and the next one within
  * the idle timeout of its last response.
  *
