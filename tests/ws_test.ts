@@ -18,6 +18,25 @@ import {
   wsUrl,
 } from "./helpers/ws.ts";
 
+/** The TCP ports process `pid` listens on (its socket inodes in /proc/net/tcp{,6}, state 0A). */
+function listeningPorts(pid: number): number[] {
+  const inodes = new Set<string>();
+  for (const entry of Deno.readDirSync(`/proc/${pid}/fd`)) {
+    try {
+      const inode = /^socket:\[(\d+)\]$/.exec(Deno.readLinkSync(`/proc/${pid}/fd/${entry.name}`));
+      if (inode) inodes.add(inode[1]);
+    } catch { /* closed meanwhile */ }
+  }
+  const ports = new Set<number>();
+  for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    for (const line of Deno.readTextFileSync(table).split("\n").slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f[3] === "0A" && inodes.has(f[9])) ports.add(parseInt(f[1].split(":")[1], 16));
+    }
+  }
+  return [...ports];
+}
+
 /** Output notifications of `session` among `frames`, joined, checking the offsets are contiguous from `from`. */
 function joined(frames: Frame[], session: number, from: number): { text: string; end: number } {
   let end = from;
@@ -266,6 +285,7 @@ Deno.test("websocket: who may upgrade", async (t) => {
     await t.step("one port: a plain GET is 426; /healthz names the same port", async () => {
       const url = await wsUrl(server.url);
       assert.equal(url, `${server.url.replace(/^http/, "ws")}/v1/ws`);
+      assert.deepEqual(listeningPorts(server.pid), [Number(new URL(server.url).port)]);
       const http = await server.get("/v1/ws");
       assert.equal(http.status, 426);
       assert.deepEqual(http.body.error, {
