@@ -406,7 +406,9 @@ Deno.test("websocket: the server stops on SIGTERM with a socket still open", asy
   assert.equal(stopped.code, 0, stopped.stderr);
   const exit = await ws.wait((f) => f.method === "exit");
   assert.equal(exit.params.session_id, cat.result.session_id);
-  await ws.closed;
+  const closed = await ws.closed;
+  assert.equal(closed.code, 1001, "told the server goes away");
+  assert.equal(closed.wasClean, true);
 });
 
 /** A JSON-RPC call over an npm `ws` socket: the answer frame with that id. */

@@ -247,6 +247,8 @@ class Connection {
   #inFlight = 0;
   #heads = 0;
   #upgraded = false;
+  /** The WebSocket this connection was upgraded to. */
+  #socket?: FrameSocket;
   /** When the current wait for a request head began, and how long it may last. */
   #since = performance.now();
   #allowed: number;
@@ -286,6 +288,16 @@ class Connection {
       connection: this.token,
     };
     return this.#relay.handler(req, info);
+  }
+
+  /** At shutdown: a WebSocket is told the server goes away (close 1001) and ends cleanly. */
+  async goAway(): Promise<void> {
+    const socket = this.#socket;
+    if (socket && !this.#gone) {
+      socket.close(1001, "server shutting down");
+      await socket.ended;
+    }
+    this.close();
   }
 
   /** Close both ends now. */
@@ -408,7 +420,11 @@ class Connection {
         );
         completed.resolve();
         if (this.#gone) return;
-        const socket = new FrameSocket(this.#conn, rest, accepted.options.maxMessage);
+        const socket = this.#socket = new FrameSocket(
+          this.#conn,
+          rest,
+          accepted.options.maxMessage,
+        );
         socket.addCloseListener(() => this.close());
         accepted.accept(socket);
         return;
@@ -625,7 +641,7 @@ class Listener implements HttpListener {
     for (const conn of this.#refused) closeQuietly(conn);
     // Requests in flight finish (Deno.serve's graceful shutdown), then every relay closes.
     await this.#backend?.shutdown().catch(() => {/* it had stopped */});
-    for (const c of this.#live) c.close();
+    await Promise.all([...this.#live].map((c) => c.goAway()));
     await Deno.remove(this.#dir, { recursive: true }).catch(() => {});
   }
 

@@ -68,6 +68,7 @@ export class FrameSocket {
   #closeSent = false;
   #ended = false;
   #closeEvent: CloseEvent = { code: 1006, reason: "" };
+  readonly #endedPromise = Promise.withResolvers<void>();
   /** Settles when the client's end is read to its close. */
   readonly #closed = Promise.withResolvers<void>();
 
@@ -92,6 +93,11 @@ export class FrameSocket {
   /** Call `listener` once the connection is gone. */
   addCloseListener(listener: (event: CloseEvent) => void): void {
     this.#closeListeners.add(listener);
+  }
+
+  /** Settles once the connection is gone (at most CLOSE_LINGER_MS after a close frame). */
+  get ended(): Promise<void> {
+    return this.#endedPromise.promise;
   }
 
   /** Send one text message (nothing once closing). */
@@ -264,6 +270,7 @@ export class FrameSocket {
     const event = this.#closeEvent;
     this.onclose?.(event);
     for (const listener of this.#closeListeners) listener(event);
+    this.#endedPromise.resolve();
   }
 }
 
