@@ -174,6 +174,29 @@ Deno.test("websocket frames: refusals", async (t) => {
       });
     }
 
+    await t.step("a ping is answered with its pong; a fragmented request is served", async () => {
+      const { conn, rest } = await rawUpgrade(url, server.auth);
+      try {
+        await conn.write(rawFrame(0x89, encoder.encode("hello")));
+        const frames = new RawFrames(conn, rest);
+        const pong = await frames.next();
+        assert.equal(pong?.op, 0xa);
+        assert.equal(new TextDecoder().decode(pong!.payload), "hello");
+        const whole = request(7);
+        await conn.write(rawFrame(0x01, whole.subarray(0, 10)));
+        await conn.write(rawFrame(0x89, new Uint8Array())); // A control frame between fragments.
+        await conn.write(rawFrame(0x80, whole.subarray(10)));
+        assert.equal((await frames.next())?.op, 0xa);
+        const answer = await frames.next();
+        assert.equal(answer?.op, 0x1);
+        const reply = JSON.parse(new TextDecoder().decode(answer!.payload));
+        assert.equal(reply.id, 7);
+        assert.equal(reply.result.exit_code, 0);
+      } finally {
+        conn.close();
+      }
+    });
+
     await t.step("a client's close is answered with a close frame", async () => {
       const { conn, rest } = await rawUpgrade(url, server.auth);
       try {

@@ -172,6 +172,20 @@ export class FrameSocket {
     return true;
   }
 
+  /** The next `n` bytes, read straight into a buffer of their own; null at the end. */
+  async #readExact(n: number): Promise<Uint8Array | null> {
+    const out = new Uint8Array(n);
+    const have = Math.min(n, this.#pending.length);
+    out.set(this.#pending.subarray(0, have));
+    this.#pending = this.#pending.subarray(have);
+    for (let off = have; off < n;) {
+      const got = await this.#conn.read(out.subarray(off));
+      if (got === null) return null;
+      off += got;
+    }
+    return out;
+  }
+
   #take(n: number): Uint8Array {
     const taken = this.#pending.subarray(0, n);
     this.#pending = this.#pending.subarray(n);
@@ -209,9 +223,10 @@ export class FrameSocket {
         } else if (size + length > this.#maxMessage) {
           throw new FrameError(1009, `a message may hold at most ${this.#maxMessage} bytes`);
         }
-        if (!await this.#fill(4 + length)) break;
-        const mask = this.#take(4);
-        const payload = this.#take(length).slice();
+        if (!await this.#fill(4)) break;
+        const mask = this.#take(4).slice();
+        const payload = await this.#readExact(length);
+        if (!payload) break;
         for (let i = 0; i < payload.length; i++) payload[i] ^= mask[i & 3];
         if (op === 0x8) {
           this.#closeEvent = closeFrame(payload);
