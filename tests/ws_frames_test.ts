@@ -128,6 +128,27 @@ Deno.test("websocket frames: refusals", async (t) => {
       assert.match(body.error.message, /Sec-WebSocket-Key/);
     });
 
+    await t.step("an upgrade after another request on its connection is a 400", async () => {
+      const { hostname, port } = new URL(url);
+      const conn = await Deno.connect({ hostname, port: Number(port) });
+      const head = `Host: ${hostname}:${port}\r\nauthorization: ${server.auth.authorization}\r\n`;
+      await conn.write(encoder.encode(
+        `GET /healthz HTTP/1.1\r\n${head}\r\n` +
+          `GET /v1/ws HTTP/1.1\r\n${head}Upgrade: websocket\r\nConnection: Upgrade\r\n` +
+          `Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n` +
+          `connection: close\r\n\r\n`,
+      ));
+      const timer = setTimeout(() => conn.close(), DEADLINE_MS);
+      let text = "";
+      try {
+        text = await new Response(conn.readable).text();
+      } catch { /* closed by the deadline */ }
+      clearTimeout(timer);
+      const statuses = [...text.matchAll(/HTTP\/1\.1 (\d+)/g)].map((m) => m[1]);
+      assert.deepEqual(statuses, ["200", "400"]);
+      assert.match(text, /must be the first request of its connection/);
+    });
+
     const cases: [string, (conn: Deno.Conn) => Promise<unknown>, number][] = [
       [
         "an unmasked frame is refused: close 1002",
