@@ -173,6 +173,11 @@ const REFUSAL_LINGER_MS = 1000;
  * in the process announce nothing).
  */
 const ACCEPT_BACKOFF_MS = 100;
+/**
+ * Sandboxed peers answered 403 at once; beyond, a sandboxed connection is closed unanswered (a
+ * real command gets its answer; a flood holds no more than these descriptors).
+ */
+const SANDBOXED_ANSWERS = 16;
 /** Bytes relayed per read. */
 const RELAY_CHUNK = 64 * 1024;
 
@@ -518,6 +523,8 @@ class Listener implements HttpListener {
   readonly #live = new Set<Connection>();
   readonly #perPeer = new Map<string, number>();
   readonly #refused = new Set<Deno.Conn>();
+  /** Sandboxed peers being answered 403 (also in #refused; see SANDBOXED_ANSWERS). */
+  #sandboxedRefusals = 0;
   /** A descriptor held back so that a client can still be accepted, and refused, at EMFILE. */
   #reserve?: Deno.FsFile;
   #closing = false;
@@ -689,8 +696,13 @@ class Listener implements HttpListener {
       if (conn.remoteAddr.transport === "tcp") (conn as Deno.TcpConn).setNoDelay(true);
       return await this.#open(conn, peer.key);
     }
-    // Refusals hold descriptors too: beyond as many as the cap, a flood is closed unanswered.
-    if (this.#refused.size < max) this.#refuse(conn, answer, true);
+    // Refusals hold descriptors too: beyond as many as the cap, a flood is closed unanswered;
+    // a sandboxed one beyond a few, so that it holds next to nothing and crowds out no 503.
+    if (peer.sandboxed) {
+      if (this.#sandboxedRefusals >= SANDBOXED_ANSWERS) return closeQuietly(conn);
+      this.#sandboxedRefusals++;
+      this.#refuse(conn, answer, true).finally(() => this.#sandboxedRefusals--);
+    } else if (this.#refused.size < max) this.#refuse(conn, answer, true);
     else closeQuietly(conn);
   }
 
