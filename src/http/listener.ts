@@ -4,7 +4,7 @@
  * directory of its own), so that what clients hold is bounded; `Deno.serve` alone has no
  * header timeout, idle timeout or connection cap, and takes no accepted connection.
  *
- * At accept, before a connection holds a slot: a peer that `peerOf` finds sandboxed is answered
+ * At accept, before a connection holds a slot: a peer that `peers` finds sandboxed is answered
  * 403 and closed, and beyond the connection cap, beyond the per-peer cap, and when the process
  * is out of file descriptors, a client is answered 503 and closed (when not even that
  * descriptor can be had, the connection idle longest is closed for it; a connection is taken
@@ -15,10 +15,11 @@
  *
  * The relay reads each request's framing (request_framing.ts) and adds to its head a header
  * with the connection's random tag (any the client sent is dropped), which the `Deno.serve`
- * handler uses to find the connection (it stays on the request, whose headers are immutable; it
- * is worth nothing without the private socket): that gives each request its connection's `info` (client address, a per-connection
- * `connection` object) and keeps the count of requests in flight that the timeouts need. A
- * request the relay cannot frame is answered 4xx and its connection closed.
+ * handler uses to find the connection (the tag stays on the request, whose headers are
+ * immutable; it is worth nothing without the private socket). That gives each request its
+ * connection's `info` (client address, a per-connection `connection` object) and keeps the
+ * count of requests in flight that the timeouts need. A request the relay cannot frame is
+ * answered 4xx and its connection closed.
  *
  * A connection's first request, if it is a `GET` of the upgrade path with `Upgrade: websocket`,
  * is not relayed: the handler is called in-process with `info.upgrade`, which checks the

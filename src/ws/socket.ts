@@ -84,7 +84,7 @@ export class FrameSocket {
     return this.#queued;
   }
 
-  /** Call `listener` each time a write completed (bufferedAmount went down); returns its removal. */
+  /** Call `listener` after each completed write (bufferedAmount went down); returns its removal. */
   onDrain(listener: () => void): () => void {
     this.#drainListeners.add(listener);
     return () => this.#drainListeners.delete(listener);
