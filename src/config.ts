@@ -230,26 +230,7 @@ export function loadConfig(
       1,
       86_400_000,
     ),
-    connections: {
-      headerTimeoutMs: integer(
-        "UEXEC_HEADER_TIMEOUT_MS",
-        env.UEXEC_HEADER_TIMEOUT_MS ?? "10000",
-        1,
-        3_600_000,
-      ),
-      idleTimeoutMs: integer(
-        "UEXEC_IDLE_TIMEOUT_MS",
-        env.UEXEC_IDLE_TIMEOUT_MS ?? "30000",
-        1,
-        3_600_000,
-      ),
-      maxConnections: integer(
-        "UEXEC_MAX_CONNECTIONS",
-        env.UEXEC_MAX_CONNECTIONS ?? "512",
-        1,
-        1_000_000,
-      ),
-    },
+    connections: connectionLimits(env),
 
     // MCP front door (issue 12)
     mcpAgent: env.UEXEC_MCP_AGENT || DEFAULT_AGENT,
@@ -406,6 +387,41 @@ function boundsSettings(
       env.UEXEC_DISK_FLOOR_BYTES ?? `${100 << 20}`,
       0,
       MAX_BYTES,
+    ),
+  };
+}
+
+/**
+ * The HTTP connection limits (UEXEC_HEADER_TIMEOUT_MS, UEXEC_IDLE_TIMEOUT_MS,
+ * UEXEC_MAX_CONNECTIONS, UEXEC_MAX_CONNECTIONS_PER_PEER: by default half the cap, so that no one
+ * peer can take it all).
+ */
+function connectionLimits(env: Record<string, string | undefined>): ConnectionLimits {
+  const maxConnections = integer(
+    "UEXEC_MAX_CONNECTIONS",
+    env.UEXEC_MAX_CONNECTIONS ?? "512",
+    1,
+    1_000_000,
+  );
+  return {
+    headerTimeoutMs: integer(
+      "UEXEC_HEADER_TIMEOUT_MS",
+      env.UEXEC_HEADER_TIMEOUT_MS ?? "10000",
+      1,
+      3_600_000,
+    ),
+    idleTimeoutMs: integer(
+      "UEXEC_IDLE_TIMEOUT_MS",
+      env.UEXEC_IDLE_TIMEOUT_MS ?? "30000",
+      1,
+      3_600_000,
+    ),
+    maxConnections,
+    maxPerPeer: integer(
+      "UEXEC_MAX_CONNECTIONS_PER_PEER",
+      env.UEXEC_MAX_CONNECTIONS_PER_PEER ?? String(Math.max(1, Math.floor(maxConnections / 2))),
+      1,
+      1_000_000,
     ),
   };
 }

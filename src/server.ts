@@ -7,10 +7,15 @@
 
 import type { Config } from "./config.ts";
 import { requestGuard, withCors } from "./http/guard.ts";
-import { type HttpListener, serveLimited } from "./http/listener.ts";
-import { sandboxedPeerCheck } from "./http/sandbox_peer.ts";
+import {
+  connectionOf,
+  type HttpListener,
+  type ListenOptions,
+  serveLimited,
+} from "./http/listener.ts";
+import { peerClassifier } from "./http/sandbox_peer.ts";
 import { createApp } from "./http/routes.ts";
-import { elsewhere, listenWebSocket, type WebSocketListener } from "./http/ws_listener.ts";
+import { WS_PATH } from "./http/ws_routes.ts";
 import { probeSandbox } from "./sandbox/apply.ts";
 import { deniedByProfile } from "./sandbox/confinement.ts";
 import { sandboxIds, sandboxOwners } from "./sandbox/identity.ts";
@@ -67,12 +72,8 @@ function sandboxHealth(config: Config) {
 export async function startServer(config: Config, parts: RuntimeParts = {}): Promise<Server> {
   const runtime = await startRuntime(config, parts);
   const sandbox = sandboxHealth(config);
-  // Until the listening address is known, no TCP request passes (fail closed).
-  let fromSandbox = (info: Deno.ServeHandlerInfo | undefined) =>
-    info?.remoteAddr.transport === "tcp";
-  // The WebSocket listener's connections, with whether each came from the sandbox.
-  const wsPeers = new WeakMap<Deno.ServeHandlerInfo, boolean>();
-  let websocket: WebSocketListener | undefined;
+  // The WebSocket's URL on the listening port, once it is known.
+  let websocket: string | null = null;
   const app = createApp({
     service: runtime.service,
     health: async () => ({
@@ -81,32 +82,25 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
       sandbox,
       ...runtime.containment,
       history: await runtime.historyHealth(),
-      websocket: websocket?.url ?? null,
+      websocket,
     }),
-    fromSandbox: (info) => info && wsPeers.has(info) ? wsPeers.get(info)! : fromSandbox(info),
+    // Sandboxed peers are refused at accept (listener.ts): a request the listener served passed
+    // that check; any other TCP request is taken for sandboxed (fail closed).
+    fromSandbox: (info) => connectionOf(info) === undefined && info?.remoteAddr.transport === "tcp",
     log: runtime.log,
     dashboard: config.dashboard,
   });
   const guard = requestGuard(config);
   const cors = config.allowedOrigins.length > 0;
   const handler: Deno.ServeHandler = (req, info) => {
-    const refused = guard(req) ?? elsewhere(req, websocket);
+    const refused = guard(req);
     if (refused) return refused;
     if (!cors) return app.fetch(req, info);
     return Promise.resolve(app.fetch(req, info)).then((res) => withCors(req, res, config));
   };
-  const http = listen(config, handler);
+  const http = listen(config, handler, { peers: peerCheck(), upgradePath: WS_PATH });
   const addr = http.addr;
-  fromSandbox = peerCheck(addr);
-  if (addr.transport === "tcp") {
-    // Until its address is known, every request on it counts as sandboxed (fail closed).
-    let wsFromSandbox = (_: Deno.ServeHandlerInfo) => true;
-    websocket = listenWebSocket(addr.hostname, (req, info) => {
-      wsPeers.set(info, wsFromSandbox(info));
-      return guard(req) ?? app.fetch(req, info);
-    });
-    wsFromSandbox = peerCheck(websocket.addr);
-  }
+  websocket = webSocketUrl(addr);
   return {
     addr,
     tokens: runtime.tokens,
@@ -116,7 +110,6 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
     uids: startUids(),
     async shutdown() {
       await runtime.stopSessions();
-      await websocket?.shutdown();
       await http.shutdown();
       await runtime.close();
     },
@@ -137,31 +130,50 @@ function startUids(): Server["uids"] {
 }
 
 /**
- * The sandboxed-peer check for a TCP server whose children run as another uid (a root server);
- * a server that is not root runs children as itself, so no peer check can tell them apart.
+ * Who a TCP peer is, for the listener's check at accept: on a root server, whose children run as
+ * session uids, a peer of a session uid is sandboxed; a server that is not root runs children as
+ * itself, so no peer check can tell them apart (peers are then only keyed for the per-peer cap).
  */
-function peerCheck(
-  addr: Deno.NetAddr | Deno.UnixAddr,
-): (info: Deno.ServeHandlerInfo | undefined) => boolean {
-  const never = () => false;
-  if (addr.transport !== "tcp" || Deno.uid() !== 0) return never;
+function peerCheck(): ListenOptions["peers"] {
   let ids;
   try {
-    ids = sandboxIds();
+    ids = Deno.uid() === 0 ? sandboxIds() : undefined;
   } catch {
-    return never; // No usable sandbox uid: nothing sandboxed can run (see /healthz).
+    ids = undefined; // No usable sandbox uid: nothing sandboxed can run (see /healthz).
   }
-  if (!ids) return never;
-  return sandboxedPeerCheck(addr, sandboxOwners(ids).isUid);
+  const isSandboxUid = ids ? sandboxOwners(ids).isUid : undefined;
+  return (addr) => peerClassifier(addr, isSandboxUid);
+}
+
+/** The WebSocket's URL on a TCP address (`ws://host:port/v1/ws`); null on a unix socket. */
+function webSocketUrl(addr: Deno.NetAddr | Deno.UnixAddr): string | null {
+  if (addr.transport !== "tcp") return null;
+  const host = addr.hostname === "0.0.0.0"
+    ? "127.0.0.1"
+    : addr.hostname === "::"
+    ? "[::1]"
+    : addr.hostname.includes(":")
+    ? `[${addr.hostname}]`
+    : addr.hostname;
+  return `ws://${host}:${addr.port}${WS_PATH}`;
 }
 
 /**
  * Listen on TCP, or on a unix socket created 0600 (the umask is narrowed while it is bound),
  * behind the connection limits.
  */
-function listen(config: Config, handler: Deno.ServeHandler): HttpListener {
+function listen(
+  config: Config,
+  handler: Deno.ServeHandler,
+  options: ListenOptions,
+): HttpListener {
   if (config.unixSocket === undefined) {
-    return serveLimited({ hostname: config.host, port: config.port }, config.connections, handler);
+    return serveLimited(
+      { hostname: config.host, port: config.port },
+      config.connections,
+      handler,
+      options,
+    );
   }
   try {
     Deno.removeSync(config.unixSocket);
@@ -172,6 +184,7 @@ function listen(config: Config, handler: Deno.ServeHandler): HttpListener {
       { transport: "unix", path: config.unixSocket },
       config.connections,
       handler,
+      options,
     );
     Deno.chmodSync(config.unixSocket, 0o600);
     return http;

@@ -124,6 +124,7 @@ Deno.test("1,000 connections that never finish a request head are closed after t
 Deno.test("beyond the connection cap a new connection is answered 503 and closed", async () => {
   const server = await startServer({
     UEXEC_MAX_CONNECTIONS: "4",
+    UEXEC_MAX_CONNECTIONS_PER_PEER: "4",
     UEXEC_HEADER_TIMEOUT_MS: "600000",
   });
   try {

@@ -1,5 +1,6 @@
 /**
- * The sandboxed-peer check on the HTTP listener looks a connection's peer up once and keeps the
+ * The sandboxed-peer check on the HTTP listener looks a connection's peer up once, at accept:
+ * a sandboxed peer is answered 403 and closed before any handler runs; any other keeps its
  * answer for every request on that connection; each new connection is looked up again.
  *
  * @module
@@ -7,9 +8,15 @@
 
 import assert from "node:assert/strict";
 import { serveLimited } from "../src/http/listener.ts";
-import { sandboxedPeerCheck } from "../src/http/sandbox_peer.ts";
+import { peerClassifier } from "../src/http/sandbox_peer.ts";
+import { startServer } from "./helpers/server.ts";
 
-const limits = { headerTimeoutMs: 60_000, idleTimeoutMs: 60_000, maxConnections: 16 };
+const limits = {
+  headerTimeoutMs: 60_000,
+  idleTimeoutMs: 60_000,
+  maxConnections: 16,
+  maxPerPeer: 16,
+};
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
@@ -39,26 +46,40 @@ async function connection(port: number) {
 }
 
 for (const sandboxed of [false, true]) {
-  Deno.test(`sandbox peer: one lookup per connection (peer sandboxed: ${sandboxed})`, async () => {
+  Deno.test(`sandbox peer: one lookup per connection, at accept (peer sandboxed: ${sandboxed})`, async () => {
     const asked: number[] = [];
-    let check: (info: Deno.ServeHandlerInfo) => boolean = () => true;
+    let served = 0;
     const http = serveLimited(
       { hostname: "127.0.0.1", port: 0 },
       limits,
-      (_req, info) => new Response(String(check(info))),
+      () => new Response(String(++served)),
+      {
+        peers: (addr) =>
+          peerClassifier(addr, (uid) => {
+            asked.push(uid);
+            return sandboxed;
+          }),
+      },
     );
     try {
       const addr = http.addr as Deno.NetAddr;
-      check = sandboxedPeerCheck(addr, (uid) => {
-        asked.push(uid);
-        return sandboxed;
-      });
       const first = await connection(addr.port);
-      for (let i = 0; i < 3; i++) assert.equal(await first.get(), String(sandboxed));
+      if (sandboxed) {
+        // Refused before the handler: the answer is the 403, then the connection closes.
+        assert.equal(
+          await first.get(),
+          '{"error":{"code":"forbidden_peer","message":"requests from sandboxed commands are refused"}}',
+        );
+        await assert.rejects(first.get(), /connection closed/);
+        assert.equal(served, 0);
+        assert.deepEqual(asked, [0]);
+        return;
+      }
+      for (let i = 1; i <= 3; i++) assert.equal(await first.get(), String(i));
       assert.deepEqual(asked, [0]);
       const second = await connection(addr.port);
-      for (let i = 0; i < 2; i++) assert.equal(await second.get(), String(sandboxed));
-      assert.equal(await first.get(), String(sandboxed));
+      for (let i = 4; i <= 5; i++) assert.equal(await second.get(), String(i));
+      assert.equal(await first.get(), "6");
       assert.deepEqual(asked, [0, 0]);
       first.close();
       second.close();
@@ -68,21 +89,42 @@ for (const sandboxed of [false, true]) {
   });
 }
 
-Deno.test("sandbox peer: without a connection on the info, every request is looked up", async () => {
-  const asked: number[] = [];
-  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (_req, info) => {
-    return new Response(String(check(info)));
-  });
-  const check = sandboxedPeerCheck(server.addr, (uid) => {
-    asked.push(uid);
-    return false;
-  });
+Deno.test("a sandboxed command holding 700 half-sent connections leaves the API to everyone else", async () => {
+  const server = await startServer();
+  const { hostname, port } = new URL(server.url);
   try {
-    const conn = await connection(server.addr.port);
-    for (let i = 0; i < 3; i++) assert.equal(await conn.get(), "false");
-    assert.deepEqual(asked, [0, 0, 0]);
-    conn.close();
+    // Opens 700 connections, each with part of a request head, and holds them (SIGPIPE is
+    // ignored: the server may close a refused one before the write).
+    const flood = await server.post("/v1/exec_command", {
+      cmd: `trap '' PIPE; for i in $(seq 700); do ` +
+        `exec {fd}<>/dev/tcp/${hostname}/${port} || exit 9; ` +
+        `printf 'GET /healthz HTTP/1.1\\r\\nho' >&$fd 2>/dev/null; done; echo held; exec sleep 600`,
+      shell: "/bin/bash",
+      login: false,
+      tty: false,
+      profile: "workspace-write-net",
+      until: "held",
+      yield_time_ms: 60_000,
+    });
+    assert.equal(flood.status, 200);
+    assert.equal(flood.body.output, "held\n", JSON.stringify(flood.body));
+    assert.equal(flood.body.exit_code, undefined, "the flood is still running");
+    const other = await server.operator.post("/v1/agents", { name: "other" });
+    // The test's own bound: each answer within a few seconds (2 shared cores), never a 503.
+    const bounded = { signal: AbortSignal.timeout(5_000) };
+    const health = await fetch(`${server.url}/healthz`, bounded);
+    assert.equal(health.status, 200);
+    await health.body?.cancel();
+    const exec = await fetch(`${server.url}/v1/exec_command`, {
+      ...bounded,
+      method: "POST",
+      headers: { authorization: `Bearer ${other.body.token}`, "content-type": "application/json" },
+      body: JSON.stringify({ cmd: "echo served", login: false, tty: false }),
+    });
+    assert.equal(exec.status, 200);
+    assert.equal((await exec.json()).output, "served\n");
+    await server.del(`/v1/sessions/${flood.body.session_id}`);
   } finally {
-    await server.shutdown();
+    await server.stop();
   }
 });

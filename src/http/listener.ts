@@ -1,23 +1,45 @@
 /**
- * The HTTP listener: it accepts connections itself and hands each one to Deno's HTTP server
- * (the same HTTP/1.1 and HTTP/2 code Deno.serve runs, on Deno's internal
- * `serveHttpOnConnection`), so that what clients hold is bounded. A connection must complete a
- * request head within the header timeout of being accepted, and the next one within the idle
- * timeout of its last response; beyond the connection cap, and when the process is out of file
- * descriptors, a client is answered 503 and closed (when not even that descriptor can be had,
- * the connection idle longest is closed for it). Requests themselves pass untouched; the
- * handler's `info` has the client's address, Deno's completion promise and `connection`, one
- * object per accepted connection (so that what holds for a whole connection, such as who its
- * peer is, can be found once). Per request this adds only an in-flight count kept through the
- * completion promise, and timers are per connection.
+ * The HTTP listener, on public Deno APIs only: it accepts connections itself and relays each
+ * one's bytes to a `Deno.serve` that listens on a private unix socket (0600, in a 0700
+ * directory of its own), so that what clients hold is bounded; `Deno.serve` alone has no
+ * header timeout, idle timeout or connection cap, and takes no accepted connection.
  *
- * It must never crash or spin on an accept error, and never close a connection that has a
- * request in flight (a long poll or an event stream is not idle).
+ * At accept, before a connection holds a slot: a peer that `peers` finds sandboxed is answered
+ * 403 and closed, and beyond the connection cap, beyond the per-peer cap, and when the process
+ * is out of file descriptors, a client is answered 503 and closed (when not even that
+ * descriptor can be had, the connection idle longest is closed for it; a connection is taken
+ * only with three descriptors free, its own, the relay's and the backend's, because Deno.serve's
+ * accept loop ends at EMFILE, after which the backend is started again). A connection must then
+ * complete a request head within the header timeout of being accepted, and the next one within
+ * the idle timeout of its last response.
+ *
+ * The relay reads each request's framing (request_framing.ts) and adds to its head a header
+ * with the connection's random tag (any the client sent is dropped), which the `Deno.serve`
+ * handler uses to find the connection (the tag stays on the request, whose headers are
+ * immutable; it is worth nothing without the private socket). That gives each request its
+ * connection's `info` (client address, a per-connection `connection` object) and keeps the
+ * count of requests in flight that the timeouts need. A request the relay cannot frame is
+ * answered 4xx and its connection closed.
+ *
+ * A connection's first request, if it is a `GET` of the upgrade path with `Upgrade: websocket`,
+ * is not relayed: the handler is called in-process with `info.upgrade`, which checks the
+ * handshake and, once the handler accepts, answers 101 and hands the connection to a
+ * {@link FrameSocket} (`Deno.upgradeWebSocket` works only under `Deno.serve`, whose connection
+ * this is not). Any other answer is written back with `connection: close`. Probed on Deno
+ * 2.9.6 before choosing this: `node:http` emits a real `upgrade` event, but it would move every
+ * route off `Deno.serve` onto the Node compatibility layer; `Deno.serve` has no timeouts or cap
+ * and gives a unix client no address of its own to tell connections apart (hence the tag).
+ *
+ * It must never crash or spin on an accept error, never close a connection that has a request
+ * in flight (a long poll or an event stream is not idle), never serve a request that lacks a
+ * live connection's tag, and never let the private socket be reached by anyone but itself.
  *
  * @module
  */
 
 import { outOfDescriptors } from "../ffi/libc.ts";
+import { FrameSocket } from "../ws/socket.ts";
+import { FramingError, header, RequestFraming, type RequestHead } from "./request_framing.ts";
 
 /** What one connection may hold, and how many there may be. */
 export interface ConnectionLimits {
@@ -30,12 +52,33 @@ export interface ConnectionLimits {
    * are under way, closed unanswered).
    */
   maxConnections: number;
+  /** Connections served at once for one peer (see {@link Peer}); more are answered 503. */
+  maxPerPeer: number;
+}
+
+/** Who is at the other end of a TCP connection, as found at accept. */
+export interface Peer {
+  /** A sandboxed command of this server (or a local peer that cannot be found): refused. */
+  sandboxed: boolean;
+  /** The key of the per-peer cap (a local uid, a remote address); none: only the cap. */
+  key?: string;
 }
 
 /** Where to listen: TCP, or a unix socket. */
 export type ListenAt =
   | { transport?: "tcp"; hostname: string; port: number }
   | { transport: "unix"; path: string };
+
+/** What else the listener is told. */
+export interface ListenOptions {
+  /**
+   * Made once the address is bound: who a TCP client is. Without it, no client is sandboxed
+   * and each remote address is a peer.
+   */
+  peers?: (addr: Deno.NetAddr) => (remote: Deno.NetAddr) => Peer;
+  /** The path whose first-request upgrades are served in-process (see the module doc). */
+  upgradePath?: string;
+}
 
 /** A listening server. */
 export interface HttpListener {
@@ -46,10 +89,24 @@ export interface HttpListener {
   shutdown(): Promise<void>;
 }
 
+/** Accepting a WebSocket upgrade: the largest message the socket may take. */
+export interface UpgradeOptions {
+  maxMessage: number;
+}
+
 /** What a handler served here gets with each request. */
 export interface ConnectionInfo extends Deno.ServeHandlerInfo {
   /** One object per accepted connection, the same for each of its requests (a WeakMap key). */
   readonly connection: object;
+  /**
+   * On a connection's first request for the upgrade path with `Upgrade: websocket`: check the
+   * handshake and accept it (`accept` gets the socket once the 101 is sent); answers the
+   * handshake's refusal (400, or 426 for another version) or the response to return.
+   */
+  readonly upgrade?: (
+    options: UpgradeOptions,
+    accept: (socket: FrameSocket) => void,
+  ) => Response;
 }
 
 /** The per-connection object of a request this listener served; undefined for any other. */
@@ -60,41 +117,51 @@ export function connectionOf(info: unknown): object | undefined {
     : undefined;
 }
 
-type ServeOnConnection = (
-  conn: Deno.Conn,
-  signal: AbortSignal | undefined,
-  handler: Deno.ServeHandler,
-  onError: (error: unknown) => Response,
-  onListen: () => void,
-) => Deno.HttpServer;
-
-/** Deno's internal per-connection server; a runtime without it cannot start this server. */
-function serveOnConnection(): ServeOnConnection {
-  const internal = (Deno as unknown as { internal: symbol }).internal;
-  const internals = (Deno as unknown as Record<symbol, Record<string, unknown> | undefined>)[
-    internal
-  ];
-  const serve = internals?.serveHttpOnConnection;
-  if (typeof serve !== "function") {
-    throw new Error("this Deno has no serveHttpOnConnection; uexec needs Deno 2.9");
-  }
-  return serve as ServeOnConnection;
-}
+/** The header that carries a connection's tag from the relay to the handler. */
+const TAG = "x-uexec-connection";
 
 const encoder = new TextEncoder();
-const decoder = new TextDecoder();
 
-/** A complete 503 response with the API's error body, closing the connection. */
-function overloaded(message: string): Uint8Array {
-  const body = JSON.stringify({ error: { code: "overloaded", message } });
+/** The reason phrases of the statuses written here (others get "Status"). */
+const REASONS: Record<number, string> = {
+  200: "OK",
+  400: "Bad Request",
+  401: "Unauthorized",
+  403: "Forbidden",
+  404: "Not Found",
+  405: "Method Not Allowed",
+  413: "Content Too Large",
+  426: "Upgrade Required",
+  429: "Too Many Requests",
+  431: "Request Header Fields Too Large",
+  500: "Internal Server Error",
+  503: "Service Unavailable",
+  505: "HTTP Version Not Supported",
+};
+
+/** A complete response with the API's error body, closing the connection. */
+function refusal(status: number, code: string, message: string): Uint8Array {
+  const body = JSON.stringify({ error: { code, message } });
   return encoder.encode(
-    "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n" +
+    `HTTP/1.1 ${status} ${REASONS[status] ?? "Status"}\r\ncontent-type: application/json\r\n` +
       `content-length: ${encoder.encode(body).length}\r\nconnection: close\r\n\r\n${body}`,
   );
 }
 
+const overloaded = (message: string) => refusal(503, "overloaded", message);
 const TOO_MANY = overloaded("too many connections; retry later");
+const TOO_MANY_FROM_PEER = overloaded("too many connections from this peer; retry later");
 const NO_DESCRIPTORS = overloaded("the server is out of file descriptors; retry later");
+const FORBIDDEN_PEER = refusal(
+  403,
+  "forbidden_peer",
+  "requests from sandboxed commands are refused",
+);
+
+/** The answer to a request the relay could not frame. */
+function framingRefusal(err: FramingError): Uint8Array {
+  return refusal(err.status, "invalid_request", err.message);
+}
 
 /**
  * How long a refused connection is kept to read its client's request (a close with unread data
@@ -107,6 +174,13 @@ const REFUSAL_LINGER_MS = 1000;
  * in the process announce nothing).
  */
 const ACCEPT_BACKOFF_MS = 100;
+/**
+ * Sandboxed peers answered 403 at once; beyond, a sandboxed connection is closed unanswered (a
+ * real command gets its answer; a flood holds no more than these descriptors).
+ */
+const SANDBOXED_ANSWERS = 16;
+/** Bytes relayed per read. */
+const RELAY_CHUNK = 64 * 1024;
 
 /** Deno.serve's default for a handler that throws. */
 function internalError(err: unknown): Response {
@@ -114,12 +188,73 @@ function internalError(err: unknown): Response {
   return new Response("Internal Server Error", { status: 500 });
 }
 
-/** One served connection and its one timer (re-armed only when it fires early). */
+/** The error body of a refused handshake. */
+function handshakeRefusal(status: number, message: string, headers: HeadersInit = {}): Response {
+  return Response.json({ error: { code: "invalid_request", message } }, { status, headers });
+}
+
+const WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/** Whether a comma-separated header holds `token` (case-insensitive). */
+function hasToken(value: string | null | undefined, token: string): boolean {
+  return (value ?? "").toLowerCase().split(",").some((t) => t.trim() === token);
+}
+
+/** Close `conn` unless it is closed already. */
+function closeQuietly(conn: Deno.Conn): void {
+  try {
+    conn.close();
+  } catch { /* closed */ }
+}
+
+async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
+  for (let off = 0; off < bytes.length;) off += await conn.write(bytes.subarray(off));
+}
+
+/**
+ * Write `answer`, half-close and read (discarding) until the client closes, so that the answer
+ * is not lost to the reset a close with unread data causes; at most REFUSAL_LINGER_MS. The
+ * caller closes `conn`.
+ */
+async function answerAndLinger(conn: Deno.Conn, answer: Uint8Array): Promise<void> {
+  const timer = setTimeout(() => closeQuietly(conn), REFUSAL_LINGER_MS);
+  const buf = new Uint8Array(4096);
+  try {
+    await writeAll(conn, answer);
+    await conn.closeWrite();
+    while (await conn.read(buf) !== null) { /* discard the rest */ }
+  } catch { /* the client left, or the time is up */ }
+  clearTimeout(timer);
+}
+
+/** What a connection needs of its listener. */
+interface Relay {
+  /** The backend's socket (a new one each time it is restarted). */
+  backendPath: string;
+  readonly limits: ConnectionLimits;
+  readonly handler: Deno.ServeHandler;
+  readonly upgradePath?: string;
+  readonly byTag: Map<string, Connection>;
+}
+
+/** One accepted connection: its relay, its one timer and its requests in flight. */
 class Connection {
-  readonly server: Deno.HttpServer;
-  readonly #idleTimeoutMs: number;
+  readonly token = {};
+  readonly tag = crypto.getRandomValues(new Uint8Array(16)).toHex();
+  readonly finished: Promise<void>;
+  readonly #conn: Deno.Conn;
+  readonly #relay: Relay;
+  readonly #remoteAddr: Deno.Addr;
+  readonly #framing = new RequestFraming();
+  readonly #backend: Deno.Conn;
   #gone = false;
+  #done = Promise.withResolvers<void>();
+  /** Requests whose head was relayed and whose response is not yet sent (or an upgrade). */
   #inFlight = 0;
+  #heads = 0;
+  #upgraded = false;
+  /** The WebSocket this connection was upgraded to. */
+  #socket?: FrameSocket;
   /** When the current wait for a request head began, and how long it may last. */
   #since = performance.now();
   #allowed: number;
@@ -127,32 +262,22 @@ class Connection {
   /** When the armed timer fires. */
   #due = 0;
 
-  constructor(
-    conn: Deno.Conn,
-    limits: ConnectionLimits,
-    handler: Deno.ServeHandler,
-    serve: ServeOnConnection,
-  ) {
-    this.#idleTimeoutMs = limits.idleTimeoutMs;
-    this.#allowed = limits.headerTimeoutMs;
-    this.#arm(limits.headerTimeoutMs);
-    // Deno finds a unix client's address through a listener it does not have here: the
-    // handler gets the socket's path, as Deno.serve gives.
-    const remoteAddr = conn.remoteAddr.transport === "unix" ? conn.localAddr : conn.remoteAddr;
-    const connection = {};
-    this.server = serve(
-      conn,
-      undefined,
-      (req, info) => {
-        this.#inFlight++;
-        const completed = info.completed;
-        completed.then(this.#ended, this.#ended);
-        const served: ConnectionInfo = { remoteAddr, completed, connection };
-        return handler(req, served);
-      },
-      internalError,
-      () => {},
-    );
+  constructor(conn: Deno.Conn, backend: Deno.Conn, relay: Relay) {
+    this.#conn = conn;
+    this.#backend = backend;
+    this.#relay = relay;
+    this.finished = this.#done.promise;
+    // A unix client has no address of its own: the handler gets the socket's path, as
+    // Deno.serve gives.
+    this.#remoteAddr = conn.remoteAddr.transport === "unix" ? conn.localAddr : conn.remoteAddr;
+    this.#allowed = relay.limits.headerTimeoutMs;
+    this.#arm(this.#allowed);
+    relay.byTag.set(this.tag, this);
+    this.#readClient().catch(() => this.close());
+    this.#readBackend().finally(() => {
+      // An upgraded connection no longer needs the backend.
+      if (!this.#upgraded) this.close();
+    });
   }
 
   /** When it became idle (nothing in flight), or undefined while a request is in flight. */
@@ -160,16 +285,179 @@ class Connection {
     return this.#inFlight === 0 && !this.#gone ? this.#since : undefined;
   }
 
-  /** The connection is gone: its timer must not outlive it. */
-  closed(): void {
+  /** Serve a relayed request of this connection (the handler's `info` is this connection's). */
+  serve(req: Request, completed: Promise<void>): Response | Promise<Response> {
+    completed.then(this.#ended, this.#ended);
+    const info: ConnectionInfo = {
+      remoteAddr: this.#remoteAddr,
+      completed,
+      connection: this.token,
+    };
+    return this.#relay.handler(req, info);
+  }
+
+  /** At shutdown: a WebSocket is told the server goes away (close 1001) and ends cleanly. */
+  async goAway(): Promise<void> {
+    const socket = this.#socket;
+    if (socket && !this.#gone) {
+      socket.close(1001, "server shutting down");
+      await socket.ended;
+    }
+    this.close();
+  }
+
+  /** Close both ends now. */
+  close(): void {
+    if (this.#gone) return;
     this.#gone = true;
     clearTimeout(this.#timer);
+    this.#relay.byTag.delete(this.tag);
+    closeQuietly(this.#conn);
+    closeQuietly(this.#backend);
+    this.#done.resolve();
+  }
+
+  async #readClient(): Promise<void> {
+    const buf = new Uint8Array(RELAY_CHUNK);
+    try {
+      for (;;) {
+        const n = await this.#conn.read(buf);
+        if (n === null) break;
+        let data: Uint8Array = buf.subarray(0, n);
+        while (data.length > 0) {
+          const { segments, rest } = this.#framing.push(data);
+          data = rest;
+          for (const segment of segments) {
+            if ("body" in segment) {
+              await this.#toBackend(segment.body);
+              continue;
+            }
+            if (this.#heads++ === 0 && this.#isUpgrade(segment.head)) {
+              return await this.#upgrade(segment.head, data.slice());
+            }
+            this.#inFlight++;
+            await this.#toBackend(encoder.encode(tagged(segment.head, this.tag)));
+          }
+        }
+      }
+    } catch (err) {
+      if (!(err instanceof FramingError)) throw err;
+      // Answered only where no response of the backend can interleave with it.
+      if (this.#heads <= 1 && this.#inFlight === 0) {
+        clearTimeout(this.#timer);
+        await answerAndLinger(this.#conn, framingRefusal(err));
+      }
+      return this.close();
+    }
+    // The client is done sending: responses in flight are still delivered.
+    if (this.#inFlight === 0) return this.close();
+    await this.#backend.closeWrite().catch(() => this.close());
+  }
+
+  /** Relay `bytes` to the backend. */
+  async #toBackend(bytes: Uint8Array): Promise<void> {
+    await writeAll(this.#backend, bytes);
+  }
+
+  async #readBackend(): Promise<void> {
+    const buf = new Uint8Array(RELAY_CHUNK);
+    const backend = this.#backend;
+    try {
+      for (let n = await backend.read(buf); n !== null; n = await backend.read(buf)) {
+        await writeAll(this.#conn, buf.subarray(0, n));
+      }
+    } catch { /* either end is gone */ }
+  }
+
+  #isUpgrade(head: RequestHead): boolean {
+    const path = this.#relay.upgradePath;
+    return path !== undefined && head.method === "GET" &&
+      head.target.split("?")[0] === path && hasToken(header(head, "upgrade"), "websocket");
+  }
+
+  /** Serve the first request in-process with `info.upgrade` (see the module doc). */
+  async #upgrade(head: RequestHead, rest: Uint8Array): Promise<void> {
+    this.#inFlight++;
+    clearTimeout(this.#timer);
+    this.#upgraded = true;
+    closeQuietly(this.#backend);
+    const completed = Promise.withResolvers<void>();
+    completed.promise.catch(() => {});
+    let req: Request;
+    try {
+      const headers = new Headers(head.headers.filter(([name]) => name.toLowerCase() !== TAG));
+      req = new Request(new URL(head.target, `http://${headers.get("host") ?? "localhost"}`), {
+        headers,
+      });
+    } catch {
+      await answerAndLinger(this.#conn, framingRefusal(new FramingError(400, "malformed request")));
+      return this.close();
+    }
+    let accepted: { options: UpgradeOptions; accept: (socket: FrameSocket) => void } | undefined;
+    const upgrade = (options: UpgradeOptions, accept: (socket: FrameSocket) => void) => {
+      const refused = handshakeRefused(req);
+      if (refused) return refused;
+      accepted = { options, accept };
+      return new Response(null, { status: 200 });
+    };
+    const info: ConnectionInfo = {
+      remoteAddr: this.#remoteAddr,
+      completed: completed.promise,
+      connection: this.token,
+      upgrade,
+    };
+    let res: Response;
+    try {
+      res = await this.#relay.handler(req, info);
+    } catch (err) {
+      res = internalError(err);
+    }
+    try {
+      if (accepted && res.ok) {
+        await res.body?.cancel();
+        const key = req.headers.get("sec-websocket-key")!;
+        const digest = await crypto.subtle.digest("SHA-1", encoder.encode(key + WS_GUID));
+        await writeAll(
+          this.#conn,
+          encoder.encode(
+            "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n" +
+              `sec-websocket-accept: ${new Uint8Array(digest).toBase64()}\r\n\r\n`,
+          ),
+        );
+        completed.resolve();
+        if (this.#gone) return;
+        const socket = this.#socket = new FrameSocket(
+          this.#conn,
+          rest,
+          accepted.options.maxMessage,
+        );
+        socket.addCloseListener(() => this.close());
+        accepted.accept(socket);
+        return;
+      }
+      await this.#writeResponse(res);
+      completed.resolve();
+    } catch (err) {
+      completed.reject(err);
+    }
+    this.close();
+  }
+
+  /** Write `res` as HTTP/1.1 closing the connection, its body streamed as it comes. */
+  async #writeResponse(res: Response): Promise<void> {
+    let head = `HTTP/1.1 ${res.status} ${REASONS[res.status] ?? "Status"}\r\n`;
+    for (const [name, value] of res.headers) {
+      if (name !== "connection" && name !== "transfer-encoding") head += `${name}: ${value}\r\n`;
+    }
+    await writeAll(this.#conn, encoder.encode(`${head}connection: close\r\n\r\n`));
+    if (!res.body) return;
+    for await (const chunk of res.body) await writeAll(this.#conn, chunk);
   }
 
   #ended = () => {
     if (--this.#inFlight > 0 || this.#gone) return;
     this.#since = performance.now();
-    this.#allowed = this.#idleTimeoutMs;
+    this.#allowed = this.#relay.limits.idleTimeoutMs;
     // A timer that fires by the new deadline re-arms itself; a later one (the header
     // timeout's) is replaced.
     if (this.#timer !== undefined && this.#due <= this.#since + this.#allowed) return;
@@ -187,19 +475,57 @@ class Connection {
     if (this.#inFlight > 0) return; // #ended re-arms.
     const left = this.#since + this.#allowed - performance.now();
     if (left > 0) this.#arm(left);
-    // With nothing in flight, Deno's graceful close closes the connection at once.
-    else this.server.shutdown().catch(() => {/* already closed */});
+    else this.close();
   };
+}
+
+/** `head` as relayed: the client's lines, less any tag of its own, plus the connection's. */
+function tagged(head: RequestHead, tag: string): string {
+  let text = `${head.method} ${head.target} HTTP/${head.version}\r\n`;
+  for (const [name, value] of head.headers) {
+    if (name.toLowerCase() !== TAG) text += `${name}: ${value}\r\n`;
+  }
+  return `${text}${TAG}: ${tag}\r\n\r\n`;
+}
+
+/** A WebSocket handshake's refusal, or undefined when it is well-formed (RFC 6455 4.2.1). */
+function handshakeRefused(req: Request): Response | undefined {
+  if (!hasToken(req.headers.get("connection"), "upgrade")) {
+    return handshakeRefusal(400, "a WebSocket upgrade needs Connection: Upgrade");
+  }
+  if (req.headers.get("sec-websocket-version") !== "13") {
+    return handshakeRefusal(426, "only WebSocket version 13 is served", {
+      "sec-websocket-version": "13",
+    });
+  }
+  const key = req.headers.get("sec-websocket-key") ?? "";
+  let decoded: Uint8Array | undefined;
+  try {
+    decoded = Uint8Array.fromBase64(key);
+  } catch { /* not base64 */ }
+  if (decoded?.length !== 16) {
+    return handshakeRefusal(
+      400,
+      "a WebSocket upgrade needs Sec-WebSocket-Key: the base64 of 16 random bytes",
+    );
+  }
+  return undefined;
 }
 
 class Listener implements HttpListener {
   readonly addr: Deno.NetAddr | Deno.UnixAddr;
   readonly #listener: Deno.Listener;
   readonly #limits: ConnectionLimits;
-  readonly #handler: Deno.ServeHandler;
-  readonly #serve = serveOnConnection();
+  readonly #relay: Relay;
+  readonly #dir: string;
+  #backend?: Deno.HttpServer;
+  #generation = 0;
+  readonly #peerOf?: (remote: Deno.NetAddr) => Peer;
   readonly #live = new Set<Connection>();
+  readonly #perPeer = new Map<string, number>();
   readonly #refused = new Set<Deno.Conn>();
+  /** Sandboxed peers being answered 403 (also in #refused; see SANDBOXED_ANSWERS). */
+  #sandboxedRefusals = 0;
   /** A descriptor held back so that a client can still be accepted, and refused, at EMFILE. */
   #reserve?: Deno.FsFile;
   #closing = false;
@@ -207,15 +533,108 @@ class Listener implements HttpListener {
   /** Wakes an accept loop that waits after an error, when a connection closes. */
   #wake?: () => void;
 
-  constructor(at: ListenAt, limits: ConnectionLimits, handler: Deno.ServeHandler) {
-    this.#listener = at.transport === "unix"
-      ? Deno.listen({ transport: "unix", path: at.path })
-      : Deno.listen({ hostname: at.hostname, port: at.port });
-    this.addr = this.#listener.addr as Deno.NetAddr | Deno.UnixAddr;
+  constructor(
+    at: ListenAt,
+    limits: ConnectionLimits,
+    handler: Deno.ServeHandler,
+    options: ListenOptions,
+  ) {
     this.#limits = limits;
-    this.#handler = handler;
+    // The private socket: only this process (its uid) can reach the directory.
+    this.#dir = Deno.makeTempDirSync({ prefix: "uexec-relay-" });
+    Deno.chmodSync(this.#dir, 0o700);
+    this.#relay = {
+      backendPath: "",
+      limits,
+      handler,
+      upgradePath: options.upgradePath,
+      byTag: new Map(),
+    };
+    try {
+      this.#startBackend();
+      this.#listener = at.transport === "unix"
+        ? Deno.listen({ transport: "unix", path: at.path })
+        : Deno.listen({ hostname: at.hostname, port: at.port });
+    } catch (err) {
+      this.#closing = true;
+      this.#backend?.shutdown().finally(() => Deno.removeSync(this.#dir, { recursive: true }));
+      if (!this.#backend) Deno.removeSync(this.#dir, { recursive: true });
+      throw err;
+    }
+    this.addr = this.#listener.addr as Deno.NetAddr | Deno.UnixAddr;
+    try {
+      if (this.addr.transport === "tcp") this.#peerOf = options.peers?.(this.addr);
+    } catch (err) {
+      this.#closing = true;
+      this.#listener.close();
+      this.#backend!.shutdown().finally(() => Deno.removeSync(this.#dir, { recursive: true }));
+      throw err;
+    }
     this.#reserve = openReserve();
     this.#accepting = this.#acceptLoop();
+  }
+
+  /**
+   * Start the `Deno.serve` behind the relay on a fresh socket path. Its accept loop ends on an
+   * accept error (EMFILE: Deno.serve then rejects `finished` and removes its socket); it is
+   * started again as soon as a descriptor frees up, and relays meanwhile answer 503.
+   */
+  #startBackend(): void {
+    const byTag = this.#relay.byTag;
+    const path = `${this.#dir}/http-${this.#generation++}.sock`;
+    const umask = Deno.umask(0o177);
+    let backend: Deno.HttpServer;
+    try {
+      backend = Deno.serve({
+        transport: "unix",
+        path,
+        onListen() {},
+        onError: internalError,
+      }, (req, info) => {
+        const tag = req.headers.get(TAG);
+        const connection = tag === null ? undefined : byTag.get(tag);
+        if (!connection) {
+          return Response.json({
+            error: { code: "invalid_request", message: "the request's framing was not understood" },
+          }, { status: 400, headers: { connection: "close" } });
+        }
+        return connection.serve(req, info.completed);
+      });
+    } finally {
+      Deno.umask(umask);
+    }
+    this.#backend = backend;
+    this.#relay.backendPath = path;
+    backend.finished.catch((err) => {
+      if (this.#closing) return;
+      // Reported, not a crash: the relays answer 503 until it is back.
+      if (outOfDescriptors(err)) {
+        console.error(
+          "uexec: the HTTP server behind the listener ran out of descriptors; restarting it",
+        );
+      } else {console.error(
+          "uexec: the HTTP server behind the listener stopped; restarting it:",
+          err,
+        );}
+      this.#restartBackend();
+    });
+  }
+
+  /** Start the backend again; while that fails (no descriptor), retry as connections close. */
+  async #restartBackend(): Promise<void> {
+    while (!this.#closing) {
+      try {
+        return this.#startBackend();
+      } catch (err) {
+        if (!outOfDescriptors(err)) console.error("uexec: restarting the HTTP server failed:", err);
+        this.#closeLongestIdle();
+        const { promise, resolve } = Promise.withResolvers<void>();
+        const timer = setTimeout(resolve, ACCEPT_BACKOFF_MS);
+        this.#live.values().next().value?.finished.then(resolve);
+        await promise;
+        clearTimeout(timer);
+      }
+    }
   }
 
   get connections(): number {
@@ -228,36 +647,98 @@ class Listener implements HttpListener {
     await this.#accepting;
     this.#reserve?.close();
     for (const conn of this.#refused) closeQuietly(conn);
-    await Promise.all([...this.#live].map((c) => c.server.shutdown()));
+    // Requests in flight finish (Deno.serve's graceful shutdown), then every relay closes.
+    await this.#backend?.shutdown().catch(() => {/* it had stopped */});
+    await Promise.all([...this.#live].map((c) => c.goAway()));
+    await Deno.remove(this.#dir, { recursive: true }).catch(() => {});
   }
 
   async #acceptLoop(): Promise<void> {
     while (!this.#closing) {
       let conn: Deno.Conn;
       try {
+        // A connection takes three descriptors (its own, the relay's, the backend's): short of
+        // them, accept as out of descriptors (a 503, see #acceptFailed), so that the backend's
+        // accept is never the one to fail.
+        roomFor(3);
         conn = await this.#listener.accept();
       } catch (err) {
         if (this.#closing) return;
         await this.#acceptFailed(err);
         continue;
       }
-      const max = this.#limits.maxConnections;
-      if (this.#live.size < max) this.#open(conn);
-      // Refusals hold descriptors too: beyond as many as the cap, a flood is closed unanswered.
-      else if (this.#refused.size < max) this.#refuse(conn, TOO_MANY, true);
-      else closeQuietly(conn);
+      await this.#admit(conn);
     }
   }
 
-  #open(conn: Deno.Conn): void {
-    const c = new Connection(conn, this.#limits, this.#handler, this.#serve);
+  /** Refuse `conn` (sandboxed, over a cap) or serve it. */
+  async #admit(conn: Deno.Conn): Promise<void> {
+    const max = this.#limits.maxConnections;
+    let peer: Peer = { sandboxed: false };
+    if (conn.remoteAddr.transport === "tcp") {
+      try {
+        peer = this.#peerOf?.(conn.remoteAddr) ??
+          { sandboxed: false, key: conn.remoteAddr.hostname };
+      } catch (err) {
+        console.error("uexec: peer lookup failed; refusing the connection:", err);
+        peer = { sandboxed: true };
+      }
+    }
+    const answer = peer.sandboxed
+      ? FORBIDDEN_PEER
+      : this.#live.size >= max
+      ? TOO_MANY
+      : peer.key !== undefined && (this.#perPeer.get(peer.key) ?? 0) >= this.#limits.maxPerPeer
+      ? TOO_MANY_FROM_PEER
+      : undefined;
+    if (answer === undefined) {
+      // Small answers and frames go out at once (Nagle's delay, against a client's delayed
+      // acknowledgement, costs up to 40 ms a round trip; Deno.serve sets this on its own).
+      if (conn.remoteAddr.transport === "tcp") (conn as Deno.TcpConn).setNoDelay(true);
+      return await this.#open(conn, peer.key);
+    }
+    // Refusals hold descriptors too: beyond as many as the cap, a flood is closed unanswered;
+    // a sandboxed one beyond a few, so that it holds next to nothing and crowds out no 503.
+    if (peer.sandboxed) {
+      if (this.#sandboxedRefusals >= SANDBOXED_ANSWERS) return closeQuietly(conn);
+      this.#sandboxedRefusals++;
+      this.#refuse(conn, answer, true).finally(() => this.#sandboxedRefusals--);
+    } else if (this.#refused.size < max) this.#refuse(conn, answer, true);
+    else closeQuietly(conn);
+  }
+
+  /**
+   * Serve `conn` through a connection of its own to the backend, made before the next accept so
+   * that descriptors go to whole relays: it needs one for its end and one for the backend's
+   * (Deno.serve's accept loop ends at EMFILE, see #startBackend), so with fewer than two free it
+   * is answered 503 and the connection idle longest is closed.
+   */
+  async #open(conn: Deno.Conn, key: string | undefined): Promise<void> {
+    let backend: Deno.Conn;
+    try {
+      roomFor(2);
+      backend = await Deno.connect({ transport: "unix", path: this.#relay.backendPath });
+    } catch (err) {
+      // Out of descriptors, or the backend is being restarted (see #startBackend).
+      if (!outOfDescriptors(err)) console.error("uexec: relaying a connection failed:", err);
+      this.#closeLongestIdle();
+      if (this.#refused.size < this.#limits.maxConnections) {
+        this.#refuse(conn, NO_DESCRIPTORS, true);
+      } else closeQuietly(conn);
+      return;
+    }
+    const c = new Connection(conn, backend, this.#relay);
     this.#live.add(c);
-    c.server.finished.catch(() => {/* the client's connection failed: nothing to do */})
-      .finally(() => {
-        c.closed();
-        this.#live.delete(c);
-        this.#wake?.();
-      });
+    if (key !== undefined) this.#perPeer.set(key, (this.#perPeer.get(key) ?? 0) + 1);
+    c.finished.then(() => {
+      this.#live.delete(c);
+      if (key !== undefined) {
+        const left = this.#perPeer.get(key)! - 1;
+        if (left > 0) this.#perPeer.set(key, left);
+        else this.#perPeer.delete(key);
+      }
+      this.#wake?.();
+    });
   }
 
   /**
@@ -298,11 +779,11 @@ class Listener implements HttpListener {
         earliest = since;
       }
     }
-    longest?.server.shutdown().catch(() => {/* already closed */});
+    longest?.close();
   }
 
   /**
-   * Read the request head, answer 503 and close (a client such as fetch takes an answer that
+   * Read the request head, answer and close (a client such as fetch takes an answer that
    * comes before its request for a broken connection). With `linger`, the connection is then
    * half-closed and read until the client closes, so the answer is not lost to a reset. Either
    * way it lasts at most REFUSAL_LINGER_MS.
@@ -312,17 +793,19 @@ class Listener implements HttpListener {
     const timer = setTimeout(() => closeQuietly(conn), REFUSAL_LINGER_MS);
     const buf = new Uint8Array(4096);
     try {
-      let head = "";
-      while (!head.includes("\r\n\r\n")) {
+      const framing = new RequestFraming();
+      let headed = false;
+      while (!headed) {
         const n = await conn.read(buf);
         if (n === null) break;
-        head = (head + decoder.decode(buf.subarray(0, n))).slice(-4096);
+        try {
+          headed = framing.push(buf.subarray(0, n)).segments.some((s) => "head" in s);
+        } catch {
+          headed = true; // A malformed head ends it too.
+        }
       }
-      for (let off = 0; off < answer.length;) off += await conn.write(answer.subarray(off));
-      if (linger) {
-        await conn.closeWrite();
-        while (await conn.read(buf) !== null) { /* discard the rest */ }
-      }
+      if (linger) await answerAndLinger(conn, answer);
+      else await writeAll(conn, answer);
     } catch { /* the client left, or the time is up */ }
     clearTimeout(timer);
     this.#refused.delete(conn);
@@ -330,11 +813,14 @@ class Listener implements HttpListener {
   }
 }
 
-/** Close `conn` unless it is closed already. */
-function closeQuietly(conn: Deno.Conn): void {
+/** Throws EMFILE unless `n` descriptors can be had now (opened and closed again at once). */
+function roomFor(n: number): void {
+  const probes: Deno.FsFile[] = [];
   try {
-    conn.close();
-  } catch { /* closed */ }
+    for (let i = 0; i < n; i++) probes.push(Deno.openSync("/dev/null"));
+  } finally {
+    for (const probe of probes) probe.close();
+  }
 }
 
 function openReserve(): Deno.FsFile | undefined {
@@ -347,12 +833,13 @@ function openReserve(): Deno.FsFile | undefined {
 
 /**
  * Listen at `at` and serve `handler` on every accepted connection within `limits`. Throws if
- * the address cannot be bound or the runtime cannot serve single connections.
+ * the address or the private socket cannot be bound.
  */
 export function serveLimited(
   at: ListenAt,
   limits: ConnectionLimits,
   handler: Deno.ServeHandler,
+  options: ListenOptions = {},
 ): HttpListener {
-  return new Listener(at, limits, handler);
+  return new Listener(at, limits, handler, options);
 }

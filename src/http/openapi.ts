@@ -495,15 +495,16 @@ export const OPERATIONS: readonly Operation[] = [
     path: "/v1/ws",
     tag: "websocket",
     summary: "The same operations over one WebSocket (JSON-RPC 2.0)",
-    description: "Served on the WebSocket port that /healthz names (`websocket`); on the HTTP " +
-      "port it answers 426 with that URL. Methods: exec_command, write_stdin, kill, resize, " +
-      "signal, subscribe, unsubscribe; output is pushed while subscribed. After the upgrade: " +
-      "JSON-RPC responses, and `output`, `gap` and `exit` notifications.",
+    description: "Served on this port (ws://HOST:PORT/v1/ws, as /healthz names it in " +
+      "`websocket`); the upgrade must be its connection's first request, and a plain GET " +
+      "answers 426. Methods: exec_command, write_stdin, kill, resize, signal, subscribe, " +
+      "unsubscribe; output is pushed while subscribed. After the upgrade: JSON-RPC responses, " +
+      "and `output`, `gap` and `exit` notifications.",
     caller: "agent",
     // Its one success is 101: the only warning Redocly's recommended rules give on the document
     // (operation-2xx-response). A 2xx would be a lie a generated client believes.
     status: 101,
-    errors: ["upgrade_required", "too_many_requests"],
+    errors: ["invalid_request", "upgrade_required", "too_many_requests"],
   },
   {
     method: "post",

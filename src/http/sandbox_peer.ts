@@ -1,25 +1,23 @@
 /**
- * Defense in depth against a sandboxed command that reaches the API (under a network profile it
- * shares the host's network namespace): a request whose TCP peer socket belongs to a sandbox
- * uid is refused even with a valid token, so a token that leaks into the workspace still cannot
- * be used from inside the sandbox.
+ * Defense against a sandboxed command that reaches the API (under a network profile it shares
+ * the host's network namespace): a connection whose TCP peer socket belongs to a sandbox uid is
+ * refused at accept (see listener.ts), before it holds a slot of the connection cap and whatever
+ * token it carries, so a token that leaks into the workspace still cannot be used from inside
+ * the sandbox, and a sandboxed flood of connections leaves the cap to everyone else.
  *
- * A peer on an address of this host must be found (a real client holds its socket until the
- * answer); one that cannot be found is treated as sandboxed. Peers on other hosts are not
+ * A peer on an address of this host must be found (a real client holds its socket while it is
+ * connected); one that cannot be found is treated as sandboxed. Peers on other hosts are not
  * sandboxed commands of this server. Over a unix socket there is no TCP peer to look up (the
  * socket file is 0600 and the state directory unreadable, which keeps sandboxed commands out).
- * It must never let a lookup failure pass a local request.
- *
- * On the HTTP listener's connections the answer is found once per connection and kept for its
- * other requests: the server holds its end, so the 4-tuple, and with it the client's socket,
- * stays the same until the connection closes. The socket's owner could change only through
- * fchown, which a sandboxed process can do only to its own uid (see peer.ts). A failed lookup is
- * not kept: the request is refused and the next one looks again.
+ * The answer found at accept holds for the connection: the server holds its end, so the
+ * 4-tuple, and with it the client's socket, stays the same until the connection closes; its
+ * owner could change only through fchown, which a sandboxed process can do only to its own uid
+ * (see peer.ts). It must never let a lookup failure pass a local connection on a root server.
  *
  * @module
  */
 
-import { type ConnectionInfo, connectionOf } from "./listener.ts";
+import type { Peer } from "./listener.ts";
 import { type Endpoint, TcpPeers } from "./peer.ts";
 
 const WILDCARD = new Set(["0.0.0.0", "::", "[::]"]);
@@ -39,45 +37,42 @@ function localAddresses(): Set<string> {
 }
 
 /**
- * A check for requests served at `server`: true when the request's peer is sandboxed (a uid for
- * which `isSandboxUid` holds, or a local peer that cannot be found). With a `connection` on the
- * info (see listener.ts) the lookup is made once per connection.
+ * Who the TCP client at `remote` of a server at `server` is, found once at accept (see
+ * listener.ts): sandboxed when its socket's uid is one for which `isSandboxUid` holds, or when
+ * a local peer cannot be found (or the lookup fails); keyed for the per-peer cap by its uid when
+ * local, by its address otherwise. Without `isSandboxUid` (a server that is not root, whose
+ * children run as itself) nothing is sandboxed, and a local peer whose lookup fails is keyed by
+ * its address. Throws if the lookups cannot be made at all (a root server must not start then).
  */
-export function sandboxedPeerCheck(
+export function peerClassifier(
   server: Deno.NetAddr,
-  isSandboxUid: (uid: number) => boolean,
-): (info: Deno.ServeHandlerInfo | ConnectionInfo | undefined) => boolean {
-  const peers = new TcpPeers();
+  isSandboxUid?: (uid: number) => boolean,
+): (remote: Deno.NetAddr) => Peer {
+  let peers: TcpPeers | undefined;
+  try {
+    peers = new TcpPeers();
+  } catch (err) {
+    if (isSandboxUid) throw err;
+  }
   const local = localAddresses();
   const wildcard = WILDCARD.has(server.hostname);
-  // Whether the peer at `remote` is sandboxed; undefined when the lookup failed.
-  const lookup = (remote: Deno.Addr | undefined): boolean | undefined => {
-    if (remote?.transport !== "tcp") return false;
-    const client: Endpoint = { hostname: remote.hostname, port: remote.port };
-    const host = bare(client.hostname);
-    if (!local.has(host) && !host.startsWith("127.")) return false;
+  return (remote) => {
+    const host = bare(remote.hostname);
+    const byAddress = { sandboxed: false, key: `address ${host}` };
+    if (!local.has(host) && !host.startsWith("127.")) return byAddress;
+    if (!peers) return byAddress;
     // On a wildcard address a local client's connection ends at the address it came from.
     const at: Endpoint = {
-      hostname: wildcard ? client.hostname : server.hostname,
+      hostname: wildcard ? remote.hostname : server.hostname,
       port: server.port,
     };
     let uid: number | undefined;
     try {
-      uid = peers.uid(at, client);
+      uid = peers.uid(at, { hostname: remote.hostname, port: remote.port });
     } catch (err) {
-      console.error("uexec: peer lookup failed; refusing the request:", (err as Error).message);
-      return undefined;
+      console.error("uexec: peer lookup failed:", (err as Error).message);
     }
-    return uid === undefined || isSandboxUid(uid);
-  };
-  const known = new WeakMap<object, boolean>();
-  return (info) => {
-    const connection = connectionOf(info);
-    const kept = connection && known.get(connection);
-    if (kept !== undefined) return kept;
-    const sandboxed = lookup(info?.remoteAddr);
-    if (sandboxed === undefined) return true;
-    if (connection) known.set(connection, sandboxed);
-    return sandboxed;
+    if (uid === undefined) return isSandboxUid ? { sandboxed: true } : byAddress;
+    return { sandboxed: isSandboxUid?.(uid) ?? false, key: `uid ${uid}` };
   };
 }

@@ -11,15 +11,21 @@
 import type { Context, Hono } from "hono";
 import type { Principal } from "../service/principal.ts";
 import type { Service } from "../service/service.ts";
-import { serveSocket } from "../ws/connection.ts";
+import { InvalidRequestError } from "../sessions/errors.ts";
+import { MAX_MESSAGE, serveSocket } from "../ws/connection.ts";
 import { CrossSiteError, UnauthorizedError } from "./auth.ts";
+import { OPEN } from "../ws/socket.ts";
+import type { ConnectionInfo } from "./listener.ts";
+
+/** The WebSocket endpoint's path, on the HTTP port. */
+export const WS_PATH = "/v1/ws";
 
 /** A plain GET to the WebSocket endpoint (426 `upgrade_required`). */
 class UpgradeRequiredError extends Error {
   readonly status = 426;
   readonly code = "upgrade_required";
   constructor() {
-    super("GET /v1/ws takes a WebSocket upgrade (Upgrade: websocket)");
+    super(`GET ${WS_PATH} takes a WebSocket upgrade (Upgrade: websocket)`);
   }
 }
 
@@ -29,7 +35,7 @@ export function wsRoutes(
   service: Service,
   who: (c: Context) => Principal,
 ): void {
-  app.get("/v1/ws", (c) => {
+  app.get(WS_PATH, (c) => {
     const origin = c.req.header("origin");
     const own = `http://${c.req.header("host") ?? ""}`;
     if (origin !== undefined && origin.toLowerCase() !== own.toLowerCase()) {
@@ -41,19 +47,25 @@ export function wsRoutes(
     }
     const principal = who(c);
     if (c.req.header("upgrade")?.toLowerCase() !== "websocket") throw new UpgradeRequiredError();
-    const { socket, response } = Deno.upgradeWebSocket(c.req.raw);
-    // The request is gone once upgraded: later requests check that its credential is still
-    // registered (a revoked agent's connection is refused and closed, also once another agent
-    // is minted under its name).
-    serveSocket(socket, service, () => {
-      if (!service.isCurrent(principal)) throw new UnauthorizedError();
-      return principal;
+    const upgrade = (c.env as ConnectionInfo | undefined)?.upgrade;
+    if (!upgrade) {
+      throw new InvalidRequestError(
+        "a WebSocket upgrade must be the first request of its connection",
+      );
+    }
+    return upgrade({ maxMessage: MAX_MESSAGE }, (socket) => {
+      // The request is gone once upgraded: later requests check that its credential is still
+      // registered (a revoked agent's connection is refused and closed, also once another
+      // agent is minted under its name).
+      serveSocket(socket, service, () => {
+        if (!service.isCurrent(principal)) throw new UnauthorizedError();
+        return principal;
+      });
+      // And it is closed as soon as the credential is revoked, even while the client is silent.
+      const unsubscribe = service.subscribe(principal, () => {}, () => {
+        if (socket.readyState === OPEN) socket.close(1008, "credential no longer valid");
+      });
+      socket.addCloseListener(unsubscribe);
     });
-    // And it is closed as soon as the credential is revoked, even while the client is silent.
-    const unsubscribe = service.subscribe(principal, () => {}, () => {
-      if (socket.readyState === WebSocket.OPEN) socket.close(1008, "credential no longer valid");
-    });
-    socket.addEventListener("close", unsubscribe);
-    return response;
   });
 }

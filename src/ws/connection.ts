@@ -18,7 +18,6 @@ import type { z } from "zod";
 import type { Principal } from "../service/principal.ts";
 import { ExecBody, parseInput, WriteBody } from "../service/schemas.ts";
 import type { Service } from "../service/service.ts";
-import { PayloadTooLargeError } from "../http/body.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
 import { ResizeParams, SessionParams, SignalParams, SubscribeParams } from "./params.ts";
 import {
@@ -32,12 +31,16 @@ import {
   rpcError,
   type RpcId,
 } from "./protocol.ts";
+import { type FrameSocket, OPEN } from "./socket.ts";
 import { subscribe } from "./subscription.ts";
 
 /** Requests one connection may have in flight; more are refused (`too_many_requests`). */
 export const MAX_IN_FLIGHT = 1024;
-/** The largest request frame, in UTF-16 code units read (as the HTTP body limit, 1 MiB). */
-const MAX_FRAME = 1024 * 1024;
+/**
+ * The largest request message, in bytes (as the HTTP body limit, 1 MiB): the socket refuses a
+ * longer one from its frame header, with close 1009 (see socket.ts).
+ */
+export const MAX_MESSAGE = 1024 * 1024;
 
 /** More requests in flight on one connection than it may have (429). */
 class TooManyRequestsError extends Error {
@@ -53,14 +56,14 @@ class TooManyRequestsError extends Error {
  * when the credential no longer works, which closes the socket).
  */
 export function serveSocket(
-  socket: WebSocket,
+  socket: FrameSocket,
   service: Service,
   authenticate: () => Principal,
 ): void {
   const subscriptions = new Map<number, () => void>();
   let inFlight = 0;
   const send = (frame: string) => {
-    if (socket.readyState === WebSocket.OPEN) socket.send(frame);
+    if (socket.readyState === OPEN) socket.send(frame);
   };
   const fail = (id: RpcId, err: unknown) => {
     const known = rpcError(err);
@@ -106,6 +109,7 @@ export function serveSocket(
       get bufferedAmount() {
         return socket.bufferedAmount;
       },
+      onDrain: (listener: () => void) => socket.onDrain(listener),
     };
     subscriptions.set(
       id,
@@ -117,10 +121,6 @@ export function serveSocket(
   const handle = (frame: string) => {
     let id: RpcId = null;
     try {
-      if (frame.length > MAX_FRAME) {
-        id = idOf(frame);
-        throw new PayloadTooLargeError("request exceeds 1 MiB");
-      }
       const request = parseRequest(frame);
       id = request.id ?? null;
       const method = Object.hasOwn(methods, request.method) ? methods[request.method] : undefined;
@@ -160,8 +160,8 @@ export function serveSocket(
       new ProtocolError(RPC.invalidRequest, "invalid_request", "send requests as text frames"),
     );
   };
-  socket.onclose = () => {
+  socket.addCloseListener(() => {
     for (const unsubscribe of subscriptions.values()) unsubscribe();
     subscriptions.clear();
-  };
+  });
 }

@@ -6,8 +6,9 @@
  * between two reads goes out whole with the second.
  *
  * Backpressure: while the socket has more than its bound queued (a client that does not read),
- * output is dropped, not queued; the first notification sent after it drained is one
- * `gap {session_id, offset, bytes}` naming the bytes skipped (also sent before `exit`). The
+ * output is dropped, not queued; as soon as the queue drained below half the bound (the
+ * socket's drain, not the session's next output), one `gap {session_id, offset, bytes}` names
+ * the bytes skipped (also sent before `exit`), and output resumes after it. The
  * dropped output stays with the session for `write_stdin` polls: a subscription never takes
  * output away. It must never queue more than the bound plus one read's worth per session.
  *
@@ -22,6 +23,8 @@ import { notificationFrame } from "./protocol.ts";
 export interface Outbox {
   send(frame: string): void;
   readonly bufferedAmount: number;
+  /** Call `listener` each time some of the queue was written; returns its removal. */
+  onDrain(listener: () => void): () => void;
 }
 
 /** Queued bytes beyond which output is dropped. */
@@ -48,6 +51,10 @@ export function subscribe(
     if (gap) notify("gap", gap);
     gap = undefined;
   };
+  // The client caught up: it learns of the gap now, not when the session prints again.
+  const stopDrain = outbox.onDrain(() => {
+    if (gap && outbox.bufferedAmount < RESUME_BELOW) closeGap();
+  });
   const push = (bytes: Uint8Array, offset: number, final: boolean) => {
     if (!carry) {
       if (bytes.length > 0) notify("output", { offset, base64: bytes.toBase64() });
@@ -83,11 +90,16 @@ export function subscribe(
         push(new Uint8Array(), session.offset, true);
       }
       notify("exit", { exit_code: status.code });
+      stopDrain();
       onEnd();
     },
   };
   // A session that already ended tells no listener again: its exit follows the answer.
   const ended = session.exit;
   if (ended) queueMicrotask(() => listener.ended!(ended));
-  return session.listen(listener);
+  const unlisten = session.listen(listener);
+  return () => {
+    stopDrain();
+    unlisten();
+  };
 }

@@ -96,8 +96,9 @@ export class RpcSocket {
     return fresh;
   }
 
-  close(): Promise<CloseEvent> {
-    this.#socket.close();
+  /** Close (with `code` when given) and wait for the close. */
+  close(code?: number): Promise<CloseEvent> {
+    this.#socket.close(code);
     return this.closed;
   }
 }
