@@ -708,13 +708,18 @@ Deno.test("/healthz is open but says only ok to anyone without a credential or i
       assert.equal(open.status, 200);
       assert.deepEqual(JSON.parse(open.text), { ok: true });
     }
-    // A sandboxed command (host network) with a stolen token learns no more.
+    // A sandboxed command (host network) with a stolen token learns nothing: its connection is
+    // refused at accept, before any request is read.
     const probe = await server.post("/v1/exec_command", {
       cmd: `curl -s -H 'authorization: Bearer ${server.operatorToken}' ${server.url}/healthz`,
       login: false,
       profile: "workspace-write-net",
     });
-    assert.equal(probe.body.output, '{"ok":true}', JSON.stringify(probe.body));
+    assert.equal(
+      probe.body.output,
+      '{"error":{"code":"forbidden_peer","message":"requests from sandboxed commands are refused"}}',
+      JSON.stringify(probe.body),
+    );
     const r = await server.raw("/healthz", {});
     assert.equal(r.status, 200);
     for (const token of [server.agentToken, server.operatorToken]) {
