@@ -148,14 +148,7 @@ function peerCheck(): ListenOptions["peers"] {
 /** The WebSocket's URL on a TCP address (`ws://host:port/v1/ws`); null on a unix socket. */
 function webSocketUrl(addr: Deno.NetAddr | Deno.UnixAddr): string | null {
   if (addr.transport !== "tcp") return null;
-  const host = addr.hostname === "0.0.0.0"
-    ? "127.0.0.1"
-    : addr.hostname === "::"
-    ? "[::1]"
-    : addr.hostname.includes(":")
-    ? `[${addr.hostname}]`
-    : addr.hostname;
-  return `ws://${host}:${addr.port}${WS_PATH}`;
+  return `${origin(addr).replace(/^http/, "ws")}${WS_PATH}`;
 }
 
 /**

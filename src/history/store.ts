@@ -281,6 +281,8 @@ export class HistoryStore {
 
   /** Write `commands` and `approvals` in one transaction. */
   write(commands: Iterable<CommandRow>, approvals: Iterable<ApprovalRow>): void {
+    // A failure whose rollback failed too (a full disk) must not block every later write.
+    if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
     this.#db.exec("BEGIN IMMEDIATE");
     try {
       for (const c of commands) {
@@ -323,7 +325,11 @@ export class HistoryStore {
       }
       this.#db.exec("COMMIT");
     } catch (err) {
-      if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
+      try {
+        if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
+      } catch {
+        // Rolled back by the next write; the first error is the one to report.
+      }
       throw err;
     }
   }

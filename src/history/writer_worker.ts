@@ -15,17 +15,23 @@ import { HistoryStore } from "./store.ts";
 import type { WriterReply, WriterRequest } from "./writer.ts";
 
 let store: HistoryStore | undefined;
+/** What to open: kept so that a connection that could not be opened (a full disk, say) is opened
+ * again by the next write, rather than failing every write until a restart. */
+let target: Extract<WriterRequest, { type: "open" }> | undefined;
 
 self.onmessage = (event: MessageEvent<WriterRequest>) => {
   const req = event.data;
   let reply: WriterReply;
   try {
     if (req.type === "open") {
+      target = req;
       store = new HistoryStore(req.path, req.retention, true);
     } else if (req.type === "write") {
-      store!.write(req.commands, req.approvals);
+      store ??= target && new HistoryStore(target.path, target.retention, true);
+      if (!store) throw new Error("the history writer was never told its database");
+      store.write(req.commands, req.approvals);
       // Only the agents this batch wrote for can have grown past their budget.
-      store!.prune(Date.now(), new Set(req.commands.map((c) => c.agent)));
+      store.prune(Date.now(), new Set(req.commands.map((c) => c.agent)));
     } else {
       store?.close();
       store = undefined;

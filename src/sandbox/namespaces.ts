@@ -196,21 +196,7 @@ export function enterNamespaces(plan: NamespacePlan): void {
     bindReadOnly(HOST_FILES.group, plan.accounts.group);
   }
   for (const path of sockets) hideSocket(path, reachable);
-  if (plan.privateTerminals) {
-    checkedSyscall(
-      "mount(devpts, /dev/pts, newinstance)",
-      SYS.mount,
-      cString("devpts"),
-      cString("/dev/pts"),
-      cString("devpts"),
-      MS_NOSUID | MS_NOEXEC,
-      cString(
-        `newinstance,ptmxmode=0666,mode=0600${
-          plan.maxTerminals === undefined ? "" : `,max=${plan.maxTerminals}`
-        }`,
-      ),
-    );
-  }
+  if (plan.privateTerminals) mountTerminals(plan.maxTerminals);
   if (plan.hideProcesses) {
     checkedSyscall(
       "mount(proc, /proc, hidepid=invisible)",
@@ -222,4 +208,22 @@ export function enterNamespaces(plan: NamespacePlan): void {
       cString("hidepid=invisible"),
     );
   }
+}
+
+/**
+ * A devpts instance of its own over /dev/pts (of at most `maxPtys` terminals when given), in the
+ * calling thread's mount namespace.
+ */
+export function mountTerminals(maxPtys?: number): void {
+  checkedSyscall(
+    "mount(devpts, /dev/pts, newinstance)",
+    SYS.mount,
+    cString("devpts"),
+    cString("/dev/pts"),
+    cString("devpts"),
+    MS_NOSUID | MS_NOEXEC,
+    cString(
+      `newinstance,ptmxmode=0666,mode=0600${maxPtys === undefined ? "" : `,max=${maxPtys}`}`,
+    ),
+  );
 }

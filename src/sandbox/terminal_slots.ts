@@ -24,11 +24,10 @@
 
 import { AT_FDCWD, cString, O } from "../ffi/libc.ts";
 import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
+import { mountTerminals } from "./namespaces.ts";
 
 const CLONE_NEWNS = 0x00020000;
 const SYS_SETNS = 308;
-const MS_NOSUID = 0x2;
-const MS_NOEXEC = 0x8;
 
 /** Terminals a session may hold, by default (`UEXEC_MAX_PTYS_PER_SESSION`). */
 export const DEFAULT_MAX_PTYS = 64;
@@ -69,19 +68,6 @@ function openNs(): number {
 
 function setns(fd: number, what: string): void {
   checkedSyscall(`setns(${what})`, SYS_SETNS, fd, CLONE_NEWNS);
-}
-
-/** A devpts instance of at most `maxPtys` terminals over /dev/pts. */
-function mountTerminals(maxPtys: number): void {
-  checkedSyscall(
-    "mount(devpts, /dev/pts, newinstance)",
-    SYS.mount,
-    cString("devpts"),
-    cString("/dev/pts"),
-    cString("devpts"),
-    MS_NOSUID | MS_NOEXEC,
-    cString(`newinstance,ptmxmode=0666,mode=0600,max=${maxPtys}`),
-  );
 }
 
 /**
