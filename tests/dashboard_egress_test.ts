@@ -36,6 +36,16 @@ async function waitForRows(page: Page, n: number): Promise<void> {
   );
 }
 
+/** Wait until the element `selector` names reads `text`. */
+async function waitForText(page: Page, selector: string, text: string): Promise<void> {
+  await page.waitForFunction(
+    (selector, text) => document.querySelector(selector)?.textContent === text,
+    {},
+    selector,
+    text,
+  );
+}
+
 Deno.test({
   name: "dashboard: a session's egress connections, allowed and denied, live in its panel",
   sanitizeOps: false,
@@ -76,13 +86,16 @@ Deno.test({
 
       // The row counts both connections, one of them denied.
       const badge = `tr[data-session="${id}"] .egress-badge`;
-      await page.waitForSelector(`${badge}.denied`);
-      assert.equal(await page.$eval(badge, (e) => e.textContent), "egress 2 · 1 denied");
+      await waitForText(page, badge, "egress 2 · 1 denied");
+      assert.equal(await page.$eval(badge, (e) => e.className), "egress-badge denied");
 
       await page.click(`tr[data-session="${id}"] button.open-terminal`);
       await waitForRows(page, 2);
       assert.equal(await page.$eval("#terminal-egress", (e) => e.hidden), false);
-      const [allowed, denied] = await egressRows(page);
+      // In the order the connections ended: the allowed one may end after the refusal.
+      const rows = await egressRows(page);
+      const allowed = rows.find((r) => r[0].startsWith("allowed.test:"))!;
+      const denied = rows.find((r) => r[0].startsWith("other.test:"))!;
       // destination, method, decision (rule), address, up, down, duration
       assert.deepEqual(allowed.slice(0, 4), [
         `allowed.test:${port}`,
@@ -114,7 +127,7 @@ Deno.test({
       assert.equal(again.status, 200);
       await waitForRows(page, 3);
       assert.equal((await egressRows(page))[2][0], `allowed.test:${port}`);
-      assert.equal(await page.$eval(badge, (e) => e.textContent), "egress 3 · 1 denied");
+      await waitForText(page, badge, "egress 3 · 1 denied");
       // Shown as text: no element but the destination's <code> inside the cells.
       assert.equal(
         await page.$$eval("#terminal-egress tbody td *", (els) => els.length),
