@@ -14,6 +14,7 @@ import apiJs from "./static/api.js" with { type: "text" };
 import appJs from "./static/app.js" with { type: "text" };
 import approvalsJs from "./static/approvals.js" with { type: "text" };
 import domJs from "./static/dom.js" with { type: "text" };
+import egressJs from "./static/egress.js" with { type: "text" };
 import historyJs from "./static/history.js" with { type: "text" };
 import indexHtml from "./static/index.html" with { type: "text" };
 import sessionsJs from "./static/sessions.js" with { type: "text" };
@@ -44,6 +45,7 @@ export const ASSETS: ReadonlyMap<string, Asset> = new Map([
   ["dom.js", { body: domJs, type: JS }],
   ["sessions.js", { body: sessionsJs, type: JS }],
   ["terminal.js", { body: terminalJs, type: JS }],
+  ["egress.js", { body: egressJs, type: JS }],
   ["approvals.js", { body: approvalsJs, type: JS }],
   ["history.js", { body: historyJs, type: JS }],
   ["agents.js", { body: agentsJs, type: JS }],

@@ -24,6 +24,7 @@ import {
   judgeHost,
   type Verdict,
 } from "./rules.ts";
+import { relay } from "./relay.ts";
 import type { Resolver } from "./resolver.ts";
 
 /** One connection through the proxy, as the audit keeps it. */
@@ -53,9 +54,6 @@ export interface ProxyContext {
 
 /** The largest request head read. */
 const MAX_HEAD = 64 * 1024;
-/** Relay buffers: the first ones, and those a bulk transfer grows to. */
-const FIRST_CHUNK = 64 * 1024;
-const CHUNK = 256 * 1024;
 const HEAD_END = new TextEncoder().encode("\r\n\r\n");
 
 /** A request that the proxy answers itself (400, 403, 502...). */
@@ -245,41 +243,6 @@ class IdleTimer {
 }
 
 /**
- * Copies `from` to `to` until `from` ends, then half-closes `to`. Two buffers: the next read
- * runs while the last chunk is written, so both sockets stay busy. They start small (a request
- * or a short answer costs no large allocation) and grow once a read fills one: a bulk transfer.
- */
-async function pump(
-  from: Deno.TcpConn,
-  to: Deno.TcpConn,
-  idle: IdleTimer,
-  counted: (n: number) => void,
-): Promise<void> {
-  let current = new Uint8Array(FIRST_CHUNK);
-  let spare = new Uint8Array(FIRST_CHUNK);
-  let bulk = false;
-  try {
-    let n = await from.read(current);
-    while (n !== null) {
-      idle.touch();
-      bulk ||= n === current.length;
-      // `spare` is free here (written out last round): the next read goes into it.
-      if (bulk && spare.length < CHUNK) spare = new Uint8Array(CHUNK);
-      const next = from.read(spare);
-      // If the write fails, the caller closes both sockets, which ends this read.
-      next.catch(() => {});
-      await writeAll(to, current.subarray(0, n));
-      counted(n);
-      [current, spare] = [spare, current];
-      n = await next;
-    }
-    await to.closeWrite();
-  } catch {
-    // One side went away or was closed (idle): the other side is closed by the caller.
-  }
-}
-
-/**
  * Serves one client connection to its end, then reports what happened: `record` is told once
  * for every request the proxy read a method and target from (one that sends no request, or an
  * unparsable one, gets its 400 unrecorded).
@@ -355,9 +318,15 @@ export async function handleConnection(
       rec.bytes_up += head.rest.length;
     }
     const up = forwardClient
-      ? pump(client, upstream, idle, (n) => rec.bytes_up += n)
+      ? relay(client, upstream, (n) => {
+        idle.touch();
+        rec.bytes_up += n;
+      })
       : Promise.resolve();
-    const down = pump(upstream, client, idle, (n) => rec.bytes_down += n);
+    const down = relay(upstream, client, (n) => {
+      idle.touch();
+      rec.bytes_down += n;
+    });
     await Promise.all([up, down]);
   } catch (err) {
     const answer = err instanceof Answer

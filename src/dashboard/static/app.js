@@ -55,7 +55,7 @@ function openEvents(handlers, reopened) {
     fill(status, events.readyState === events.CLOSED ? "disconnected" : "reconnecting…");
     status.className = "status down";
   });
-  for (const type of ["begin", "end", "approval_requested", "approval_decided"]) {
+  for (const type of ["begin", "end", "approval_requested", "approval_decided", "egress"]) {
     events.addEventListener(type, (e) => {
       const data = JSON.parse(e.data);
       for (const handle of handlers) handle(type, data);

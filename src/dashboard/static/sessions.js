@@ -5,11 +5,14 @@
  * Ctrl-C (typed into the session, so its terminal interrupts the foreground process), download
  * what it holds, and kill (two clicks: "Kill", then "Confirm kill"; leaving the button disarms
  * it). Usage is read again on each event and on "Refresh", never on a timer. Rows are updated in
- * place, so focus and a pending confirmation survive updates. Every field is shown as text.
+ * place, so focus and a pending confirmation survive updates. Every field is shown as text. Each
+ * session's connections through the egress proxy (`egress` events, egress.js) are counted in its
+ * row and listed, live, under its open terminal.
  */
 
 import { api } from "./api.js";
 import { bytes, download, duration, el, fill, labelCells, matches, visible } from "./dom.js";
+import { egressBadge, EgressLog, renderEgress } from "./egress.js";
 import { decode, SessionTerminal } from "./terminal.js";
 
 /** Type Ctrl-C into session `id` (its terminal sends SIGINT to the foreground process group). */
@@ -34,6 +37,7 @@ export class SessionsView {
   #reading;
   #readAgain = false;
   #terminal;
+  #egress = new EgressLog();
   #filter;
   #onCount;
   #onError;
@@ -109,6 +113,12 @@ export class SessionsView {
       this.#usage.delete(data.session_id);
       this.render();
       await this.refreshUsage().catch(() => {});
+    } else if (type === "egress") {
+      const id = this.#egress.add(data);
+      if (id === undefined) return;
+      const row = this.#rows.get(id);
+      if (row) fill(row.egress, egressBadge(this.#egress.of(id)));
+      if (this.#terminal?.id === id) this.#renderEgress();
     }
   }
 
@@ -130,6 +140,7 @@ export class SessionsView {
       fill(row.agent, s.agent);
       fill(row.command, el("code", {}, visible(s.command)));
       fill(row.profile, s.profile ?? "");
+      fill(row.egress, egressBadge(this.#egress.of(s.session_id)));
       fill(row.workdir, visible(s.workdir));
       fill(row.age, duration((now - Date.parse(s.started_at)) / 1000));
       fill(row.cpu, usage ? duration(usage.cpu_seconds) : "");
@@ -151,7 +162,9 @@ export class SessionsView {
     const row = {
       agent: el("td"),
       command: el("td", { className: "command" }),
-      profile: el("td"),
+      // The profile, and the session's egress count beside it.
+      profile: el("span"),
+      egress: el("span"),
       workdir: el("td", { className: "path" }),
       age: el("td"),
       cpu: el("td", { className: "cpu" }),
@@ -181,7 +194,7 @@ export class SessionsView {
       el("td", {}, String(id)),
       row.agent,
       row.command,
-      row.profile,
+      el("td", {}, row.profile, row.egress),
       row.workdir,
       row.age,
       row.cpu,
@@ -231,6 +244,13 @@ export class SessionsView {
       },
     });
     this.#renderTypeButton();
+    this.#renderEgress();
+  }
+
+  /** The open session's egress connections, under its terminal. */
+  #renderEgress() {
+    const section = document.getElementById("terminal-egress");
+    if (this.#terminal) renderEgress(section, this.#egress.of(this.#terminal.id));
   }
 
   closeTerminal() {
