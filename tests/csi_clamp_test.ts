@@ -48,6 +48,18 @@ Deno.test("csi clamp: counts beyond the screen are cut to it; everything else pa
   assert.equal(through(long), "\x1b[\x18after");
 });
 
+Deno.test("csi clamp: every way the emulator enters a CSI from its escape state is seen", () => {
+  // xterm.js stays in its escape state over C0 controls and DEL, and takes U+009B (C1 CSI) as a
+  // CSI from any state, its escape state included.
+  assert.equal(through("\x1b\x07[999999999L"), "\x1b\x07[24L");
+  assert.equal(through("\x1b\x00\x1f[999999999b"), "\x1b\x00\x1f[80b");
+  assert.equal(through("\x1b\x7f[999999999L"), "\x1b\x7f[24L");
+  assert.equal(through("\x1b\u009b999999999L"), "\x1b\u009b24L");
+  assert.equal(through("\x1b\u009b999999999L", [1, 2]), "\x1b\u009b24L");
+  // CAN ends the escape state; what follows is text.
+  assert.equal(through("\x1b\x18[999999999L"), "\x1b\x18[999999999L");
+});
+
 Deno.test("csi clamp: the same result wherever the chunks are cut, and unchanged chunks are not copied", () => {
   fc.assert(
     fc.property(

@@ -250,7 +250,22 @@ Deno.test("dashboard sign-in: a one-time code for a bearer session, never a cook
       }
     });
 
-    await t.step("sign-out ends the session and its live stream", async () => {
+    await t.step("sign-out ends the session and its live streams", async () => {
+      // A terminal's output stream too: what the session prints after the sign-out reaches it
+      // only if it did not end.
+      const cat = await server.post("/v1/exec_command", {
+        cmd: "cat",
+        login: false,
+        yield_time_ms: 250,
+      });
+      const id = cat.body.session_id as number;
+      assert.equal(typeof id, "number", JSON.stringify(cat.body));
+      const output = await fetch(`${own}/v1/sessions/${id}/stream`, {
+        headers: { authorization: `Bearer ${session}` },
+      });
+      assert.equal(output.status, 200);
+      const outputReader = output.body!.pipeThrough(new TextDecoderStream()).getReader();
+      assert.match((await outputReader.read()).value ?? "", /^: connected/);
       const events = await fetch(`${own}/v1/events`, {
         headers: { authorization: `Bearer ${session}` },
       });
@@ -274,6 +289,20 @@ Deno.test("dashboard sign-in: a one-time code for a bearer session, never a cook
         rest += r.value;
         assert.doesNotMatch(rest, /^event:/m, "an event after sign-out");
       }
+      const typed = await server.post("/v1/write_stdin", {
+        session_id: id,
+        chars: "after sign-out\n",
+        yield_time_ms: 250,
+      });
+      assert.equal(typed.status, 200);
+      // On a stream that did not end, the kill below ends it only after an output event.
+      const killed = server.del(`/v1/sessions/${id}`);
+      let streamed = "";
+      for (let r = await outputReader.read(); !r.done; r = await outputReader.read()) {
+        streamed += r.value;
+        assert.doesNotMatch(streamed, /^event:/m, "output streamed after sign-out");
+      }
+      assert.equal((await killed).status, 200);
     });
 
     await t.step("the operator ends every browser session at once", async () => {

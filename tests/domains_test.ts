@@ -100,3 +100,25 @@ Deno.test({
     }
   },
 });
+
+Deno.test("a server that is not root removes its plain instance directory (no umount to refuse)", async () => {
+  const dir = Deno.makeTempDirSync({ prefix: `uexec-${instanceName()}-plain-` });
+  const NOBODY = 65534;
+  Deno.chownSync(dir, NOBODY, NOBODY);
+  const worker = new Worker(
+    new URL("./fixtures/unprivileged_remove_worker.ts", import.meta.url),
+    { type: "module" },
+  );
+  try {
+    const failed = await new Promise<string | null>((resolve, reject) => {
+      worker.onmessage = (e) => resolve(e.data);
+      worker.onerror = (e) => reject(e);
+      worker.postMessage({ dir, uid: NOBODY });
+    });
+    assert.equal(failed, null);
+    assert.equal(exists(dir), false);
+  } finally {
+    worker.terminate();
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+});

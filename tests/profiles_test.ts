@@ -16,6 +16,7 @@ import {
   resolveProfile,
   withEgressDefaults,
 } from "../src/sandbox/profiles.ts";
+import { fitsWithin } from "../src/sandbox/widening.ts";
 
 const PROFILE_DIR = new URL("../sandbox-profiles", import.meta.url).pathname;
 const SHIPPED = [
@@ -353,4 +354,24 @@ Deno.test("path helpers", () => {
   assert.ok(isWithin("/a", "/"));
   assert.ok(!isWithin("/ab", "/a"));
   assert.ok(!isWithin("/a", "/a/b"));
+});
+
+Deno.test("a cap admits no profile reaching more unix sockets or with looser limits", () => {
+  const cap = loadProfiles(PROFILE_DIR).get("workspace-write")!;
+  assert.equal(fitsWithin(cap, cap), true);
+  // The same walls plus the Docker socket (root on the host): not within the cap.
+  assert.equal(fitsWithin({ ...cap, unixSockets: ["/var/run/docker.sock"] }, cap), false);
+  assert.equal(
+    fitsWithin(cap, { ...cap, unixSockets: ["/var/run/docker.sock"] }),
+    true,
+    "fewer sockets than the cap",
+  );
+  // Looser limits, or none where the cap has one: not within it; tighter ones are.
+  const { maxProcesses, ...noProcessLimit } = cap.limits;
+  assert.equal(fitsWithin({ ...cap, limits: noProcessLimit }, cap), false);
+  assert.equal(
+    fitsWithin({ ...cap, limits: { ...cap.limits, maxProcesses: maxProcesses! * 2 } }, cap),
+    false,
+  );
+  assert.equal(fitsWithin({ ...cap, limits: { ...cap.limits, cpuSeconds: 1 } }, cap), true);
 });

@@ -190,12 +190,14 @@ Deno.test("until: the longest match a pattern can make, or no bound", () => {
     ["abc", 3],
     [">>> $", 4],
     ["\\$ $", 2],
-    ["^done\\r?\\n", 6],
+    ["^done\\r?\\n", undefined],
     ["a|bcd|ef", 3],
     ["(?:ab){3}x?", 7],
     ["x\\d{2,5}", 6],
     ["[a-z\\]]{4}", 4],
-    ["(?<name>ab)(?<=b)c\\b", 3],
+    ["(?<name>ab)(?<=b)c", undefined],
+    ["(?<name>ab)c\\b", undefined],
+    ["(?<name>ab)c$", 3],
     ["\\u00e9\\x41\\cJ", 3],
     ["a{2,}", undefined],
     ["a.*b", undefined],
@@ -225,6 +227,34 @@ Deno.test("until: the longest match a pattern can make, or no bound", () => {
     ),
     { numRuns: 3000, seed: 11 },
   );
+});
+
+Deno.test("until: an assertion at a chunk's edge sees the text before it, as over the window", () => {
+  /** A matcher of `source` (on the backtracking engine: this process has no linear one). */
+  const matcher = (source: string) => {
+    const regexp = new RegExp(source);
+    const pattern = {
+      window: 16 * 1024,
+      maxLength: maxMatchLength(source),
+      test: (text: string) => regexp.test(text),
+    };
+    return new UntilMatcher(pattern as unknown as UntilPattern);
+  };
+  const feed = (m: UntilMatcher, ...chunks: string[]) =>
+    chunks.map((chunk) => m.feed(new TextEncoder().encode(chunk))).at(-1);
+  // Each pair: the same text in one chunk and in two; the answer must not depend on the cut.
+  const cases: [string, string, string][] = [
+    ["\\bok\\b", "boo", "k"],
+    ["\\Bok", "o", "k"],
+    ["^done", "xxxxdon", "e"],
+    ["(?<=ab)c", "ab", "c"],
+    ["(?<!ab)c", "ab", "c"],
+  ];
+  for (const [source, before, after] of cases) {
+    const whole = feed(matcher(source), before + after);
+    assert.equal(whole, new RegExp(source).test(before + after), source);
+    assert.equal(feed(matcher(source), before, after), whole, `${source}: ${before}|${after}`);
+  }
 });
 
 Deno.test("until: a flood in small chunks tests each character about twice, and finds what spans chunks", async () => {

@@ -195,6 +195,41 @@ Deno.test("what a session made in a granted directory is the owner's, not everyo
   }
 });
 
+Deno.test("a bare repository a session made in a granted directory is not handed over whole", async () => {
+  const dir = await tree();
+  try {
+    const grant = WriteGrant.grant([{ path: dir, protected: false }], options);
+    // The session makes a directory shaped like a bare repository, whose configuration git (as
+    // the directory's owner, root, once handed over) would trust: core.fsmonitor runs a command.
+    const repo = `${dir}/trap`;
+    for (const sub of ["", "/objects", "/refs"]) await Deno.mkdir(repo + sub);
+    await Deno.writeTextFile(`${repo}/HEAD`, "ref: refs/heads/main\n");
+    await Deno.writeTextFile(`${repo}/config`, "[core]\n\tfsmonitor = touch /tmp/pwned\n");
+    // And a repository's parts in the granted directory itself, which root owns.
+    await Deno.mkdir(`${dir}/objects`);
+    await Deno.mkdir(`${dir}/refs`);
+    await Deno.writeTextFile(`${dir}/HEAD`, "ref: refs/heads/main\n");
+    for (
+      const path of [repo, `${repo}/objects`, `${repo}/refs`, `${repo}/HEAD`, `${repo}/config`]
+    ) {
+      await Deno.chown(path, UID, GID);
+    }
+    for (const path of [`${dir}/objects`, `${dir}/refs`, `${dir}/HEAD`]) {
+      await Deno.chown(path, UID, GID);
+    }
+    assert.equal(grant.revoke(), true);
+    // Handed over (root's now), but without a HEAD git sees no repository in either.
+    assert.equal(Deno.lstatSync(repo).uid, 0);
+    for (const at of [repo, dir]) {
+      const names = [...Deno.readDirSync(at)].map((e) => e.name);
+      assert.ok(!names.includes("HEAD"), `${at}: ${names}`);
+      assert.ok(names.some((n) => n.startsWith("HEAD.untrusted-")), `${at}: ${names}`);
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("an entry renamed out of a granted directory loses the uid's entry all the same", async () => {
   const dir = await tree();
   const away = await Deno.makeTempDir({ prefix: "uexec-grant-away-" });

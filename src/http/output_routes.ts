@@ -53,7 +53,12 @@ export function registerOutputRoutes(
         `Last-Event-ID: offset ${from} is past the end of the output (${session.history.end})`,
       );
     }
-    return outputStream(session, { from, base64: c.req.query("encoding") === "base64" });
+    return outputStream(session, {
+      from,
+      base64: c.req.query("encoding") === "base64",
+      // Ends when the caller's credential does, as its event stream does.
+      watch: (end) => service.subscribe(principal, () => {}, end),
+    });
   });
 
   app.get("/v1/sessions/:id/output", (c) => {

@@ -7,7 +7,9 @@
  * for: an output event's id plus the next gap's bytes is that gap's id). The stream
  * pulls from the history only as fast as the client reads, so a slow client costs no memory
  * beyond the history's ring: when it falls more than the ring behind, it gets a `gap` event.
- * The stream ends with an `exit` event once the child closed and everything was sent.
+ * The stream ends with an `exit` event once the child closed and everything was sent, and without
+ * one as soon as the caller's credential ends (`watch`: an agent revoked, a dashboard browser
+ * session signed out).
  *
  * It never takes output from the session (exec/write collection is unaffected) and never
  * queues more than one event ahead of the client.
@@ -29,6 +31,11 @@ export interface OutputStreamOptions {
   from?: number;
   /** Send raw bytes as base64 instead of text. */
   base64: boolean;
+  /**
+   * Calls `end` when the caller may no longer read the session (its credential ended); returns
+   * the unwatch, called when the stream stops.
+   */
+  watch?: (end: () => void) => () => void;
 }
 
 const encoder = new TextEncoder();
@@ -56,14 +63,23 @@ export function outputStream(session: Session, opts: OutputStreamOptions): Respo
   let wake: (() => void) | undefined;
   let keepalive: ReturnType<typeof setInterval> | undefined;
   const unlisten = session.listen({ output: () => wake?.(), ended: () => wake?.() });
+  let unwatch = () => {};
   const stop = () => {
     clearInterval(keepalive);
     unlisten();
+    unwatch();
     wake?.();
   };
   let stopped = false;
   const body = new ReadableStream<Uint8Array>({
     start(controller) {
+      unwatch = opts.watch?.(() => {
+        if (stopped) return;
+        stopped = true;
+        stop();
+        controller.close();
+      }) ?? unwatch;
+      if (stopped) return;
       controller.enqueue(encoder.encode(": connected\n\n"));
       keepalive = setInterval(() => {
         if ((controller.desiredSize ?? 0) > 0) {

@@ -6,7 +6,8 @@
  * show has the same effect as the screen's size, so such counts are cut down to it: lines
  * (IL, DL, SU, SD) to the rows, characters and tab stops (ICH, DCH, ECH, REP, CHT, CBT) to the
  * columns. A CSI longer than any real one ({@link MAX_SEQUENCE} bytes of parameters) is dropped
- * whole.
+ * whole. A CSI is recognised wherever the emulator (xterm.js) starts one: `ESC [` (with C0
+ * controls or DEL between them, which its escape state passes over) and U+009B from any state.
  *
  * It keeps its state across chunks (a sequence may be cut anywhere) and must never reorder
  * what the emulator sees beyond holding a sequence's parameter bytes back until its final byte,
@@ -75,8 +76,14 @@ export class CsiClamp {
           this.#afterC2 = byte === C2;
           continue;
         case State.Escape:
-          if (byte === LEFT_BRACKET) start = this.#enterCsi(i);
-          else if (byte !== ESC) this.#state = State.Ground;
+          // As the emulator's escape state: a CSI on `[` or on U+009B; C0 controls but CAN and
+          // SUB, and DEL, are executed or ignored there without leaving it.
+          if (byte === LEFT_BRACKET || (byte === C1_CSI && this.#afterC2)) {
+            start = this.#enterCsi(i);
+          } else if (byte !== ESC && byte !== C2 && !staysInEscape(byte)) {
+            this.#state = State.Ground;
+          }
+          this.#afterC2 = byte === C2;
           continue;
         case State.Drop:
           // Nothing of it reaches the emulator, up to and with its final byte.
@@ -134,6 +141,11 @@ export class CsiClamp {
     this.#length = 0;
     return i + 1;
   }
+}
+
+/** Bytes the emulator's escape state executes or ignores and stays in: C0 but CAN, SUB, ESC; DEL. */
+function staysInEscape(byte: number): boolean {
+  return (byte < 0x20 && byte !== CAN && byte !== SUB && byte !== ESC) || byte === 0x7f;
 }
 
 function isDigit(byte: number): boolean {

@@ -194,7 +194,7 @@ export function protectedAncestor(
 }
 
 /** The parts of a repository's shape ({@link SHAPE}) the directory `dirFd` has, by name. */
-function shapeOf(dirFd: number): Map<string, Stat> | null {
+export function shapeOf(dirFd: number): Map<string, Stat> | null {
   const parts = new Map<string, Stat>();
   for (const part of SHAPE) {
     const st = statAt(dirFd, part, AT.SYMLINK_NOFOLLOW);
@@ -203,6 +203,46 @@ function shapeOf(dirFd: number): Map<string, Stat> | null {
   const whole = parts.has("HEAD") &&
     (parts.has("commondir") || (parts.has("objects") && parts.has("refs")));
   return whole ? parts : null;
+}
+
+/**
+ * Renames the entry `name` of the directory `dirFd` aside (`<name>.untrusted-<random>`) and logs
+ * both paths and how to restore it; `path` names it when `dirFd`'s path is unknown.
+ */
+function moveAside(dirFd: number, name: string, path: string): void {
+  const mark = `untrusted-${crypto.randomUUID().slice(0, 8)}`;
+  // Named after it while the name still fits (a file name is at most 255 bytes).
+  const aside = new TextEncoder().encode(name).length > 200 ? mark : `${name}.${mark}`;
+  checkedSyscall(
+    `rename(${path})`,
+    SYS.renameat2,
+    dirFd,
+    cString(name),
+    dirFd,
+    cString(aside),
+    RENAME_NOREPLACE,
+  );
+  const dir = pathOf(dirFd);
+  const [from, to] = dir === null ? [path, aside] : [`${dir}/${name}`, `${dir}/${aside}`];
+  console.error(
+    `uexec: ${from} appeared where sandboxed commands could have forged what it holds; ` +
+      `moved aside to ${to} (to restore it: mv -n '${to}' '${from}')`,
+  );
+}
+
+/**
+ * Takes a repository's shape away from the directory `dirFd` (at `path`) when `made` made parts
+ * of it: its `HEAD` goes aside if `made` made that, else the parts `made` made, as (6) of the
+ * module doc does. For what a write grant hands over to the directory's owner (write_grant.ts),
+ * which git would then trust.
+ */
+export function unshape(dirFd: number, path: string, made: (st: Stat) => boolean): void {
+  const parts = shapeOf(dirFd);
+  if (parts === null) return;
+  const planted = [...parts].filter(([, st]) => made(st)).map(([part]) => part);
+  for (const part of planted.includes("HEAD") ? ["HEAD"] : planted) {
+    moveAside(dirFd, part, `${path}/${part}`);
+  }
 }
 
 /**
@@ -895,26 +935,9 @@ export class GitGuard {
    * how to put it back (`path` names it in the log when the directory's path is unknown).
    */
   #moveAside(dirFd: number, name: string, path: string): void {
-    const mark = `untrusted-${crypto.randomUUID().slice(0, 8)}`;
-    // Named after it while the name still fits (a file name is at most 255 bytes).
-    const aside = new TextEncoder().encode(name).length > 200 ? mark : `${name}.${mark}`;
     const st = statAt(dirFd, name, AT.SYMLINK_NOFOLLOW);
     if (st) this.#homes.delete(`${st.dev}:${st.ino}`);
-    checkedSyscall(
-      `rename(${path})`,
-      SYS.renameat2,
-      dirFd,
-      cString(name),
-      dirFd,
-      cString(aside),
-      RENAME_NOREPLACE,
-    );
-    const dir = pathOf(dirFd);
-    const [from, to] = dir === null ? [path, aside] : [`${dir}/${name}`, `${dir}/${aside}`];
-    console.error(
-      `uexec: ${from} appeared where sandboxed commands could have forged what it holds; ` +
-        `moved aside to ${to} (to restore it: mv -n '${to}' '${from}')`,
-    );
+    moveAside(dirFd, name, path);
   }
 
   /** Logs what of the sandbox's a walk found beneath `path`. */

@@ -426,9 +426,14 @@ export function createInstanceDir(gid: number | null, tmpBytes?: number): string
   return dir;
 }
 
-/** Unmounts the tmpfs of an instance's directory `dir` (when it is one) and removes the rest. */
+/**
+ * Unmounts the tmpfs of an instance's directory `dir` (when it is one: a file system of its own)
+ * and removes the rest. A plain directory is not unmounted: `umount2` refuses a server that is
+ * not root with EPERM before it looks whether the path is a mount point at all.
+ */
 export async function removeInstanceDir(dir: string): Promise<void> {
-  if (rawSyscall(SYS.umount2, cString(dir), MNT_DETACH) < 0 && errno() !== E.EINVAL) {
+  const mounted = Deno.lstatSync(dir).dev !== Deno.statSync(`${dir}/..`).dev;
+  if (mounted && rawSyscall(SYS.umount2, cString(dir), MNT_DETACH) < 0 && errno() !== E.EINVAL) {
     throw new OsError(`umount(${dir})`, errno());
   }
   await Deno.remove(dir, { recursive: true });

@@ -13,6 +13,7 @@
  */
 
 import { isWithin, type Profile } from "./profiles.ts";
+import type { ResourceLimits } from "./policy.ts";
 
 /** What an escalation adds; `{}` adds nothing. */
 export interface Widening {
@@ -150,9 +151,16 @@ function rootsWithin(roots: string[], caps: string[]): boolean {
   );
 }
 
+/** True when every limit `cap` sets, `limits` sets too, no higher. */
+function limitsWithin(limits: ResourceLimits, cap: ResourceLimits): boolean {
+  return (Object.keys(cap) as (keyof ResourceLimits)[]).every((key) =>
+    cap[key] === undefined || (limits[key] !== undefined && limits[key]! <= cap[key]!)
+  );
+}
+
 /**
- * True when `profile` grants nothing that `cap` does not: no more to read, write or reach, and
- * everything `cap` hides hidden too. An unenforced cap admits everything; an unenforced profile
+ * True when `profile` grants nothing that `cap` does not: no more to read, write or reach (unix
+ * sockets included), no looser limits, and everything `cap` hides hidden too. An unenforced cap admits everything; an unenforced profile
  * fits only such a cap.
  */
 export function fitsWithin(profile: Profile, cap: Profile): boolean {
@@ -164,6 +172,9 @@ export function fitsWithin(profile: Profile, cap: Profile): boolean {
   }
   // What a widening lifted may be anything the cap hides.
   if (profile.liftedDenyRead?.length) return false;
+  // A unix socket reaches whatever listens on it (the Docker daemon is root on the host).
+  if (!(profile.unixSockets ?? []).every((s) => cap.unixSockets?.includes(s))) return false;
+  if (!limitsWithin(profile.limits, cap.limits)) return false;
   const denied = new Set(profile.denyRead.map((d) => JSON.stringify(d)));
   return rootsWithin(profile.readableRoots, cap.readableRoots) &&
     rootsWithin(profile.writableRoots, cap.writableRoots) &&

@@ -28,7 +28,9 @@
  * handle (`name_to_handle_at`, taken at the grant) when the session renamed it out of the
  * granted directories meanwhile; an entry without a handle gets no ACL entry at all;
  * inside a protected directory as git_guard.ts adopts what the sandbox made (no write for group
- * and others, no execute bits on files), so no hook it planted runs when the operator runs git.
+ * and others, no execute bits on files), so no hook it planted runs when the operator runs git;
+ * elsewhere, a repository's shape the session made is taken apart first (git_guard.ts
+ * `unshape`), so no bare repository whose configuration git trusts becomes the owner's.
  * A grant a killed server held is taken back by the next start from its record
  * (grant_journal.ts), the uid's entry taken wherever one is left.
  *
@@ -61,7 +63,8 @@ import {
   writeAclOf,
 } from "./entries.ts";
 import { SandboxUnavailableError } from "./errors.ts";
-import { adopt, type Keeper, keeperOf } from "./git_guard.ts";
+import { adopt, type Keeper, keeperOf, unshape } from "./git_guard.ts";
+import { pathOf } from "./fanotify.ts";
 import type { SandboxOwners } from "./identity.ts";
 import { closeFd, SYS } from "./syscalls.ts";
 import { AT, cString, E, errno, O, openFile, OsError, rawSyscall, S_IF } from "../ffi/libc.ts";
@@ -363,6 +366,11 @@ export class WriteGrant {
     const acl = (this.#recovered || this.#granted.has(at)) && readAclOf(fd, "access");
     if (acl && acl.some((e) => e.tag === TAG.USER && e.id === uid)) {
       writeAclOf(fd, "access", withoutUser(acl, uid));
+    }
+    // A repository's shape the session made here would be the owner's, which git trusts: its
+    // parts are handed over below (the walk is top-down), so it is taken apart first.
+    if (!inProtected && kind(st) === S_IF.DIR) {
+      unshape(fd, pathOf(fd) ?? "a granted directory", (part) => part.uid === uid);
     }
     if (st.uid === uid) {
       if (inProtected) adopt(fd, st, keeper);

@@ -291,8 +291,10 @@ export class UntilMatcher {
 
 /**
  * The longest match of a (non-unicode) JavaScript pattern in UTF-16 code units, or undefined
- * when a `*`, `+` or open `{n,}` lets it grow without bound. Over-estimates are safe (more is
- * tested); it is used only on patterns the linear engine accepted.
+ * when a `*`, `+` or open `{n,}` lets it grow without bound, or when it asserts something about
+ * the text before or around a match (`^`, `\b`, `\B`, lookarounds), which a slice of the text
+ * would answer differently than the window does. Over-estimates are safe (more is tested); it
+ * is used only on patterns the linear engine accepted.
  */
 export function maxMatchLength(source: string): number | undefined {
   let i = 0;
@@ -316,10 +318,13 @@ export function maxMatchLength(source: string): number | undefined {
   };
   const atom = (): number => {
     const c = source[i++];
-    if (c === "^" || c === "$") return 0;
+    // An assertion about the text before a match (`^`, `\b`, `\B`, a lookaround) would judge
+    // the start of a tested slice instead: such a pattern is tested over its whole window.
+    if (c === "^") return Infinity;
+    if (c === "$") return 0;
     if (c === "\\") {
       const e = source[i++];
-      if (e === "b" || e === "B") return 0;
+      if (e === "b" || e === "B") return Infinity;
       if (e === "u" && /^[0-9a-fA-F]{4}/.test(source.slice(i))) i += 4;
       else if (e === "x" && /^[0-9a-fA-F]{2}/.test(source.slice(i))) i += 2;
       else if (e === "c" && /^[a-zA-Z]/.test(source.slice(i))) i += 1;
@@ -337,7 +342,7 @@ export function maxMatchLength(source: string): number | undefined {
       i += head.length;
       const inner = alternation();
       i++; // ")"
-      return head === "?<=" || head === "?<!" || head === "?=" || head === "?!" ? 0 : inner;
+      return head === "?<=" || head === "?<!" || head === "?=" || head === "?!" ? Infinity : inner;
     }
     return 1;
   };
