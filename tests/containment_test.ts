@@ -299,13 +299,17 @@ Deno.test("usage of the whole tree and the limits in force are reported", async 
 
     // Nor raise its own process limit or make a cgroup beneath its own.
     const root = health.body.cgroup.slice(0, health.body.cgroup.indexOf("/uexec/"));
+    // It stays alive (cat) while its limit is read: an ended session's cgroups go at once.
     const tamper = await server.post("/v1/exec_command", {
       cmd: `own=${root}$(${PRINT_CGROUP} | cut -c4-); ` +
         "pids=/sys/fs/cgroup/pids$(grep ':pids:' /proc/$$/cgroup | cut -d: -f3); " +
-        "echo $own $pids; echo max > $pids/pids.max && echo raised; mkdir $own/sub && echo made",
+        "echo $own $pids; echo max > $pids/pids.max && echo raised; mkdir $own/sub && echo made; " +
+        "echo tried; exec cat",
       login: false,
       tty: false,
+      until: "tried",
     });
+    assert.equal(typeof tamper.body.session_id, "number", JSON.stringify(tamper.body));
     const [own, pids] = tamper.body.output.split("\n")[0].split(" ");
     assert.match(own, /\/uexec\/i\d+-\d+\/s\d+$/, tamper.body.output);
     assert.doesNotMatch(tamper.body.output, /raised|made/);
@@ -313,6 +317,7 @@ Deno.test("usage of the whole tree and the limits in force are reported", async 
     if (health.body.limits.pids === "cgroup-v1") {
       assert.equal((await Deno.readTextFile(`${pids}/pids.max`)).trim(), "1024");
     }
+    await server.del(`/v1/sessions/${tamper.body.session_id}`);
   } finally {
     await server.stop();
   }
