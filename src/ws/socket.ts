@@ -64,6 +64,8 @@ export class FrameSocket {
   #writing = false;
   readonly #drainListeners = new Set<() => void>();
   readonly #closeListeners = new Set<(event: CloseEvent) => void>();
+  /** The last pong queued (see #pong). */
+  #lastPong?: Uint8Array;
   /** Set once a close frame went into the queue. */
   #closeSent = false;
   #ended = false;
@@ -122,6 +124,20 @@ export class FrameSocket {
     new DataView(payload.buffer).setUint16(0, code);
     payload.set(text, 2);
     this.#enqueue(frame(0x8, payload));
+  }
+
+  /**
+   * Answer a ping. A pong still queued (not yet being written) is replaced by this one, as RFC
+   * 6455 5.5.3 allows: a client that pings and never reads gets no unbounded queue of pongs.
+   */
+  #pong(payload: Uint8Array): void {
+    const pong = frame(0xa, payload);
+    const at = this.#lastPong ? this.#queue.indexOf(this.#lastPong) : -1;
+    if (at > 0) {
+      this.#queued += pong.length - this.#queue[at].length;
+      this.#queue[at] = pong;
+    } else this.#enqueue(pong);
+    this.#lastPong = pong;
   }
 
   #enqueue(bytes: Uint8Array): void {
@@ -234,7 +250,7 @@ export class FrameSocket {
           break;
         }
         if (op === 0x9) {
-          if (!this.#closeSent) this.#enqueue(frame(0xa, payload));
+          if (!this.#closeSent) this.#pong(payload);
           continue;
         }
         if (op === 0xa) continue;
