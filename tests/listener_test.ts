@@ -201,6 +201,33 @@ Deno.test("listener: the relay frames requests as the server does, and refuses w
   }
 });
 
+Deno.test("listener: header bytes beyond ASCII reach the handler as sent", async () => {
+  const http = serveLimited(
+    { hostname: "127.0.0.1", port: 0 },
+    limits,
+    (req) => Response.json([...req.headers.get("x-a")!].map((c) => c.charCodeAt(0))),
+  );
+  try {
+    // "café" in UTF-8, ending in a byte (0xa0) that is a no-break space in latin1.
+    const answer = await exchange(
+      (http.addr as Deno.NetAddr).port,
+      "GET / HTTP/1.1\r\nhost: x\r\nx-a: caf\u00e9\u00a0\r\nconnection: close\r\n\r\n",
+    );
+    // Deno.serve gives each byte as one code unit (a ByteString).
+    assert.deepEqual(JSON.parse(answer.slice(answer.indexOf("\r\n\r\n") + 4)), [
+      0x63,
+      0x61,
+      0x66,
+      0xc3,
+      0xa9,
+      0xc2,
+      0xa0,
+    ]);
+  } finally {
+    await http.shutdown();
+  }
+});
+
 Deno.test("listener: the private socket is 0600 in a 0700 directory, and goes with the listener", async () => {
   const http = serveLimited({ hostname: "127.0.0.1", port: 0 }, limits, () => new Response("x"));
   let path: string | undefined;

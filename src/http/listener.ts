@@ -336,7 +336,7 @@ class Connection {
               return await this.#upgrade(segment.head, data.slice());
             }
             this.#inFlight++;
-            await this.#toBackend(encoder.encode(tagged(segment.head, this.tag)));
+            await this.#toBackend(latin1(tagged(segment.head, this.tag)));
           }
         }
       }
@@ -486,6 +486,16 @@ function tagged(head: RequestHead, tag: string): string {
     if (name.toLowerCase() !== TAG) text += `${name}: ${value}\r\n`;
   }
   return `${text}${TAG}: ${tag}\r\n\r\n`;
+}
+
+/**
+ * A head's text as the bytes it was decoded from (as latin1, one code unit a byte; UTF-8 would
+ * turn each byte beyond ASCII into two).
+ */
+function latin1(text: string): Uint8Array {
+  const bytes = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+  return bytes;
 }
 
 /** A WebSocket handshake's refusal, or undefined when it is well-formed (RFC 6455 4.2.1). */
