@@ -228,6 +228,24 @@ Deno.test("listener: header bytes beyond ASCII reach the handler as sent", async
   }
 });
 
+Deno.test("listener: a request body that stops coming closes its connection after the idle timeout", async () => {
+  const http = serveLimited(
+    { hostname: "127.0.0.1", port: 0 },
+    { ...limits, idleTimeoutMs: 100 },
+    async (req) => new Response(await req.text()),
+  );
+  try {
+    // Three bytes of a hundred, then nothing: the handler waits on the body, in flight.
+    const answer = await exchange(
+      (http.addr as Deno.NetAddr).port,
+      "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\nabc",
+    );
+    assert.equal(answer, "", "closed unanswered (before the exchange's 10 s deadline)");
+  } finally {
+    await http.shutdown();
+  }
+});
+
 Deno.test("listener: the private socket is 0600 in a 0700 directory, and goes with the listener", async () => {
   const http = serveLimited({ hostname: "127.0.0.1", port: 0 }, limits, () => new Response("x"));
   let path: string | undefined;

@@ -11,7 +11,8 @@
  * only with three descriptors free, its own, the relay's and the backend's, because Deno.serve's
  * accept loop ends at EMFILE, after which the backend is started again). A connection must then
  * complete a request head within the header timeout of being accepted, and the next one within
- * the idle timeout of its last response.
+ * the idle timeout of its last response; a request head or body under way that stops coming for
+ * the idle timeout closes it too, though the request is in flight.
  *
  * The relay reads each request's framing (request_framing.ts) and adds to its head a header
  * with the connection's random tag (any the client sent is dropped), which the `Deno.serve`
@@ -321,7 +322,12 @@ class Connection {
     const buf = new Uint8Array(RELAY_CHUNK);
     try {
       for (;;) {
-        const n = await this.#conn.read(buf);
+        // A head or body under way must keep coming: a client that stops sending it for the
+        // idle timeout is closed, though a request is in flight (its handler waits on it).
+        const stalled = this.#framing.between
+          ? undefined
+          : setTimeout(() => this.close(), this.#relay.limits.idleTimeoutMs);
+        const n = await this.#conn.read(buf).finally(() => clearTimeout(stalled));
         if (n === null) break;
         let data: Uint8Array = buf.subarray(0, n);
         while (data.length > 0) {
