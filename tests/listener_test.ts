@@ -246,6 +246,36 @@ Deno.test("listener: a request body that stops coming closes its connection afte
   }
 });
 
+Deno.test("listener: a client that stops reading its responses is closed after the idle timeout", async () => {
+  const cancelled = Promise.withResolvers<void>();
+  const http = serveLimited(
+    { hostname: "127.0.0.1", port: 0 },
+    { ...limits, idleTimeoutMs: 100 },
+    () =>
+      new Response(
+        new ReadableStream({
+          pull: (c) => c.enqueue(new Uint8Array(64 * 1024)),
+          cancel: () => cancelled.resolve(),
+        }),
+      ),
+  );
+  const conn = await Deno.connect({
+    hostname: "127.0.0.1",
+    port: (http.addr as Deno.NetAddr).port,
+  });
+  const deadline = setTimeout(() => cancelled.reject(new Error("still served after 10 s")), 10_000);
+  try {
+    // An endless response to a client that reads none of it: once the buffers are full, the
+    // request stays in flight; the relay's write to the client makes no progress.
+    await conn.write(new TextEncoder().encode("GET / HTTP/1.1\r\nhost: x\r\n\r\n"));
+    await cancelled.promise;
+  } finally {
+    clearTimeout(deadline);
+    conn.close();
+    await http.shutdown();
+  }
+});
+
 Deno.test("listener: the private socket is 0600 in a 0700 directory, and goes with the listener", async () => {
   const http = serveLimited({ hostname: "127.0.0.1", port: 0 }, limits, () => new Response("x"));
   let path: string | undefined;

@@ -12,7 +12,8 @@
  * accept loop ends at EMFILE, after which the backend is started again). A connection must then
  * complete a request head within the header timeout of being accepted, and the next one within
  * the idle timeout of its last response; a request head or body under way that stops coming for
- * the idle timeout closes it too, though the request is in flight.
+ * the idle timeout closes it too, though the request is in flight, and so does a client that
+ * reads nothing of its responses for the idle timeout.
  *
  * The relay reads each request's framing (request_framing.ts) and adds to its head a header
  * with the connection's random tag (any the client sent is dropped), which the `Deno.serve`
@@ -370,9 +371,25 @@ class Connection {
     const backend = this.#backend;
     try {
       for (let n = await backend.read(buf); n !== null; n = await backend.read(buf)) {
-        await writeAll(this.#conn, buf.subarray(0, n));
+        await this.#toClient(buf.subarray(0, n));
       }
     } catch { /* either end is gone */ }
+  }
+
+  /**
+   * Relay `bytes` to the client. A client that reads nothing for the idle timeout is closed:
+   * else, by not reading its responses (pipelined requests, a long answer), it would keep a
+   * request in flight, and its connection, for ever.
+   */
+  async #toClient(bytes: Uint8Array): Promise<void> {
+    for (let off = 0; off < bytes.length;) {
+      const stalled = setTimeout(() => this.close(), this.#relay.limits.idleTimeoutMs);
+      try {
+        off += await this.#conn.write(bytes.subarray(off));
+      } finally {
+        clearTimeout(stalled);
+      }
+    }
   }
 
   #isUpgrade(head: RequestHead): boolean {
