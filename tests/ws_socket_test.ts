@@ -38,3 +38,33 @@ Deno.test("ws socket: pings from a client that never reads its pongs queue at mo
   client.close();
   await socket.ended;
 });
+
+Deno.test("ws socket: a client that reads no answers is not read on past a bounded queue", async () => {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const client = await Deno.connect({ hostname: "127.0.0.1", port: listener.addr.port });
+  const server = await listener.accept();
+  listener.close();
+  const socket = new FrameSocket(server, new Uint8Array(0), 1 << 20);
+  const answer = "x".repeat(1 << 20);
+  const all = Promise.withResolvers<void>();
+  let answered = 0;
+  let most = 0;
+  socket.onmessage = () => {
+    most = Math.max(most, socket.bufferedAmount);
+    socket.send(answer);
+    if (++answered === 64) all.resolve();
+  };
+  // 64 small requests at once, each answered with 1 MiB; the client reads only afterwards.
+  const request = clientFrame(0x1, new TextEncoder().encode("{}"));
+  const burst = new Uint8Array(request.length * 64);
+  for (let i = 0; i < 64; i++) burst.set(request, i * request.length);
+  await writeAll(client, burst);
+  const reading = (async () => {
+    const buf = new Uint8Array(1 << 16);
+    while (await client.read(buf).catch(() => null) !== null) { /* discard */ }
+  })();
+  await all.promise;
+  assert.ok(most <= 9 * (1 << 20) + 16, `${most} bytes were queued at once`);
+  client.close();
+  await Promise.all([reading, socket.ended]);
+});
