@@ -89,6 +89,10 @@ Deno.test("loopback, private, link-local, metadata and multicast addresses are n
     "::ffff:127.0.0.1": "127.0.0.0/8",
     "::ffff:a9fe:a9fe": "169.254.0.0/16",
     "64:ff9b::a9fe:a9fe": "64:ff9b::/96",
+    // IPv4-compatible and 6to4: they embed IPv4 too.
+    "::127.0.0.1": "::/96",
+    "::a9fe:a9fe": "::/96",
+    "2002:7f00:1::1": "2002::/16",
   };
   for (const [address, range] of Object.entries(refused)) {
     assert.deepEqual(

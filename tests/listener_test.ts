@@ -201,6 +201,81 @@ Deno.test("listener: the relay frames requests as the server does, and refuses w
   }
 });
 
+Deno.test("listener: header bytes beyond ASCII reach the handler as sent", async () => {
+  const http = serveLimited(
+    { hostname: "127.0.0.1", port: 0 },
+    limits,
+    (req) => Response.json([...req.headers.get("x-a")!].map((c) => c.charCodeAt(0))),
+  );
+  try {
+    // "café" in UTF-8, ending in a byte (0xa0) that is a no-break space in latin1.
+    const answer = await exchange(
+      (http.addr as Deno.NetAddr).port,
+      "GET / HTTP/1.1\r\nhost: x\r\nx-a: caf\u00e9\u00a0\r\nconnection: close\r\n\r\n",
+    );
+    // Deno.serve gives each byte as one code unit (a ByteString).
+    assert.deepEqual(JSON.parse(answer.slice(answer.indexOf("\r\n\r\n") + 4)), [
+      0x63,
+      0x61,
+      0x66,
+      0xc3,
+      0xa9,
+      0xc2,
+      0xa0,
+    ]);
+  } finally {
+    await http.shutdown();
+  }
+});
+
+Deno.test("listener: a request body that stops coming closes its connection after the idle timeout", async () => {
+  const http = serveLimited(
+    { hostname: "127.0.0.1", port: 0 },
+    { ...limits, idleTimeoutMs: 100 },
+    async (req) => new Response(await req.text()),
+  );
+  try {
+    // Three bytes of a hundred, then nothing: the handler waits on the body, in flight.
+    const answer = await exchange(
+      (http.addr as Deno.NetAddr).port,
+      "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\nabc",
+    );
+    assert.equal(answer, "", "closed unanswered (before the exchange's 10 s deadline)");
+  } finally {
+    await http.shutdown();
+  }
+});
+
+Deno.test("listener: a client that stops reading its responses is closed after the idle timeout", async () => {
+  const cancelled = Promise.withResolvers<void>();
+  const http = serveLimited(
+    { hostname: "127.0.0.1", port: 0 },
+    { ...limits, idleTimeoutMs: 100 },
+    () =>
+      new Response(
+        new ReadableStream({
+          pull: (c) => c.enqueue(new Uint8Array(64 * 1024)),
+          cancel: () => cancelled.resolve(),
+        }),
+      ),
+  );
+  const conn = await Deno.connect({
+    hostname: "127.0.0.1",
+    port: (http.addr as Deno.NetAddr).port,
+  });
+  const deadline = setTimeout(() => cancelled.reject(new Error("still served after 10 s")), 10_000);
+  try {
+    // An endless response to a client that reads none of it: once the buffers are full, the
+    // request stays in flight; the relay's write to the client makes no progress.
+    await conn.write(new TextEncoder().encode("GET / HTTP/1.1\r\nhost: x\r\n\r\n"));
+    await cancelled.promise;
+  } finally {
+    clearTimeout(deadline);
+    conn.close();
+    await http.shutdown();
+  }
+});
+
 Deno.test("listener: the private socket is 0600 in a 0700 directory, and goes with the listener", async () => {
   const http = serveLimited({ hostname: "127.0.0.1", port: 0 }, limits, () => new Response("x"));
   let path: string | undefined;

@@ -128,3 +128,38 @@ Deno.test("a sandboxed command holding 700 half-sent connections leaves the API 
     await server.stop();
   }
 });
+
+Deno.test("sandbox peer: a local address added after start is still looked up (not taken for a remote peer)", async () => {
+  // In a network namespace of the test's own: lo up, a wildcard listener, then a new address.
+  const dir = await Deno.makeTempDir();
+  try {
+    const script = `${dir}/probe.ts`;
+    await Deno.writeTextFile(
+      script,
+      `import { peerClassifier } from ${
+        JSON.stringify(new URL("../src/http/sandbox_peer.ts", import.meta.url).href)
+      };
+const ip = (...args: string[]) => new Deno.Command("ip", { args }).output();
+await ip("link", "set", "lo", "up");
+const listener = Deno.listen({ hostname: "0.0.0.0", port: 0 });
+const classify = peerClassifier(listener.addr, (uid) => uid === Deno.uid());
+await ip("addr", "add", "10.99.0.1/32", "dev", "lo");
+const client = await Deno.connect({ hostname: "10.99.0.1", port: listener.addr.port });
+const conn = await listener.accept();
+console.log(JSON.stringify({ from: conn.remoteAddr.hostname, ...classify(conn.remoteAddr) }));
+`,
+    );
+    const out = await new Deno.Command("unshare", {
+      args: ["--net", Deno.execPath(), "run", "-A", "--no-lock", script],
+      stderr: "inherit",
+    }).output();
+    assert.ok(out.success);
+    assert.deepEqual(JSON.parse(new TextDecoder().decode(out.stdout)), {
+      from: "10.99.0.1",
+      sandboxed: true,
+      key: `uid ${Deno.uid()}`,
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

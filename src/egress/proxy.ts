@@ -123,6 +123,12 @@ const DROPPED = new Set([
   "host",
 ]);
 
+/** A header name (RFC 9110 token). */
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** Control bytes other than a tab, never in a header line. */
+// deno-lint-ignore no-control-regex
+const CONTROL = /[\x00-\x08\x0a-\x1f\x7f]/;
+
 function parseAuthority(authority: string): { host: string; port: number } | undefined {
   const m = /^(\[[0-9a-fA-F:.]+\]|[^:\[\]]+):([0-9]{1,5})$/.exec(authority);
   const port = m ? Number(m[2]) : 0;
@@ -156,8 +162,13 @@ function parseHead(text: string, rest: Uint8Array): Head {
   let hasBody = false;
   for (const line of lines) {
     const colon = line.indexOf(":");
-    if (colon <= 0) throw new Answer(400, "malformed header line", "request", "failed");
-    const name = line.slice(0, colon).trim().toLowerCase();
+    // Lines go upstream as sent: a bare CR or LF (or another control byte) could read there as
+    // a line break, starting a request inside the head that was never judged (a POST past
+    // read-only mode); a name must be a token.
+    if (colon <= 0 || !TOKEN.test(line.slice(0, colon)) || CONTROL.test(line)) {
+      throw new Answer(400, "malformed header line", "request", "failed");
+    }
+    const name = line.slice(0, colon).toLowerCase();
     const value = line.slice(colon + 1).trim();
     if (name === "transfer-encoding" || (name === "content-length" && value !== "0")) {
       hasBody = true;

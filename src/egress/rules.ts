@@ -183,11 +183,15 @@ const FORBIDDEN = [
   "240.0.0.0/4",
   "::/128",
   "::1/128",
+  // IPv4-compatible (deprecated): ::127.0.0.1 embeds loopback.
+  "::/96",
   "::ffff:0:0/96",
   "64:ff9b::/96",
   "64:ff9b:1::/48",
   "100::/64",
   "2001:db8::/32",
+  // 6to4: 2002:7f00:1:: embeds 127.0.0.1 (a host with a 6to4 tunnel sends it there).
+  "2002::/16",
   "fc00::/7",
   "fe80::/10",
   "ff00::/8",

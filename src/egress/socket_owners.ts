@@ -74,17 +74,23 @@ export class SocketOwners {
     if (rawSyscall(SYS_SENDTO, this.#fd, req, req.length, 0, null, 0) < 0) {
       throw new OsError("sendto(sock_diag)", errno());
     }
-    const n = rawSyscall(
-      SYS_RECVFROM,
-      this.#fd,
-      this.#reply,
-      this.#reply.length,
-      MSG_DONTWAIT,
-      null,
-      null,
-    );
-    if (n < 0) throw new OsError("recv(sock_diag)", errno());
-    const reply = new DataView(this.#reply.buffer, 0, n);
+    // A reply of an earlier lookup (one whose receive failed) is skipped, never read as this
+    // one's: its uid would attribute the connection to another session.
+    let n: number;
+    let reply: DataView;
+    do {
+      n = rawSyscall(
+        SYS_RECVFROM,
+        this.#fd,
+        this.#reply,
+        this.#reply.length,
+        MSG_DONTWAIT,
+        null,
+        null,
+      );
+      if (n < 0) throw new OsError("recv(sock_diag)", errno());
+      reply = new DataView(this.#reply.buffer, 0, n);
+    } while (n >= NLMSG_HEADER && reply.getUint32(8, true) !== this.#seq);
     if (n < NLMSG_HEADER + UID_OFFSET + 4 || reply.getUint16(4, true) === NLMSG_ERROR) {
       return undefined;
     }

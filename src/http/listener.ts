@@ -11,7 +11,9 @@
  * only with three descriptors free, its own, the relay's and the backend's, because Deno.serve's
  * accept loop ends at EMFILE, after which the backend is started again). A connection must then
  * complete a request head within the header timeout of being accepted, and the next one within
- * the idle timeout of its last response.
+ * the idle timeout of its last response; a request head or body under way that stops coming for
+ * the idle timeout closes it too, though the request is in flight, and so does a client that
+ * reads nothing of its responses for the idle timeout.
  *
  * The relay reads each request's framing (request_framing.ts) and adds to its head a header
  * with the connection's random tag (any the client sent is dropped), which the `Deno.serve`
@@ -321,7 +323,12 @@ class Connection {
     const buf = new Uint8Array(RELAY_CHUNK);
     try {
       for (;;) {
-        const n = await this.#conn.read(buf);
+        // A head or body under way must keep coming: a client that stops sending it for the
+        // idle timeout is closed, though a request is in flight (its handler waits on it).
+        const stalled = this.#framing.between
+          ? undefined
+          : setTimeout(() => this.close(), this.#relay.limits.idleTimeoutMs);
+        const n = await this.#conn.read(buf).finally(() => clearTimeout(stalled));
         if (n === null) break;
         let data: Uint8Array = buf.subarray(0, n);
         while (data.length > 0) {
@@ -336,7 +343,7 @@ class Connection {
               return await this.#upgrade(segment.head, data.slice());
             }
             this.#inFlight++;
-            await this.#toBackend(encoder.encode(tagged(segment.head, this.tag)));
+            await this.#toBackend(latin1(tagged(segment.head, this.tag)));
           }
         }
       }
@@ -364,9 +371,25 @@ class Connection {
     const backend = this.#backend;
     try {
       for (let n = await backend.read(buf); n !== null; n = await backend.read(buf)) {
-        await writeAll(this.#conn, buf.subarray(0, n));
+        await this.#toClient(buf.subarray(0, n));
       }
     } catch { /* either end is gone */ }
+  }
+
+  /**
+   * Relay `bytes` to the client. A client that reads nothing for the idle timeout is closed:
+   * else, by not reading its responses (pipelined requests, a long answer), it would keep a
+   * request in flight, and its connection, for ever.
+   */
+  async #toClient(bytes: Uint8Array): Promise<void> {
+    for (let off = 0; off < bytes.length;) {
+      const stalled = setTimeout(() => this.close(), this.#relay.limits.idleTimeoutMs);
+      try {
+        off += await this.#conn.write(bytes.subarray(off));
+      } finally {
+        clearTimeout(stalled);
+      }
+    }
   }
 
   #isUpgrade(head: RequestHead): boolean {
@@ -486,6 +509,16 @@ function tagged(head: RequestHead, tag: string): string {
     if (name.toLowerCase() !== TAG) text += `${name}: ${value}\r\n`;
   }
   return `${text}${TAG}: ${tag}\r\n\r\n`;
+}
+
+/**
+ * A head's text as the bytes it was decoded from (as latin1, one code unit a byte; UTF-8 would
+ * turn each byte beyond ASCII into two).
+ */
+function latin1(text: string): Uint8Array {
+  const bytes = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+  return bytes;
 }
 
 /** A WebSocket handshake's refusal, or undefined when it is well-formed (RFC 6455 4.2.1). */

@@ -170,7 +170,9 @@ function parseHead(text: string): RequestHead {
   for (const line of lines.slice(1)) {
     const colon = line.indexOf(":");
     if (colon <= 0 || /^[ \t]/.test(line)) throw new FramingError(400, "malformed header line");
-    headers.push([line.slice(0, colon), line.slice(colon + 1).trim()]);
+    // Only spaces and tabs are trimmed: trim() would take a byte 0xa0 (a no-break space in
+    // latin1), the end of many UTF-8 characters.
+    headers.push([line.slice(0, colon), line.slice(colon + 1).replace(/^[ \t]+|[ \t]+$/g, "")]);
   }
   return { method: m[1], target: m[2], version: m[3], headers };
 }

@@ -5,8 +5,9 @@
  * token it carries, so a token that leaks into the workspace still cannot be used from inside
  * the sandbox, and a sandboxed flood of connections leaves the cap to everyone else.
  *
- * A peer on an address of this host must be found (a real client holds its socket while it is
- * connected); one that cannot be found is treated as sandboxed. Peers on other hosts are not
+ * Every peer is looked up first (a socket found is local, whatever its address); a peer on an
+ * address of this host must be found (a real client holds its socket while it is connected);
+ * one that cannot be found is treated as sandboxed. Peers on other hosts are not
  * sandboxed commands of this server. Over a unix socket there is no TCP peer to look up (the
  * socket file is 0600 and the state directory unreadable, which keeps sandboxed commands out).
  * The answer found at accept holds for the connection: the server holds its end, so the
@@ -54,12 +55,21 @@ export function peerClassifier(
   } catch (err) {
     if (isSandboxUid) throw err;
   }
-  const local = localAddresses();
+  let local = localAddresses();
+  /**
+   * Whether `host` is an address of this host; the interfaces are read again for one not known
+   * (an address added since: a new IPv6 temporary address, a new interface), which would else
+   * pass a sandboxed command connecting from it as a remote peer.
+   */
+  const isLocal = (host: string) => {
+    if (host.startsWith("127.") || local.has(host)) return true;
+    local = localAddresses();
+    return local.has(host);
+  };
   const wildcard = WILDCARD.has(server.hostname);
   return (remote) => {
     const host = bare(remote.hostname);
     const byAddress = { sandboxed: false, key: `address ${host}` };
-    if (!local.has(host) && !host.startsWith("127.")) return byAddress;
     if (!peers) return byAddress;
     // On a wildcard address a local client's connection ends at the address it came from.
     const at: Endpoint = {
@@ -72,7 +82,8 @@ export function peerClassifier(
     } catch (err) {
       console.error("uexec: peer lookup failed:", (err as Error).message);
     }
-    if (uid === undefined) return isSandboxUid ? { sandboxed: true } : byAddress;
-    return { sandboxed: isSandboxUid?.(uid) ?? false, key: `uid ${uid}` };
+    if (uid !== undefined) return { sandboxed: isSandboxUid?.(uid) ?? false, key: `uid ${uid}` };
+    // Not found here: a peer on another host, or a local one whose lookup failed.
+    return isSandboxUid && isLocal(host) ? { sandboxed: true } : byAddress;
   };
 }

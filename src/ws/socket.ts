@@ -11,7 +11,8 @@
  * text that is not UTF-8, 1007; a frame whose length (from its header, with the fragments
  * before it) exceeds the message bound, 1009 before its payload is read. After a close frame it
  * sends nothing, half-closes the connection and reads (discarding) until the client closes, at
- * most CLOSE_LINGER_MS, so the close frame is not lost to a reset.
+ * most CLOSE_LINGER_MS, so the close frame is not lost to a reset. While more than
+ * READ_PAUSE_QUEUED waits to be written to the client, it reads nothing from it.
  *
  * It must never buffer more of a message than the bound, never act on a frame after a protocol
  * error, and never send after its close frame.
@@ -37,6 +38,12 @@ export interface CloseEvent {
 
 /** How long a closing socket waits for the client to close its end. */
 const CLOSE_LINGER_MS = 1000;
+/**
+ * Reading pauses while more than this is queued for the client: one that sends requests and
+ * reads none of their answers cannot make the server hold more (subscriptions stop at 4 MiB of
+ * their own, see subscription.ts).
+ */
+const READ_PAUSE_QUEUED = 8 * 1024 * 1024;
 /** Bytes read from the connection at once. */
 const READ_CHUNK = 64 * 1024;
 
@@ -64,6 +71,10 @@ export class FrameSocket {
   #writing = false;
   readonly #drainListeners = new Set<() => void>();
   readonly #closeListeners = new Set<(event: CloseEvent) => void>();
+  /** Wakes the read loop paused for a full queue (see READ_PAUSE_QUEUED). */
+  #resume?: () => void;
+  /** The last pong queued (see #pong). */
+  #lastPong?: Uint8Array;
   /** Set once a close frame went into the queue. */
   #closeSent = false;
   #ended = false;
@@ -124,6 +135,20 @@ export class FrameSocket {
     this.#enqueue(frame(0x8, payload));
   }
 
+  /**
+   * Answer a ping. A pong still queued (not yet being written) is replaced by this one, as RFC
+   * 6455 5.5.3 allows: a client that pings and never reads gets no unbounded queue of pongs.
+   */
+  #pong(payload: Uint8Array): void {
+    const pong = frame(0xa, payload);
+    const at = this.#lastPong ? this.#queue.indexOf(this.#lastPong) : -1;
+    if (at > 0) {
+      this.#queued += pong.length - this.#queue[at].length;
+      this.#queue[at] = pong;
+    } else this.#enqueue(pong);
+    this.#lastPong = pong;
+  }
+
   #enqueue(bytes: Uint8Array): void {
     this.#queue.push(bytes);
     this.#queued += bytes.length;
@@ -138,6 +163,7 @@ export class FrameSocket {
         for (let off = 0; off < next.length;) off += await this.#conn.write(next.subarray(off));
         this.#queue.shift();
         this.#queued -= next.length;
+        if (this.#queued <= READ_PAUSE_QUEUED) this.#resume?.();
         for (const listener of this.#drainListeners) listener();
       }
       if (this.#closeSent) await this.#linger();
@@ -199,6 +225,12 @@ export class FrameSocket {
     let opcode = 0;
     try {
       for (;;) {
+        while (this.#queued > READ_PAUSE_QUEUED && !this.#ended) {
+          const resumed = Promise.withResolvers<void>();
+          this.#resume = resumed.resolve;
+          await resumed.promise;
+          this.#resume = undefined;
+        }
         if (!await this.#fill(2)) break;
         const [b0, b1] = this.#take(2);
         const fin = (b0 & 0x80) !== 0;
@@ -234,7 +266,7 @@ export class FrameSocket {
           break;
         }
         if (op === 0x9) {
-          if (!this.#closeSent) this.#enqueue(frame(0xa, payload));
+          if (!this.#closeSent) this.#pong(payload);
           continue;
         }
         if (op === 0xa) continue;
@@ -282,6 +314,7 @@ export class FrameSocket {
     } catch { /* closed */ }
     this.#queue.length = 0;
     this.#queued = 0;
+    this.#resume?.();
     const event = this.#closeEvent;
     this.onclose?.(event);
     for (const listener of this.#closeListeners) listener(event);
