@@ -510,6 +510,40 @@ Deno.test("max_profile and max_widening cap every widening: beyond them, 403 and
   }
 });
 
+Deno.test("max_widening paths are compared as escalations are: normalised, links resolved", async () => {
+  const server = await startServer({ UEXEC_APPROVAL_POLICY: "on-request" });
+  const outside = await Deno.makeTempDir({ prefix: "uexec-widen-" });
+  const link = `${outside}-link`;
+  await Deno.symlink(outside, link);
+  try {
+    const writer = await server.operator.post("/v1/agents", {
+      name: "writer",
+      max_profile: "read-only",
+      max_widening: { write: [`${link}/./`] },
+    });
+    assert.equal(writer.status, 201, JSON.stringify(writer.body));
+    const real = await Deno.realPath(outside);
+    assert.deepEqual(writer.body.max_widening, { write: [real] });
+    const events = await connectSse(`${server.url}/v1/events`, server.operator.auth);
+    const asking = server.as(writer.body.token).post("/v1/exec_command", {
+      cmd: "true",
+      login: false,
+      sandbox_permissions: "require_escalated",
+      escalate: { write: [outside] },
+    });
+    const asked = await events.until((evs) => evs.some((e) => e.event === "approval_requested"));
+    await events.close();
+    const pending = asked.find((e) => e.event === "approval_requested")!.data.approval;
+    assert.deepEqual(pending.escalation, { write: [real] });
+    await server.operator.post(`/v1/approvals/${pending.id}`, { decision: "denied" });
+    assert.equal((await asking).status, 403);
+  } finally {
+    await server.stop();
+    await Deno.remove(link);
+    await Deno.remove(outside, { recursive: true });
+  }
+});
+
 Deno.test("on-failure never proposes a retry beyond the agent's cap", async () => {
   const server = await startServer({ UEXEC_APPROVAL_POLICY: "on-failure" });
   try {

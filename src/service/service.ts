@@ -18,7 +18,8 @@ import type { LifecycleEvent } from "../events/bus.ts";
 import type { EventBus } from "../events/bus.ts";
 import { SIGNALS } from "../pty/signals.ts";
 import { FULL_ACCESS, type SandboxDomains } from "../sandbox/domains.ts";
-import { isWithin, type Profile } from "../sandbox/profiles.ts";
+import { isWithin, normalizeAbsolutePath, type Profile } from "../sandbox/profiles.ts";
+import { realPathOrSelf } from "../sandbox/fsinfo.ts";
 import { canonical, describe, fitsWithin, widen, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError, RejectedError, RevokedError } from "../sessions/errors.ts";
 import type { CallResult, KillResult, OutputWatcher, SessionManager } from "../sessions/manager.ts";
@@ -384,7 +385,12 @@ export class Service {
         throw new InvalidRequestError(`max_widening.write: ${relative} is not absolute`);
       }
     }
-    const maxWidening = body.max_widening && canonical(body.max_widening);
+    // As an escalation's writable roots are compared: normalised, symlinks resolved where they
+    // exist (a trailing slash or a link would otherwise match nothing the agent asks for).
+    const maxWidening = body.max_widening && canonical({
+      ...body.max_widening,
+      write: body.max_widening.write?.map((path) => realPathOrSelf(normalizeAbsolutePath(path))),
+    });
     const { max } = this.#deps.memory;
     if (body.max_memory_bytes !== undefined && body.max_memory_bytes > max) {
       throw new InvalidRequestError(
