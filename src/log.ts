@@ -97,6 +97,8 @@ export class Logger {
         });
       case "interaction":
         return this.info("session_input", { agent: event.agent, session_id: event.session_id });
+      case "abandoned":
+        return this.info("call_abandoned", { agent: event.agent, session_id: event.session_id });
       case "end":
         return this.info("session_end", {
           agent: event.agent,

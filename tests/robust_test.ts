@@ -130,6 +130,11 @@ Deno.test("robustness over HTTP", async (t) => {
     await stream.until((evs) => outputText(evs).includes("before"));
     gone.abort();
     assert.equal(await call, "AbortError");
+    // The session goes on only once the server knows its caller left (else the call would take
+    // the exit and answer a client that is gone): the stream says when.
+    await events.until((evs) =>
+      evs.some((e) => e.event === "abandoned" && e.data.session_id === id)
+    );
     await Deno.writeTextFile(fifo, "opened\n");
     await stream.until((evs) => evs.some((e) => e.event === "exit"));
     const next = await write({ session_id: id, chars: "", yield_time_ms: 30_000 });

@@ -25,6 +25,11 @@ export type LifecycleEvent =
     tty: boolean;
   }
   | { type: "interaction"; agent: string; session_id: number; chars: string }
+  /**
+   * A call on the session (`exec_command`, `write_stdin`) whose client went away before its
+   * answer: what the session prints from then on, and its exit, wait for the next call.
+   */
+  | { type: "abandoned"; agent: string; session_id: number }
   | {
     type: "end";
     agent: string;

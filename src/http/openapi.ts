@@ -407,7 +407,8 @@ export const OPERATIONS: readonly Operation[] = [
     tag: "sessions",
     summary: "Lifecycle events of the caller's sessions and approvals",
     caller: "agent",
-    events: "`begin`, `interaction`, `end`, `approval_requested`, `approval_decided`, " +
+    events: "`begin`, `interaction`, `abandoned` (a call's client went away), `end`, " +
+      "`approval_requested`, `approval_decided`, " +
       "`agent_revoked` and `egress` (one connection through the egress proxy, once it ended) " +
       "events, each with the agent it concerns; an agent sees only its own, " +
       "and its stream ends (without it) when it is revoked.",

@@ -363,9 +363,17 @@ export class SessionManager {
       const collected = await this.#collect(session, req);
       return await this.#result(session, collected, started, req);
     } catch (err) {
-      if (err instanceof CallAbandonedError) throw new CallAbandonedError(id);
+      if (err instanceof CallAbandonedError) {
+        this.#abandoned(session);
+        throw new CallAbandonedError(id);
+      }
       throw err;
     }
+  }
+
+  /** Tell the event stream that a call on `session` lost its client. */
+  #abandoned(session: Session): void {
+    this.#opts.bus.publish({ type: "abandoned", agent: session.owner, session_id: session.id });
   }
 
   /** Run `write_stdin`. */
@@ -384,8 +392,13 @@ export class SessionManager {
       });
       this.#send(session, req.chars);
     }
-    const collected = await this.#collect(session, req);
-    return await this.#result(session, collected, started, req);
+    try {
+      const collected = await this.#collect(session, req);
+      return await this.#result(session, collected, started, req);
+    } catch (err) {
+      if (err instanceof CallAbandonedError) this.#abandoned(session);
+      throw err;
+    }
   }
 
   /**
