@@ -4,7 +4,7 @@
  * attributed to, and the audit of every connection.
  *
  * A connection is attributed by the kernel, not by anything the client says: every session runs
- * as a uid of its own, and the namespace's socket diagnostics (socket_owners.ts) name the uid
+ * as a uid of its own, and the namespace's socket diagnostics (sandbox/tcp_peers.ts) name the uid
  * that owns the client's socket. Connections per session are capped (a session past
  * the cap is refused without delaying others), and an idle connection is closed.
  *
@@ -19,7 +19,7 @@ import { type Cidr, type EgressRules } from "./rules.ts";
 import { Resolver } from "./resolver.ts";
 import { insideNamespace } from "./netns.ts";
 import { closeAll } from "../ffi/libc.ts";
-import { SocketOwners } from "./socket_owners.ts";
+import { TcpPeers } from "../sandbox/tcp_peers.ts";
 
 /** Where the proxy listens inside every egress namespace. */
 export const PROXY_PORT = 3128;
@@ -110,10 +110,11 @@ export class EgressGateway {
    */
   open(nsFd: number, rules: EgressRules): EgressListener {
     let listener: Deno.TcpListener;
-    let owners: SocketOwners;
+    let owners: TcpPeers;
     try {
       [listener, owners] = insideNamespace(nsFd, () => {
-        const owners = new SocketOwners();
+        // Made here, it answers for this namespace (its probe listens on this loopback).
+        const owners = new TcpPeers();
         try {
           return [Deno.listen({ hostname: "127.0.0.1", port: PROXY_PORT }), owners] as const;
         } catch (err) {
@@ -154,7 +155,7 @@ export class EgressGateway {
     this.#listeners.clear();
   }
 
-  async #serve(listener: Deno.TcpListener, owners: SocketOwners, rules: EgressRules) {
+  async #serve(listener: Deno.TcpListener, owners: TcpPeers, rules: EgressRules) {
     try {
       for await (const conn of listener) this.#accepted(conn, owners, rules);
     } catch {
@@ -164,11 +165,10 @@ export class EgressGateway {
     }
   }
 
-  #accepted(conn: Deno.TcpConn, owners: SocketOwners, rules: EgressRules): void {
+  #accepted(conn: Deno.TcpConn, owners: TcpPeers, rules: EgressRules): void {
     let uid: number | undefined;
     try {
-      const { hostname, port } = conn.remoteAddr;
-      uid = owners.uid([hostname, port], [conn.localAddr.hostname, conn.localAddr.port]);
+      uid = owners.uid(conn.localAddr, conn.remoteAddr);
     } catch (err) {
       console.error(`uexec: egress: cannot attribute a connection: ${err}`);
     }

@@ -9,7 +9,9 @@
  * remote end is the server's. A query is one write and one read on a netlink socket opened once
  * (close-on-exec, non-blocking: the kernel answers inside the write, so the read never waits and
  * the event loop is never held). It must never decide policy, never walk the socket tables, and
- * never issue a call through a `nonblocking` FFI symbol.
+ * never issue a call through a `nonblocking` FFI symbol. The egress gateway uses it too, with a
+ * netlink socket made inside each egress namespace (it answers for the namespace it was made
+ * in), to tell which session's uid opened a connection to the proxy.
  *
  * What a hostile local process can do, and what the answer means:
  * - Close or reset its end before the lookup. Its socket is then gone, or it lingers as an
@@ -45,7 +47,7 @@
  */
 
 import { E, errno, libc, OsError } from "../ffi/libc.ts";
-import { checkedSyscall, closeFd, SYS } from "../sandbox/syscalls.ts";
+import { checkedSyscall, closeFd, SYS } from "./syscalls.ts";
 
 /** One end of a TCP connection, as `Deno.NetAddr` gives it (IPv6 with or without brackets). */
 export interface Endpoint {
