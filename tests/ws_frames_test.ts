@@ -10,62 +10,27 @@
 
 import assert from "node:assert/strict";
 import { startServer } from "./helpers/server.ts";
-import { clientFrame, FrameReader, rawUpgrade, wsUrl } from "./helpers/ws.ts";
+import { clientFrame, FrameReader, rawUpgrade, type ServerFrame, wsUrl } from "./helpers/ws.ts";
 
 const encoder = new TextEncoder();
 /** How long a client here waits for the server before the test fails. */
 const DEADLINE_MS = 10_000;
 
-/** A frame from the server: opcode and payload. */
-interface ServerFrame {
-  op: number;
-  payload: Uint8Array;
-}
-
 /** Reads server frames (of any opcode) from a raw connection, failing after the deadline. */
 class RawFrames {
-  #buf: Uint8Array;
   readonly #conn: Deno.Conn;
-  readonly #chunk = new Uint8Array(1 << 16);
+  readonly #frames: FrameReader;
 
   constructor(conn: Deno.Conn, rest: Uint8Array) {
     this.#conn = conn;
-    this.#buf = rest;
-  }
-
-  async #fill(n: number): Promise<boolean> {
-    while (this.#buf.length < n) {
-      const got = await this.#conn.read(this.#chunk);
-      if (got === null) return false;
-      const next = new Uint8Array(this.#buf.length + got);
-      next.set(this.#buf);
-      next.set(this.#chunk.subarray(0, got), this.#buf.length);
-      this.#buf = next;
-    }
-    return true;
+    this.#frames = new FrameReader(conn, rest);
   }
 
   /** The next frame, or undefined when the server closed the connection without one. */
   async next(): Promise<ServerFrame | undefined> {
     const timer = setTimeout(() => this.#conn.close(), DEADLINE_MS);
     try {
-      if (!await this.#fill(2)) return undefined;
-      const op = this.#buf[0] & 0x0f;
-      let len = this.#buf[1] & 0x7f;
-      let at = 2;
-      if (len === 126) {
-        if (!await this.#fill(4)) return undefined;
-        len = (this.#buf[2] << 8) | this.#buf[3];
-        at = 4;
-      } else if (len === 127) {
-        if (!await this.#fill(10)) return undefined;
-        len = Number(new DataView(this.#buf.buffer, this.#buf.byteOffset + 2, 8).getBigUint64(0));
-        at = 10;
-      }
-      if (!await this.#fill(at + len)) return undefined;
-      const payload = this.#buf.slice(at, at + len);
-      this.#buf = this.#buf.subarray(at + len);
-      return { op, payload };
+      return await this.#frames.frame();
     } catch (err) {
       if (err instanceof Deno.errors.ConnectionReset) return undefined;
       throw new Error(`no frame before the deadline: ${err}`);

@@ -177,7 +177,13 @@ export async function rawUpgrade(
   }
 }
 
-/** Reads server (unmasked) text frames from a raw connection, after `rest`. */
+/** A frame as the server sent it: its opcode and (unmasked) payload. */
+export interface ServerFrame {
+  op: number;
+  payload: Uint8Array;
+}
+
+/** Reads server (unmasked) frames from a raw connection, after `rest`. */
 export class FrameReader {
   #buf: Uint8Array;
   #conn: Deno.Conn;
@@ -188,37 +194,46 @@ export class FrameReader {
     this.#buf = rest;
   }
 
-  async #fill(n: number): Promise<void> {
+  /** Whether `n` bytes are buffered, reading as needed; false once the connection ended. */
+  async #fill(n: number): Promise<boolean> {
     while (this.#buf.length < n) {
       const got = await this.#conn.read(this.#chunk);
-      if (got === null) throw new Error("connection closed mid-frame");
+      if (got === null) return false;
       const next = new Uint8Array(this.#buf.length + got);
       next.set(this.#buf);
       next.set(this.#chunk.subarray(0, got), this.#buf.length);
       this.#buf = next;
     }
+    return true;
   }
 
-  /** The next frame's payload as text (control frames are skipped). */
+  /** The next frame of any opcode; undefined when the connection ended before a whole one. */
+  async frame(): Promise<ServerFrame | undefined> {
+    if (!await this.#fill(2)) return undefined;
+    const op = this.#buf[0] & 0x0f;
+    let len = this.#buf[1] & 0x7f;
+    let at = 2;
+    if (len === 126) {
+      if (!await this.#fill(4)) return undefined;
+      len = (this.#buf[2] << 8) | this.#buf[3];
+      at = 4;
+    } else if (len === 127) {
+      if (!await this.#fill(10)) return undefined;
+      len = Number(new DataView(this.#buf.buffer, this.#buf.byteOffset + 2, 8).getBigUint64(0));
+      at = 10;
+    }
+    if (!await this.#fill(at + len)) return undefined;
+    const payload = this.#buf.slice(at, at + len);
+    this.#buf = this.#buf.subarray(at + len);
+    return { op, payload };
+  }
+
+  /** The next text frame's payload (control frames are skipped). */
   async next(): Promise<string> {
     for (;;) {
-      await this.#fill(2);
-      const op = this.#buf[0] & 0x0f;
-      let len = this.#buf[1] & 0x7f;
-      let at = 2;
-      if (len === 126) {
-        await this.#fill(4);
-        len = (this.#buf[2] << 8) | this.#buf[3];
-        at = 4;
-      } else if (len === 127) {
-        await this.#fill(10);
-        len = Number(new DataView(this.#buf.buffer, this.#buf.byteOffset + 2, 8).getBigUint64(0));
-        at = 10;
-      }
-      await this.#fill(at + len);
-      const payload = this.#buf.slice(at, at + len);
-      this.#buf = this.#buf.subarray(at + len);
-      if (op === 1) return new TextDecoder().decode(payload);
+      const frame = await this.frame();
+      if (!frame) throw new Error("connection closed mid-frame");
+      if (frame.op === 1) return new TextDecoder().decode(frame.payload);
     }
   }
 }
