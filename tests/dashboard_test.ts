@@ -11,7 +11,7 @@
 
 import assert from "node:assert/strict";
 import type { Page } from "puppeteer-core";
-import { launchBrowser, signInDashboard, signInLink } from "./helpers/dashboard.ts";
+import { launchBrowser, pageErrors, signInDashboard, signInLink } from "./helpers/dashboard.ts";
 import { startServer } from "./helpers/server.ts";
 
 /** The page's globals, as the functions puppeteer runs in the browser use them. */
@@ -66,13 +66,7 @@ Deno.test({
     const server = await startServer({ UEXEC_APPROVAL_POLICY: "on-request" });
     const browser = await launchBrowser();
     const page = await browser.newPage();
-    const errors: string[] = [];
-    page.on("pageerror", (err) => errors.push(String(err)));
-    page.on("console", (msg) => {
-      if (msg.type() === "error" && !msg.text().startsWith("Failed to load resource")) {
-        errors.push(msg.text());
-      }
-    });
+    const errors = pageErrors(page);
     const refused: string[] = [];
     page.on("response", (res) => {
       if (res.status() >= 400) refused.push(`${res.status()} ${new URL(res.url()).pathname}`);

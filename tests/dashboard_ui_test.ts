@@ -10,7 +10,7 @@
 
 import assert from "node:assert/strict";
 import type { Page } from "puppeteer-core";
-import { launchBrowser, signInDashboard } from "./helpers/dashboard.ts";
+import { launchBrowser, pageErrors, signInDashboard } from "./helpers/dashboard.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
 
 /** The page's globals, as the functions puppeteer runs in the browser use them. */
@@ -74,13 +74,7 @@ Deno.test({
     const server = await startServer({ UEXEC_APPROVAL_POLICY: "on-request" });
     const browser = await launchBrowser();
     const page = await browser.newPage();
-    const errors: string[] = [];
-    page.on("pageerror", (err) => errors.push(String(err)));
-    page.on("console", (msg) => {
-      if (msg.type() === "error" && !msg.text().startsWith("Failed to load resource")) {
-        errors.push(msg.text());
-      }
-    });
+    const errors = pageErrors(page);
     try {
       await signInDashboard(page, server);
 

@@ -46,3 +46,18 @@ export async function signInDashboard(
   await page.goto(link ?? await signInLink(server));
   await page.waitForSelector("body[data-ready=true]");
 }
+
+/**
+ * The page's script errors and console errors, collected as they happen (a refused request's
+ * "Failed to load resource" is left to the tests that check responses).
+ */
+export function pageErrors(page: Page): string[] {
+  const errors: string[] = [];
+  page.on("pageerror", (err) => errors.push(String(err)));
+  page.on("console", (msg) => {
+    if (msg.type() === "error" && !msg.text().startsWith("Failed to load resource")) {
+      errors.push(msg.text());
+    }
+  });
+  return errors;
+}
