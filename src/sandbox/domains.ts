@@ -292,6 +292,11 @@ export class SandboxDomains {
     return profile;
   }
 
+  /** The profile `name` widened by `widening` (no sandbox at all: the full-access profile). */
+  widened(name: string, widening: Widening): Profile {
+    return widen(this.profile(name), widening, (n) => this.profile(n), FULL_ACCESS);
+  }
+
   /**
    * The sandbox for a session of profile `name` in `workdir`, for `agent`, widened by an
    * approved `widening` (reported under the name of the profile it widens, or of the wider
@@ -299,8 +304,7 @@ export class SandboxDomains {
    */
   choose(name: string, workdir: string, opts: ChooseOptions = {}): SandboxChoice {
     const widening = canonical(opts.widening ?? {});
-    const base = this.profile(name);
-    const widened = widen(base, widening, (n) => this.profile(n), FULL_ACCESS);
+    const widened = this.widened(name, widening);
     const cap = widened.egress && opts.egressCap ? [...opts.egressCap].sort() : undefined;
     const profile = cap ? { ...widened, egress: { ...widened.egress!, cap } } : widened;
     name = widening.unsandboxed ? FULL_ACCESS : widening.profile ?? name;

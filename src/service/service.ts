@@ -20,7 +20,7 @@ import { SIGNALS } from "../pty/signals.ts";
 import { FULL_ACCESS, type SandboxDomains } from "../sandbox/domains.ts";
 import { isWithin, normalizeAbsolutePath, type Profile } from "../sandbox/profiles.ts";
 import { realPathOrSelf } from "../sandbox/fsinfo.ts";
-import { canonical, describe, fitsWithin, widen, type Widening } from "../sandbox/widening.ts";
+import { canonical, describe, fitsWithin, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError, RejectedError, RevokedError } from "../sessions/errors.ts";
 import type { CallResult, KillResult, OutputWatcher, SessionManager } from "../sessions/manager.ts";
 import type { HistoryRead } from "../output/history.ts";
@@ -526,9 +526,7 @@ export class Service {
    */
   #cap(principal: Principal): Profile | undefined {
     if (principal.role !== "agent" || principal.maxProfile === undefined) return undefined;
-    const { domains } = this.#deps;
-    const lookup = (name: string) => domains.profile(name);
-    return widen(lookup(principal.maxProfile), principal.maxWidening ?? {}, lookup, FULL_ACCESS);
+    return this.#deps.domains.widened(principal.maxProfile, principal.maxWidening ?? {});
   }
 
   /** 403 unless `profile` widened by `escalation` stays within the agent's `cap`. */
@@ -538,9 +536,7 @@ export class Service {
     escalation: Widening,
     cap: Profile,
   ): void {
-    const { domains } = this.#deps;
-    const lookup = (name: string) => domains.profile(name);
-    if (fitsWithin(widen(lookup(profile), escalation, lookup, FULL_ACCESS), cap)) return;
+    if (fitsWithin(this.#deps.domains.widened(profile, escalation), cap)) return;
     const agent = principal as Agent;
     throw new ForbiddenError(
       `escalate: agent ${agent.name} may not ask to run ${describe(profile, escalation)}; ` +

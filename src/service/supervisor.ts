@@ -18,7 +18,7 @@ import { type Denial, urlDestinations } from "../sandbox/denial.ts";
 import { FULL_ACCESS, type SandboxChoice, type SandboxDomains } from "../sandbox/domains.ts";
 import { protectedAncestor } from "../sandbox/git_guard.ts";
 import { isWithin, type Profile } from "../sandbox/profiles.ts";
-import { combine, fitsWithin, isEmpty, widen, type Widening } from "../sandbox/widening.ts";
+import { combine, fitsWithin, isEmpty, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
 import type { CallResult, ExecRequest, SessionManager } from "../sessions/manager.ts";
 
@@ -171,9 +171,7 @@ export class Supervisor {
 
   /** Whether `profile` widened by `w` stays within `cap`. */
   #fits(profile: string, w: Widening, cap: Profile): boolean {
-    const { domains } = this.#opts;
-    const lookup = (name: string) => domains.profile(name);
-    return fitsWithin(widen(lookup(profile), w, lookup, FULL_ACCESS), cap);
+    return fitsWithin(this.#opts.domains.widened(profile, w), cap);
   }
 
   #choose(input: SupervisedExec, profile: string, granted: Widening): SandboxChoice {
