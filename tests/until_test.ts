@@ -293,3 +293,19 @@ Deno.test("until: a flood in small chunks tests each character about twice, and 
   assert.equal(b.matched, true);
   b.close();
 });
+
+Deno.test("until: a short answer to a pattern without a length bound is matched at once", () => {
+  const pattern = {
+    window: 16 * 1024,
+    maxLength: undefined,
+    test: (text: string) => /ping1[\s\S]*ping1/.test(text),
+  };
+  let late = 0;
+  const m = new UntilMatcher(pattern as unknown as UntilPattern, () => late++);
+  assert.equal(m.feed(new Uint8Array()), false);
+  assert.equal(m.feed(new TextEncoder().encode("ping1\r\n")), false);
+  // Put off to a timer, this round trip would wait for the next turn of the event loop.
+  assert.equal(m.feed(new TextEncoder().encode("ping1\r\n")), true);
+  assert.equal(late, 0);
+  m.close();
+});

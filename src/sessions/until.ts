@@ -8,9 +8,9 @@
  * module must never run a pattern on the backtracking engine, and never match over unbounded
  * text. As output arrives, only what a new match could span is tested: the new text and, for a
  * pattern whose matches are at most L characters long, the L - 1 before it; a pattern whose
- * matches have no bound (`.*`, `+`) is tested over its whole window once per half a window of
- * new text, and once more when the burst of output ends, so a flood costs each character about
- * two tests, not one per chunk.
+ * matches have no bound (`.*`, `+`) is tested over the text held at once while that costs at
+ * most twice the new text, else once the burst of output ends, so a flood costs each character
+ * about two tests, not one window per chunk, and a short answer waits for nothing.
  *
  * @module
  */
@@ -263,9 +263,11 @@ export class UntilMatcher {
         span >= this.#text.length ? this.#text : this.#text.slice(-span),
       );
     }
-    if (this.onLateMatch && this.#tested && this.#untested < window / 2) {
-      // Put off until this burst of output ends (the timer runs once the reads queued now are
-      // handled): a flood of small chunks is then tested about twice a character, not per chunk.
+    // A test costs the text held. It runs now while that is at most twice the text it has not
+    // seen (always for a short answer: no wait added), else it is put off until this burst of
+    // output ends (the timer runs once the reads queued now are handled): a flood of small
+    // chunks is then tested about twice a character, not once per chunk over the whole window.
+    if (this.onLateMatch && this.#tested && this.#text.length > 2 * this.#untested) {
       this.#later ??= setTimeout(() => {
         this.#later = undefined;
         if (this.#testWindow()) this.onLateMatch!();
