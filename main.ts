@@ -9,6 +9,7 @@
  * @module
  */
 
+import { commandLineFlags } from "./src/cli.ts";
 import { ConfigError, loadConfig } from "./src/config.ts";
 import type { RuntimeParts } from "./src/runtime.ts";
 import { startServer } from "./src/server.ts";
@@ -24,9 +25,11 @@ export async function main(
   parts: RuntimeParts = {},
   shutdownLimitMs = SHUTDOWN_LIMIT_MS,
 ): Promise<void> {
+  // `--help` and `--version` answer here, before anything is read or started.
+  const flags = commandLineFlags(Deno.args, "serve");
   let config;
   try {
-    config = loadConfig(Deno.args, Deno.env.toObject(), Deno.cwd());
+    config = loadConfig(flags, Deno.env.toObject(), Deno.cwd());
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     console.error(`uexec: ${err.message}`);

@@ -1,6 +1,6 @@
 /**
  * Server configuration from flags and environment, validated up front: a bad value stops the
- * server with a message naming it. Authentication is always on: the tokens come from the
+ * server with a message naming it. What each setting means and its default: `settings.ts`. Authentication is always on: the tokens come from the
  * environment or the state directory, never from a flag (flags show in `ps`).
  *
  * @module
@@ -105,15 +105,10 @@ export class ConfigError extends Error {
   }
 }
 
-function flag(args: string[], name: string): string | undefined {
-  for (let i = 0; i < args.length; i++) {
-    if (args[i] === `--${name}`) {
-      if (i + 1 >= args.length) throw new ConfigError(`--${name} needs a value`);
-      return args[i + 1];
-    }
-    if (args[i].startsWith(`--${name}=`)) return args[i].slice(name.length + 3);
-  }
-  return undefined;
+/** The command line's settings (`cli.ts` parses them), which take precedence over the environment. */
+export interface Flags {
+  host?: string;
+  port?: string;
 }
 
 function integer(name: string, raw: string, min: number, max: number): number {
@@ -125,8 +120,6 @@ function integer(name: string, raw: string, min: number, max: number): number {
   }
   return n;
 }
-
-const KNOWN_FLAGS = ["host", "port"];
 
 function list(raw: string | undefined, separator: string): string[] {
   return (raw ?? "").split(separator).map((s) => s.trim()).filter(Boolean);
@@ -141,23 +134,17 @@ function secret(name: string, raw: string | undefined): string | undefined {
   return raw;
 }
 
-/** Read the configuration from `args` and `env`. */
+/** Read the configuration from the command line's `flags` and `env`. */
 export function loadConfig(
-  args: string[],
+  flags: Flags,
   env: Record<string, string | undefined>,
   cwd: string,
 ): Config {
   if (!LINEAR_ENGINE) {
     throw new ConfigError(`run with --v8-flags=${LINEAR_ENGINE_FLAG} (until patterns need it)`);
   }
-  for (const arg of args) {
-    const name = /^--([^=]+)/.exec(arg)?.[1];
-    if (arg.startsWith("--") && !KNOWN_FLAGS.includes(name ?? "")) {
-      throw new ConfigError(`unknown flag ${arg}; known flags: --host, --port`);
-    }
-  }
-  const host = flag(args, "host") ?? env.UEXEC_HOST ?? "127.0.0.1";
-  const port = integer("port", flag(args, "port") ?? env.UEXEC_PORT ?? "8787", 0, 65535);
+  const host = flags.host ?? env.UEXEC_HOST ?? "127.0.0.1";
+  const port = integer("port", flags.port ?? env.UEXEC_PORT ?? "8787", 0, 65535);
   const listen = env.UEXEC_LISTEN;
   if (listen !== undefined && listen !== "" && !/^unix:\/./.test(listen)) {
     throw new ConfigError(

@@ -19,6 +19,7 @@
 // @ts-types="@modelcontextprotocol/sdk/server/stdio"
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import process from "node:process";
+import { commandLineFlags } from "../cli.ts";
 import { ConfigError, loadConfig } from "../config.ts";
 import { startRuntime } from "../runtime.ts";
 import { StateDirError } from "../service/state_dir.ts";
@@ -27,10 +28,11 @@ import { mcpServer } from "./server.ts";
 const SHUTDOWN_LIMIT_MS = 3000;
 
 async function main(): Promise<void> {
+  const flags = commandLineFlags(Deno.args, "mcp");
   let config;
   try {
     // `deno task` runs in uexec's directory; the workspace defaults to where it was started.
-    config = loadConfig(Deno.args, Deno.env.toObject(), Deno.env.get("INIT_CWD") ?? Deno.cwd());
+    config = loadConfig(flags, Deno.env.toObject(), Deno.env.get("INIT_CWD") ?? Deno.cwd());
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     console.error(`uexec: ${err.message}`);
