@@ -1,8 +1,9 @@
 /**
  * Configuration in one place: every `UEXEC_*` name read in `src/` (as `env.NAME`, `env("NAME")`,
  * `Deno.env.get("NAME")`, or named anywhere in `src/config.ts`, where settings are parsed) is in the
- * settings table of `src/settings.ts`; `docs/configuration.md` holds exactly that table's rows; and
- * the real `deno task serve --help` lists the same settings, each with its default.
+ * settings table of `src/settings.ts`; `docs/configuration.md` holds exactly that table's rows; the
+ * real `deno task serve --help` lists the same settings, each with its default; and each plain
+ * default in the table is the one `loadConfig` takes.
  *
  * @module
  */
@@ -87,4 +88,21 @@ Deno.test("deno task serve --help lists the docs' settings with their defaults, 
       `${setting.name}'s line lacks its default: ${lines.get(setting.name)}`,
     );
   }
+});
+
+Deno.test("each plain default in the settings table is what the server takes when it is unset", async () => {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      "--v8-flags=--enable-experimental-regexp-engine",
+      `${root}tests/fixtures/config_defaults/main.ts`,
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+  const { checked, differ } = JSON.parse(new TextDecoder().decode(out.stdout));
+  assert.ok(checked.length >= 20, `only ${checked.length} defaults checked: ${checked}`);
+  assert.deepEqual(differ, [], "settings whose documented default is not the real one");
 });

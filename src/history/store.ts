@@ -15,7 +15,7 @@
 import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
 import type { Denial } from "../sandbox/denial.ts";
 
-/** Where a command stands; see the README's "History" section for each one. */
+/** Where a command stands; see "History" in docs/operations.md for each one. */
 export const HISTORY_STATUSES = ["running", "exited", "failed", "killed", "denied"] as const;
 
 /** A command's status. */
