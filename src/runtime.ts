@@ -25,7 +25,7 @@ import { Supervisor } from "./service/supervisor.ts";
 import { baseEnv } from "./sessions/env.ts";
 import { DESCRIPTOR_RESERVE, SessionManager } from "./sessions/manager.ts";
 import { DescriptorReserve } from "./io/descriptor_reserve.ts";
-import { SpawnerPool } from "./workers/pool.ts";
+import { Spawner, SpawnerPool } from "./workers/pool.ts";
 import { EgressGateway } from "./egress/gateway.ts";
 import { HistoryRecorder } from "./history/recorder.ts";
 import { HistoryStore } from "./history/store.ts";
@@ -148,6 +148,8 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     grantJournal: new GrantJournal(state.file("grants")),
     tmpBytes: config.memoryMax,
     maxPtys: config.maxPtysPerSession,
+    // The session uids' reaper: an unrestricted root spawner (sandbox/ imports no workers/).
+    reaper: () => new Spawner(),
   });
   const gitHint = await hostGitHint();
   if (gitHint !== null) log.warn("host_git", { hint: gitHint });

@@ -49,6 +49,11 @@ export interface ApplyOptions {
   terminals?: TerminalPlan;
 }
 
+/** How a domain's spawner worker restricts itself: {@link applySandbox}'s policy and options. */
+export interface Restriction extends ApplyOptions {
+  policy: ResolvedPolicy;
+}
+
 /** What {@link applySandbox} leaves the caller: a root server's terminal slots, egress netns. */
 export interface Applied {
   /**

@@ -20,8 +20,8 @@
 
 import { InvalidRequestError } from "../sessions/errors.ts";
 import { accountEnv, DomainAccounts } from "./accounts.ts";
-import { type Restriction, Spawner } from "../workers/pool.ts";
-import type { TakeBack } from "../workers/protocol.ts";
+import type { Restriction } from "./apply.ts";
+import type { Reaper, TakeBack } from "./reaper.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { existingPaths } from "./fsinfo.ts";
 import {
@@ -144,6 +144,11 @@ export interface DomainOptions {
   terminalSlots?: number;
   /** Where a uid range is handed out from across runs (default: uid_cursor.ts's host file). */
   uidCursor?: (first: number, last: number) => UidCursor;
+  /**
+   * Makes the reaper of session uids (reaper.ts), called once on a root server when the range is
+   * leased: the composition root hands in a spawner worker, which sandbox/ must not import.
+   */
+  reaper: () => Reaper;
 }
 
 interface Domain {
@@ -208,7 +213,7 @@ function giveBack({ uid, dir, unlist }: Reserved, uids: Uids | null): void {
 interface Uids {
   ids: SandboxIds;
   pool: UidPool;
-  reaper: Spawner;
+  reaper: Reaper;
   /** This server's hold on the range (no other server may use these uids meanwhile). */
   lease: UidLease;
 }
@@ -573,7 +578,7 @@ export class SandboxDomains {
     const lease = ids.pooled
       ? claimPooledBlock({ first: ids.spawner, last: ids.last, index: ids.pooled.index })
       : leaseUidRange(ids.spawner, ids.last);
-    return this.#range = { ids, lease, reaper: new Spawner() };
+    return this.#range = { ids, lease, reaper: this.#opts.reaper() };
   }
 
   #create(profile: Profile, workdir: string, uids: Uids | null, widening: Widening): Domain {

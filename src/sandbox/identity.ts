@@ -34,10 +34,15 @@ import { SandboxUnavailableError } from "./errors.ts";
 import { realPathOrSelf } from "./fsinfo.ts";
 import { AT_FDCWD, check, cString, E, errno, libc, O, OsError, rawSyscall } from "../ffi/libc.ts";
 import { checkedSyscall, prctl, SYS, threadEuid } from "./syscalls.ts";
-import { LOGIN_PATH } from "../sessions/env.ts";
 import { INSTANCE_NAME, instanceName, instanceRuns } from "./instance.ts";
 import { gitConfigText } from "./git_config.ts";
 import { DEFAULT_POOL, pooledBlock } from "./uid_lease.ts";
+
+/**
+ * Beside PATH in every child: the PATH it was started with, which a sandboxed session's
+ * `~/.profile` puts back after a login shell's `/etc/profile` reset it (sessions/env.ts sets it).
+ */
+export const LOGIN_PATH = "UEXEC_LOGIN_PATH";
 
 /** The credentials one sandboxed session runs as. */
 export interface SandboxIdentity {
