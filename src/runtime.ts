@@ -33,10 +33,10 @@ import { HistoryWriter } from "./history/writer.ts";
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics/metrics.ts";
 import { DiskFloor } from "./service/disk_floor.ts";
-import { type ContainmentReport, openContainment } from "./sandbox/cgroups.ts";
-import { operatorGitIdentity } from "./sandbox/git_config.ts";
-import { hostGitHint } from "./sandbox/host_git.ts";
-import { GrantJournal } from "./sandbox/grant_journal.ts";
+import { type ContainmentReport, openContainment } from "./sandbox/containment/cgroups.ts";
+import { operatorGitIdentity } from "./sandbox/identity/git_config.ts";
+import { hostGitHint } from "./sandbox/identity/host_git.ts";
+import { GrantJournal } from "./sandbox/grants/grant_journal.ts";
 
 /** A running service. */
 export interface Runtime {

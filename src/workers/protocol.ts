@@ -10,8 +10,8 @@
  */
 
 import type { SpawnSpec } from "../pty/spawn.ts";
-import type { Restriction } from "../sandbox/apply.ts";
-import type { TakeBack } from "../sandbox/reaper.ts";
+import type { Restriction } from "../sandbox/enforce/apply.ts";
+import type { TakeBack } from "../sandbox/identity/reaper.ts";
 
 export type { Restriction, TakeBack };
 

@@ -7,7 +7,7 @@
 
 import type { Reactor } from "../../src/io/reactor.ts";
 import { type DomainOptions, SandboxDomains } from "../../src/sandbox/domains.ts";
-import { loadProfiles } from "../../src/sandbox/profiles.ts";
+import { loadProfiles } from "../../src/sandbox/policy/profiles.ts";
 import { Spawner } from "../../src/workers/pool.ts";
 
 const PROFILE_DIR = new URL("../../sandbox-profiles", import.meta.url).pathname;
