@@ -8,8 +8,8 @@
 
 import { type ApprovalPolicy, parseApprovalPolicy } from "./approvals/policy.ts";
 import type { ConnectionLimits } from "./http/listener.ts";
-import { loadProfiles, type Profile, withEgressDefaults } from "./sandbox/profiles.ts";
-import { DEFAULT_MAX_PTYS } from "./sandbox/terminal_slots.ts";
+import { loadProfiles, type Profile, withEgressDefaults } from "./sandbox/policy/profiles.ts";
+import { DEFAULT_MAX_PTYS } from "./sandbox/enforce/terminal_slots.ts";
 import { type Cidr, parseCidr, patternProblem } from "./egress/rules.ts";
 import { DEFAULT_AGENT } from "./service/agents.ts";
 import { stateDirFrom } from "./service/state_dir.ts";

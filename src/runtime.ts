@@ -25,7 +25,7 @@ import { Supervisor } from "./service/supervisor.ts";
 import { baseEnv } from "./sessions/env.ts";
 import { DESCRIPTOR_RESERVE, SessionManager } from "./sessions/manager.ts";
 import { DescriptorReserve } from "./io/descriptor_reserve.ts";
-import { SpawnerPool } from "./workers/pool.ts";
+import { Spawner, SpawnerPool } from "./workers/pool.ts";
 import { EgressGateway } from "./egress/gateway.ts";
 import { HistoryRecorder } from "./history/recorder.ts";
 import { HistoryStore } from "./history/store.ts";
@@ -33,10 +33,10 @@ import { HistoryWriter } from "./history/writer.ts";
 import { Logger } from "./log.ts";
 import { Metrics } from "./metrics/metrics.ts";
 import { DiskFloor } from "./service/disk_floor.ts";
-import { type ContainmentReport, openContainment } from "./sandbox/cgroups.ts";
-import { operatorGitIdentity } from "./sandbox/git_config.ts";
-import { hostGitHint } from "./sandbox/host_git.ts";
-import { GrantJournal } from "./sandbox/grant_journal.ts";
+import { type ContainmentReport, openContainment } from "./sandbox/containment/cgroups.ts";
+import { operatorGitIdentity } from "./sandbox/identity/git_config.ts";
+import { hostGitHint } from "./sandbox/identity/host_git.ts";
+import { GrantJournal } from "./sandbox/grants/grant_journal.ts";
 
 /** A running service. */
 export interface Runtime {
@@ -148,6 +148,8 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     grantJournal: new GrantJournal(state.file("grants")),
     tmpBytes: config.memoryMax,
     maxPtys: config.maxPtysPerSession,
+    // The session uids' reaper: an unrestricted root spawner (sandbox/ imports no workers/).
+    reaper: () => new Spawner(),
   });
   const gitHint = await hostGitHint();
   if (gitHint !== null) log.warn("host_git", { hint: gitHint });

@@ -16,9 +16,9 @@ import {
 import { peerClassifier } from "./http/sandbox_peer.ts";
 import { createApp } from "./http/routes.ts";
 import { WS_PATH } from "./http/ws_routes.ts";
-import { probeSandbox } from "./sandbox/apply.ts";
-import { deniedByProfile } from "./sandbox/confinement.ts";
-import { sandboxIds, sandboxOwners } from "./sandbox/identity.ts";
+import { probeSandbox } from "./sandbox/enforce/apply.ts";
+import { deniedByProfile } from "./sandbox/enforce/confinement.ts";
+import { sandboxIds, sandboxOwners } from "./sandbox/identity/identity.ts";
 import { signInLink } from "./dashboard/schemas.ts";
 import { OPERATOR } from "./service/principal.ts";
 import type { TokenSources } from "./service/agents.ts";

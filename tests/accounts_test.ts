@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { DomainAccounts } from "../src/sandbox/accounts.ts";
+import { DomainAccounts } from "../src/sandbox/enforce/accounts.ts";
 
 const GID = 2000000000;
 

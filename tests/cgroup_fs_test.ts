@@ -9,8 +9,8 @@
 
 import assert from "node:assert/strict";
 import { closeAll } from "../src/ffi/libc.ts";
-import { reuseCgroups, type ReusePlan } from "../src/sandbox/cgroup_fs.ts";
-import { cgroupRoot } from "../src/sandbox/cgroups.ts";
+import { reuseCgroups, type ReusePlan } from "../src/sandbox/containment/cgroup_fs.ts";
+import { cgroupRoot } from "../src/sandbox/containment/cgroups.ts";
 import { exists } from "./helpers/fs.ts";
 
 const V2 = cgroupRoot(undefined);

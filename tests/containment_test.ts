@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { KEPT } from "../src/sandbox/cgroups.ts";
+import { KEPT } from "../src/sandbox/containment/cgroups.ts";
 import { limitFiles, limitLeaving, openFiles } from "./helpers/descriptors.ts";
 import { exists } from "./helpers/fs.ts";
 import { type Client, startServer } from "./helpers/server.ts";

@@ -12,9 +12,9 @@ import {
   detectDenial,
   policyAllows,
   supervisorCanAccess,
-} from "../src/sandbox/denial.ts";
-import type { ResolvedPolicy } from "../src/sandbox/policy.ts";
-import { loadProfiles, resolveProfile } from "../src/sandbox/profiles.ts";
+} from "../src/sandbox/policy/denial.ts";
+import type { ResolvedPolicy } from "../src/sandbox/policy/policy.ts";
+import { loadProfiles, resolveProfile } from "../src/sandbox/policy/profiles.ts";
 
 const profiles = loadProfiles(new URL("../sandbox-profiles", import.meta.url).pathname);
 const CTX = {

@@ -16,8 +16,8 @@ import {
   patternWithin,
 } from "../src/egress/rules.ts";
 import { parseHosts } from "../src/egress/resolver.ts";
-import { loadProfiles, withEgressDefaults } from "../src/sandbox/profiles.ts";
-import { canonical, describe, isEmpty, widen } from "../src/sandbox/widening.ts";
+import { loadProfiles, withEgressDefaults } from "../src/sandbox/policy/profiles.ts";
+import { canonical, describe, isEmpty, widen } from "../src/sandbox/policy/widening.ts";
 import { widening } from "../src/service/supervisor.ts";
 
 const PROFILE_DIR = new URL("../sandbox-profiles", import.meta.url).pathname;

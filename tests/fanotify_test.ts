@@ -7,8 +7,8 @@
  */
 
 import assert from "node:assert/strict";
-import { EntryWatch, pathOf } from "../src/sandbox/fanotify.ts";
-import { openEntry } from "../src/sandbox/entries.ts";
+import { EntryWatch, pathOf } from "../src/sandbox/git_guard/fanotify.ts";
+import { openEntry } from "../src/sandbox/fs/entries.ts";
 import { closeFd } from "../src/sandbox/syscalls.ts";
 import { AT_FDCWD } from "../src/ffi/libc.ts";
 

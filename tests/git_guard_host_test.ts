@@ -15,7 +15,7 @@
 import assert from "node:assert/strict";
 import { exists, privateFs } from "./helpers/fs.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
-import { findHostGit } from "../src/sandbox/host_git.ts";
+import { findHostGit } from "../src/sandbox/identity/host_git.ts";
 
 // deno-lint-ignore no-explicit-any
 type Body = any;

@@ -8,7 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { gitConfigText } from "../src/sandbox/git_config.ts";
+import { gitConfigText } from "../src/sandbox/identity/git_config.ts";
 import { startServer } from "./helpers/server.ts";
 
 Deno.test("a session's .gitconfig: git's ownership check off, the operator's identity quoted", () => {

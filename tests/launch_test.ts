@@ -7,8 +7,8 @@
  */
 
 import assert from "node:assert/strict";
-import { launch } from "../src/sandbox/launch.ts";
-import { DASH, GATE } from "../src/sandbox/limits.ts";
+import { launch } from "../src/sandbox/enforce/launch.ts";
+import { DASH, GATE } from "../src/sandbox/enforce/limits.ts";
 
 const env = { PATH: "/usr/bin:/bin", TERM: "dumb" };
 const plain = ["PATH=/usr/bin:/bin", "TERM=dumb"];

@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { SandboxUnavailableError } from "../src/sandbox/errors.ts";
-import { DASH, dashScript, PRLIMIT, withLimits } from "../src/sandbox/limits.ts";
+import { DASH, dashScript, PRLIMIT, withLimits } from "../src/sandbox/enforce/limits.ts";
 
 const limits = {
   maxProcesses: 1024,

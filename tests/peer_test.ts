@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { peerUid, TcpPeers } from "../src/sandbox/tcp_peers.ts";
+import { peerUid, TcpPeers } from "../src/sandbox/identity/tcp_peers.ts";
 
 const NOBODY = 65534;
 

@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { libc } from "../src/ffi/libc.ts";
 import { SandboxUnavailableError } from "../src/sandbox/errors.ts";
-import type { ResolvedPolicy } from "../src/sandbox/policy.ts";
+import type { ResolvedPolicy } from "../src/sandbox/policy/policy.ts";
 import { SpawnerPool, SpawnFailure } from "../src/workers/pool.ts";
 import { DIE } from "./fixtures/spawner_death/marker.ts";
 

@@ -15,8 +15,8 @@ import {
   type ResolveContext,
   resolveProfile,
   withEgressDefaults,
-} from "../src/sandbox/profiles.ts";
-import { fitsWithin } from "../src/sandbox/widening.ts";
+} from "../src/sandbox/policy/profiles.ts";
+import { fitsWithin } from "../src/sandbox/policy/widening.ts";
 
 const PROFILE_DIR = new URL("../sandbox-profiles", import.meta.url).pathname;
 const SHIPPED = [

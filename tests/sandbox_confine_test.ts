@@ -15,8 +15,8 @@ import {
   privateEnv,
   removePrivateDir,
   sandboxIds,
-} from "../src/sandbox/identity.ts";
-import type { NetworkMode, ResolvedPolicy } from "../src/sandbox/policy.ts";
+} from "../src/sandbox/identity/identity.ts";
+import type { NetworkMode, ResolvedPolicy } from "../src/sandbox/policy/policy.ts";
 import type { CommandResult } from "./fixtures/sandbox/enforce_worker.ts";
 import { runSandboxed } from "./helpers/sandboxed.ts";
 

@@ -17,11 +17,11 @@ import {
   privateEnv,
   removePrivateDir,
   sandboxIds,
-} from "../src/sandbox/identity.ts";
-import { withLimits } from "../src/sandbox/limits.ts";
-import { FS, landlockAbi, planRuleset } from "../src/sandbox/landlock.ts";
-import { type ApplyOptions, probeSandbox } from "../src/sandbox/apply.ts";
-import type { NetworkMode, ResolvedPolicy } from "../src/sandbox/policy.ts";
+} from "../src/sandbox/identity/identity.ts";
+import { withLimits } from "../src/sandbox/enforce/limits.ts";
+import { FS, landlockAbi, planRuleset } from "../src/sandbox/enforce/landlock.ts";
+import { type ApplyOptions, probeSandbox } from "../src/sandbox/enforce/apply.ts";
+import type { NetworkMode, ResolvedPolicy } from "../src/sandbox/policy/policy.ts";
 import { runSandboxed } from "./helpers/sandboxed.ts";
 import type { CommandResult, WorkerReply } from "./fixtures/sandbox/enforce_worker.ts";
 

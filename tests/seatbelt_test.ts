@@ -5,14 +5,14 @@
  * @module
  */
 import assert from "node:assert/strict";
-import type { ResolvedPolicy } from "../src/sandbox/policy.ts";
-import { loadProfiles, resolveProfile } from "../src/sandbox/profiles.ts";
+import type { ResolvedPolicy } from "../src/sandbox/policy/policy.ts";
+import { loadProfiles, resolveProfile } from "../src/sandbox/policy/profiles.ts";
 import {
   darwinRealPath,
   SANDBOX_EXEC,
   seatbeltCommand,
   seatbeltProfile,
-} from "../src/sandbox/seatbelt.ts";
+} from "../src/sandbox/enforce/seatbelt.ts";
 
 const GOLDEN_DIR = new URL("./golden/seatbelt/", import.meta.url);
 const UPDATE = Deno.env.get("UPDATE_GOLDEN") === "1";

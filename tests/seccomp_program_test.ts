@@ -12,8 +12,8 @@ import {
   encodeProgram,
   filterProgram,
   seccompDenials,
-} from "../src/sandbox/seccomp.ts";
-import type { NetworkMode } from "../src/sandbox/policy.ts";
+} from "../src/sandbox/enforce/seccomp.ts";
+import type { NetworkMode } from "../src/sandbox/policy/policy.ts";
 
 const X86_64 = 0xc000003e;
 const I386 = 0x40000003;

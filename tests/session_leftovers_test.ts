@@ -8,9 +8,9 @@
 
 import assert from "node:assert/strict";
 import { type Client, startServer } from "./helpers/server.ts";
-import { UidPool } from "../src/sandbox/uids.ts";
-import { takeBackFiles } from "../src/sandbox/uid_files.ts";
-import { CURSOR_DIR } from "../src/sandbox/uid_cursor.ts";
+import { UidPool } from "../src/sandbox/identity/uids.ts";
+import { takeBackFiles } from "../src/sandbox/identity/uid_files.ts";
+import { CURSOR_DIR } from "../src/sandbox/identity/uid_cursor.ts";
 
 // deno-lint-ignore no-explicit-any
 type Body = any;

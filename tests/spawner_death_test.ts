@@ -20,7 +20,7 @@
  */
 
 import assert from "node:assert/strict";
-import { cgroupRoot, KEPT } from "../src/sandbox/cgroups.ts";
+import { cgroupRoot, KEPT } from "../src/sandbox/containment/cgroups.ts";
 import { DIE } from "./fixtures/spawner_death/marker.ts";
 import { exists } from "./helpers/fs.ts";
 import { type Reply, startServer, type TestServer } from "./helpers/server.ts";

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { countTokens } from "gpt-tokenizer/encoding/o200k_base";
 import { decodeWaitStatus } from "../src/pty/child.ts";
-import type { ResolvedPolicy } from "../src/sandbox/policy.ts";
+import type { ResolvedPolicy } from "../src/sandbox/policy/policy.ts";
 import { baseEnv, childEnv, FORCED_ENV, isSecretName } from "../src/sessions/env.ts";
 import { chunkId, pickPruneVictim } from "../src/sessions/manager.ts";
 import { Session } from "../src/sessions/session.ts";

@@ -8,17 +8,17 @@
  */
 
 import assert from "node:assert/strict";
-import { deniedByProfile } from "../src/sandbox/confinement.ts";
+import { deniedByProfile } from "../src/sandbox/enforce/confinement.ts";
 import { Reactor } from "../src/io/reactor.ts";
-import type { ResolvedPolicy } from "../src/sandbox/policy.ts";
-import { loadProfiles, parseProfile, resolveProfile } from "../src/sandbox/profiles.ts";
+import type { ResolvedPolicy } from "../src/sandbox/policy/policy.ts";
+import { loadProfiles, parseProfile, resolveProfile } from "../src/sandbox/policy/profiles.ts";
 import {
   type BoundSocket,
   boundUnixSockets,
   parseUnixSockets,
   SocketListing,
   socketsToHide,
-} from "../src/sandbox/unix_sockets.ts";
+} from "../src/sandbox/enforce/unix_sockets.ts";
 import { testDomains } from "./helpers/domains.ts";
 
 const PROFILE_DIR = new URL("../sandbox-profiles", import.meta.url).pathname;

@@ -1,5 +1,5 @@
 /**
- * Write grants for one session uid (src/sandbox/write_grant.ts), on real files as root: what
+ * Write grants for one session uid (src/sandbox/grants/write_grant.ts), on real files as root: what
  * gets an ACL entry and what is left alone, and that taking the grant back restores every ACL
  * exactly and gives what the session made to the directory's owner; a grant a killed server
  * held is taken back from its journal record just as exactly.
@@ -8,12 +8,12 @@
  */
 
 import assert from "node:assert/strict";
-import { PERM, permits, readAcl, TAG, writeAcl } from "../src/sandbox/acl.ts";
-import { GrantJournal } from "../src/sandbox/grant_journal.ts";
-import { GrantThread } from "../src/sandbox/grant_thread.ts";
-import { UidPool } from "../src/sandbox/uids.ts";
-import { GrantError, WriteGrant } from "../src/sandbox/write_grant.ts";
-import { sandboxIds } from "../src/sandbox/identity.ts";
+import { PERM, permits, readAcl, TAG, writeAcl } from "../src/sandbox/fs/acl.ts";
+import { GrantJournal } from "../src/sandbox/grants/grant_journal.ts";
+import { GrantThread } from "../src/sandbox/grants/grant_thread.ts";
+import { UidPool } from "../src/sandbox/identity/uids.ts";
+import { GrantError, WriteGrant } from "../src/sandbox/grants/write_grant.ts";
+import { sandboxIds } from "../src/sandbox/identity/identity.ts";
 
 /** This test process's own block of session uids (never the default range a server may hold). */
 const IDS = sandboxIds()!;

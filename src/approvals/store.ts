@@ -18,8 +18,8 @@
  */
 
 import { z } from "zod";
-import type { Denial } from "../sandbox/denial.ts";
-import { canonical, describe, type Widening } from "../sandbox/widening.ts";
+import type { Denial } from "../sandbox/policy/denial.ts";
+import { canonical, describe, type Widening } from "../sandbox/policy/widening.ts";
 import { InvalidRequestError } from "../sessions/errors.ts";
 import { visible } from "./visible.ts";
 

@@ -4,8 +4,8 @@
  * attributed to, and the audit of every connection.
  *
  * A connection is attributed by the kernel, not by anything the client says: every session runs
- * as a uid of its own, and the namespace's socket diagnostics (sandbox/tcp_peers.ts) name the uid
- * that owns the client's socket. Connections per session are capped (a session past
+ * as a uid of its own, and the namespace's socket diagnostics (sandbox/identity/tcp_peers.ts)
+ * name the uid that owns the client's socket. Connections per session are capped (a session past
  * the cap is refused without delaying others), and an idle connection is closed.
  *
  * It must never accept connections from outside a sandbox's namespace, never let a connection
@@ -19,7 +19,7 @@ import { type Cidr, type EgressRules } from "./rules.ts";
 import { Resolver } from "./resolver.ts";
 import { insideNamespace } from "./netns.ts";
 import { closeAll } from "../ffi/libc.ts";
-import { TcpPeers } from "../sandbox/tcp_peers.ts";
+import { TcpPeers } from "../sandbox/identity/tcp_peers.ts";
 
 /** Where the proxy listens inside every egress namespace. */
 export const PROXY_PORT = 3128;

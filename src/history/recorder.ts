@@ -20,7 +20,7 @@ import type { Logger } from "../log.ts";
 import { concat } from "../output/head_tail.ts";
 import type { OutputHistory } from "../output/history.ts";
 import { nextBoundary } from "../output/utf8.ts";
-import type { Denial } from "../sandbox/denial.ts";
+import type { Denial } from "../sandbox/policy/denial.ts";
 import type { Session } from "../sessions/session.ts";
 import type {
   ApprovalRow,

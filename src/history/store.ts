@@ -13,7 +13,7 @@
  */
 
 import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
-import type { Denial } from "../sandbox/denial.ts";
+import type { Denial } from "../sandbox/policy/denial.ts";
 
 /** Where a command stands; see "History" in docs/operations.md for each one. */
 export const HISTORY_STATUSES = ["running", "exited", "failed", "killed", "denied"] as const;

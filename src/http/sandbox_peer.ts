@@ -13,13 +13,14 @@
  * The answer found at accept holds for the connection: the server holds its end, so the
  * 4-tuple, and with it the client's socket, stays the same until the connection closes; its
  * owner could change only through fchown, which a sandboxed process can do only to its own uid
- * (see sandbox/tcp_peers.ts). It must never let a lookup failure pass a local connection on a root server.
+ * (see sandbox/identity/tcp_peers.ts). It must never let a lookup failure pass a local
+ * connection on a root server.
  *
  * @module
  */
 
 import type { Peer } from "./listener.ts";
-import { type Endpoint, TcpPeers } from "../sandbox/tcp_peers.ts";
+import { type Endpoint, TcpPeers } from "../sandbox/identity/tcp_peers.ts";
 
 const WILDCARD = new Set(["0.0.0.0", "::", "[::]"]);
 

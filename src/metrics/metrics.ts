@@ -18,7 +18,7 @@
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { ApprovalRecord, ApprovalStatus } from "../approvals/store.ts";
 import type { EndReason, EventBus } from "../events/bus.ts";
-import type { Denial, DenialKind } from "../sandbox/denial.ts";
+import type { Denial, DenialKind } from "../sandbox/policy/denial.ts";
 import type { SessionInfo } from "../sessions/session.ts";
 import type { Session } from "../sessions/session.ts";
 import { VERSION } from "../version.ts";

@@ -19,17 +19,17 @@
  */
 
 import { InvalidRequestError } from "../sessions/errors.ts";
-import { accountEnv, DomainAccounts } from "./accounts.ts";
-import { type Restriction, Spawner } from "../workers/pool.ts";
-import type { TakeBack } from "../workers/protocol.ts";
+import { accountEnv, DomainAccounts } from "./enforce/accounts.ts";
+import type { Restriction } from "./enforce/apply.ts";
+import type { Reaper, TakeBack } from "./identity/reaper.ts";
 import type { Reactor } from "../io/reactor.ts";
-import { existingPaths } from "./fsinfo.ts";
+import { existingPaths } from "./fs/fsinfo.ts";
 import {
   assertNotInsideProtected,
   GitGuard,
   protectedAncestor,
   protectedNames,
-} from "./git_guard.ts";
+} from "./git_guard/git_guard.ts";
 import {
   assertReachable,
   createDomainDir,
@@ -44,20 +44,20 @@ import {
   type SandboxIds,
   sandboxIds,
   sandboxOwners,
-} from "./identity.ts";
-import { type Launch, launch, type ShellCommand } from "./launch.ts";
-import type { ResolvedPolicy } from "./policy.ts";
-import { isWithin, type Profile, resolveProfile } from "./profiles.ts";
-import { claimPooledBlock, leaseUidRange, type UidLease } from "./uid_lease.ts";
-import { type UidCursor, UidPool } from "./uids.ts";
-import { loadCursor } from "./uid_cursor.ts";
-import { DEFAULT_MAX_PTYS, DEFAULT_SLOTS, type TerminalPlan } from "./terminal_slots.ts";
-import { canonical, widen, type Widening } from "./widening.ts";
-import { SocketListing, socketsToHide } from "./unix_sockets.ts";
-import { type GrantedRoot, GrantError } from "./write_grant.ts";
-import { type GrantSpec, GrantThread } from "./grant_thread.ts";
-import type { GrantJournal } from "./grant_journal.ts";
-import { gitConfigText, type GitIdentity } from "./git_config.ts";
+} from "./identity/identity.ts";
+import { type Launch, launch, type ShellCommand } from "./enforce/launch.ts";
+import type { ResolvedPolicy } from "./policy/policy.ts";
+import { isWithin, type Profile, resolveProfile } from "./policy/profiles.ts";
+import { claimPooledBlock, leaseUidRange, type UidLease } from "./identity/uid_lease.ts";
+import { type UidCursor, UidPool } from "./identity/uids.ts";
+import { loadCursor } from "./identity/uid_cursor.ts";
+import { DEFAULT_MAX_PTYS, DEFAULT_SLOTS, type TerminalPlan } from "./enforce/terminal_slots.ts";
+import { canonical, widen, type Widening } from "./policy/widening.ts";
+import { SocketListing, socketsToHide } from "./enforce/unix_sockets.ts";
+import { type GrantedRoot, GrantError } from "./grants/write_grant.ts";
+import { type GrantSpec, GrantThread } from "./grants/grant_thread.ts";
+import type { GrantJournal } from "./grants/grant_journal.ts";
+import { gitConfigText, type GitIdentity } from "./identity/git_config.ts";
 import { proxyEnv } from "../egress/gateway.ts";
 
 /**
@@ -144,6 +144,11 @@ export interface DomainOptions {
   terminalSlots?: number;
   /** Where a uid range is handed out from across runs (default: uid_cursor.ts's host file). */
   uidCursor?: (first: number, last: number) => UidCursor;
+  /**
+   * Makes the reaper of session uids (reaper.ts), called once on a root server when the range is
+   * leased: the composition root hands in a spawner worker, which sandbox/ must not import.
+   */
+  reaper: () => Reaper;
 }
 
 interface Domain {
@@ -208,7 +213,7 @@ function giveBack({ uid, dir, unlist }: Reserved, uids: Uids | null): void {
 interface Uids {
   ids: SandboxIds;
   pool: UidPool;
-  reaper: Spawner;
+  reaper: Reaper;
   /** This server's hold on the range (no other server may use these uids meanwhile). */
   lease: UidLease;
 }
@@ -573,7 +578,7 @@ export class SandboxDomains {
     const lease = ids.pooled
       ? claimPooledBlock({ first: ids.spawner, last: ids.last, index: ids.pooled.index })
       : leaseUidRange(ids.spawner, ids.last);
-    return this.#range = { ids, lease, reaper: new Spawner() };
+    return this.#range = { ids, lease, reaper: this.#opts.reaper() };
   }
 
   #create(profile: Profile, workdir: string, uids: Uids | null, widening: Widening): Domain {

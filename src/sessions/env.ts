@@ -8,6 +8,8 @@
  * @module
  */
 
+import { LOGIN_PATH } from "../sandbox/identity/identity.ts";
+
 /** Values forced on every child, as Codex does, so tools neither page nor colour. */
 export const FORCED_ENV: Readonly<Record<string, string>> = {
   NO_COLOR: "1",
@@ -38,12 +40,6 @@ export function baseEnv(server: Record<string, string>): Record<string, string> 
   }
   return { ...env, ...FORCED_ENV };
 }
-
-/**
- * Beside PATH in every child: the PATH it was started with, which a sandboxed session's
- * `~/.profile` puts back after a login shell's `/etc/profile` reset it (see identity.ts).
- */
-export const LOGIN_PATH = "UEXEC_LOGIN_PATH";
 
 /** The environment of one child. */
 export function childEnv(

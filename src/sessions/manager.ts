@@ -28,9 +28,9 @@ import type { Gate, Spawned } from "../pty/spawn.ts";
 import type { Truncator } from "../output/truncator.ts";
 import { type Screen, ScreenHost, type ScreenSnapshot, type ScreenView } from "../output/screen.ts";
 import type { SandboxChoice, SessionDir } from "../sandbox/domains.ts";
-import type { CgroupHost, SessionCgroup, Usage } from "../sandbox/cgroups.ts";
+import type { CgroupHost, SessionCgroup, Usage } from "../sandbox/containment/cgroups.ts";
 import { SandboxUnavailableError } from "../sandbox/errors.ts";
-import { type Denial, detectDenial } from "../sandbox/denial.ts";
+import { type Denial, detectDenial } from "../sandbox/policy/denial.ts";
 import { type SpawnerPool, SpawnFailure } from "../workers/pool.ts";
 import { collect, type Collected } from "./collect.ts";
 import { childEnv } from "./env.ts";
@@ -280,7 +280,7 @@ export class SessionManager {
   #cgroups = new Map<Session, SessionCgroup>();
   /** Ended sessions whose cgroup is being emptied (write grants go after). */
   #settling = new Map<Session, Promise<void>>();
-  /** Sessions holding write grants (see sandbox/write_grant.ts). */
+  /** Sessions holding write grants (see sandbox/grants/write_grant.ts). */
   #granted = new WeakSet<Session>();
   /** Descriptors kept for the runtime, given up when a start runs out (see DescriptorReserve). */
   #descriptors: DescriptorReserve;

@@ -10,7 +10,7 @@
  * @module
  */
 
-import type { Usage } from "../sandbox/cgroups.ts";
+import type { Usage } from "../sandbox/containment/cgroups.ts";
 import type { EndReason } from "../events/bus.ts";
 import { Child, type ChildFds, type ChildSink, type ExitStatus } from "../pty/child.ts";
 import type { Reactor } from "../io/reactor.ts";
@@ -19,7 +19,7 @@ import { CharCarry } from "../output/carry.ts";
 import { PlainRenderer } from "../output/plain.ts";
 import type { Screen } from "../output/screen.ts";
 import { OutputHistory } from "../output/history.ts";
-import type { ResolvedPolicy } from "../sandbox/policy.ts";
+import type { ResolvedPolicy } from "../sandbox/policy/policy.ts";
 
 /** Public description of a live session. */
 export interface SessionInfo {

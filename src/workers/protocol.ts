@@ -10,22 +10,10 @@
  */
 
 import type { SpawnSpec } from "../pty/spawn.ts";
-import type { ResolvedPolicy } from "../sandbox/policy.ts";
-import type { AccountFiles } from "../sandbox/accounts.ts";
-import type { TerminalPlan } from "../sandbox/terminal_slots.ts";
+import type { Restriction } from "../sandbox/enforce/apply.ts";
+import type { TakeBack } from "../sandbox/identity/reaper.ts";
 
-/** How a domain's worker restricts itself. */
-export interface Restriction {
-  policy: ResolvedPolicy;
-  /** The uid the worker's thread rests as between spawns (a root server only). */
-  uid?: number;
-  /** The group its children run in (a root server only). */
-  gid?: number;
-  /** The account files its children see (a root server only). */
-  accounts?: AccountFiles;
-  /** The terminal slots it makes, one per concurrent session (a root server only). */
-  terminals?: TerminalPlan;
-}
+export type { Restriction, TakeBack };
 
 /**
  * A request to a spawner worker. `id` pairs it with its reply. A spawn's `started` is shared
@@ -43,15 +31,6 @@ export type WorkerRequest =
   }
   | ({ id: number; type: "restrict" } & Restriction)
   | { id: number; type: "reap"; uids: number[]; takeBack?: TakeBack };
-
-/** Files to take back from uids handed out before (uid_files.ts), after their processes died. */
-export interface TakeBack {
-  uids: number[];
-  /** Who gets them: the range's resting uid. */
-  owner: number;
-  /** Where to look: the workspace and the workdirs outside it that sessions used. */
-  roots: string[];
-}
 
 /** A worker's reply. */
 export type WorkerReply =

@@ -18,16 +18,16 @@
 /// <reference lib="deno.worker" />
 
 import { openGate, spawnChild, SpawnError } from "../pty/spawn.ts";
-import { type Applied, applySandbox, SandboxUnavailableError } from "../sandbox/apply.ts";
+import { type Applied, applySandbox, SandboxUnavailableError } from "../sandbox/enforce/apply.ts";
 import {
   freshIpcNamespace,
   killAllOf,
   switchesUid,
   withNamespaceCaps,
   withThreadUid,
-} from "../sandbox/identity.ts";
-import { inSlot, StuckError } from "../sandbox/terminal_slots.ts";
-import { takeBackFiles } from "../sandbox/uid_files.ts";
+} from "../sandbox/identity/identity.ts";
+import { inSlot, StuckError } from "../sandbox/enforce/terminal_slots.ts";
+import { takeBackFiles } from "../sandbox/identity/uid_files.ts";
 import type { WorkerReply, WorkerRequest } from "./protocol.ts";
 
 let broken: string | undefined;

@@ -7,7 +7,8 @@
 
 import type { Reactor } from "../../src/io/reactor.ts";
 import { type DomainOptions, SandboxDomains } from "../../src/sandbox/domains.ts";
-import { loadProfiles } from "../../src/sandbox/profiles.ts";
+import { loadProfiles } from "../../src/sandbox/policy/profiles.ts";
+import { Spawner } from "../../src/workers/pool.ts";
 
 const PROFILE_DIR = new URL("../../sandbox-profiles", import.meta.url).pathname;
 
@@ -23,6 +24,7 @@ export function testDomains(
     serverPid: Deno.pid,
     workspace,
     reactor,
+    reaper: () => new Spawner(),
     ...extra,
   });
 }

@@ -4,7 +4,7 @@
  * @module
  */
 
-import { readAcl, TAG } from "../../src/sandbox/acl.ts";
+import { readAcl, TAG } from "../../src/sandbox/fs/acl.ts";
 import { closeAll, cString, errno, OsError, rawSyscall } from "../../src/ffi/libc.ts";
 
 /** Whether `path` exists (a symbolic link counts when its target does). */

@@ -1,0 +1,760 @@
+/**
+ * One cgroup per session, so that killing a session kills everything it started, whatever it
+ * did with sessions, process groups or double forks (`cgroup.kill`), and so that its whole
+ * tree is limited and accounted. Cgroups live at `<v2 root>/uexec/<instance>/<session>`; the
+ * instance name records the server's pid and start time, so a later server can tell that an
+ * instance is dead (even after pid reuse) and kill and remove what it left.
+ *
+ * On hybrid hosts, where the v1 hierarchies own the `pids` and `memory` controllers, each
+ * session also gets a cgroup of the same name beneath this server's own v1 cgroup there, for
+ * its limits and its memory peak; the v2 cgroup still does the killing and the CPU accounting
+ * (`cpu.stat` needs no controller).
+ *
+ * A child is put in its cgroups by pid while it waits at a gate (see `limits.ts`), before the
+ * command's first instruction. Session cgroups are made ahead, a few per set of limits, by the
+ * cgroup janitor's thread (`cgroup_janitor.ts`), so that no `mkdir` runs on the path of a
+ * request. Once a session's cgroups are empty they are reused by a later session of the same
+ * agent with the same limits (its usage counted from what the one before left), else removed,
+ * also on that thread: making and removing cgroups for every command costs the kernel far more
+ * than reusing them. What a session leaves charged to its cgroup (page cache its tree read) thus
+ * never reaches another agent's.
+ * This module must never move the server itself, never kill outside the cgroups it made (or
+ * that a dead instance made), never give a session cgroups that hold anything of another, and
+ * never fail open: a session that cannot be contained is an error.
+ *
+ * @module
+ */
+
+import {
+  closeAll,
+  cString,
+  E,
+  errno,
+  libc,
+  listDir,
+  noDescriptorFree,
+  O,
+  openFile,
+  OsError,
+  readSmallFile,
+} from "../../ffi/libc.ts";
+import { INSTANCE_NAME, instanceName, instanceRuns } from "../instance.ts";
+import type { DescriptorReserve } from "../../io/descriptor_reserve.ts";
+import type { Reactor } from "../../io/reactor.ts";
+import {
+  type Baseline,
+  type CgroupPlan,
+  makeCgroups,
+  oomKills,
+  removeDirs,
+  rmdir,
+  usageUsec,
+  writeFile,
+} from "./cgroup_fs.ts";
+import { CgroupJanitor } from "./cgroup_janitor.ts";
+import { SandboxUnavailableError } from "../errors.ts";
+import type { ResourceLimits } from "../policy/policy.ts";
+
+const EPOLLPRI = 0x2;
+/**
+ * Session cgroups kept made ahead per set of limits: enough for a burst of starts to find
+ * theirs ready, each holding its few open `cgroup.procs` files.
+ */
+export const SPARES = 4;
+/**
+ * Emptied session cgroups kept per set of limits for reuse (made-ahead ones included); beyond
+ * that they are removed.
+ */
+export const KEPT = 2 * SPARES;
+/**
+ * Emptied cgroups are reused only when at most this much memory (page cache their tree read) is
+ * still charged to them: the next session's peak is counted above it, so it bounds the error.
+ */
+const REUSE_MAX_LEFT_BYTES = 1 << 20;
+/** The baseline of cgroups no session used yet. */
+const FRESH: Baseline = { cpuUsec: 0, memoryBytes: 0, oomKills: 0 };
+const PARENT = "uexec";
+
+/** How a limit is enforced by the kernel on this host. */
+export type Enforcement = "cgroup-v2" | "cgroup-v1" | "rlimit" | "none";
+
+/** What `/healthz` reports about containment. */
+export interface ContainmentReport {
+  containment: "cgroup" | "process-group";
+  /** The directory holding this instance's session cgroups. */
+  cgroup?: string;
+  /** Why sessions are not in cgroups (process-group containment only). */
+  reason?: string;
+  /** How each kind of profile limit is enforced for a session's whole tree. */
+  limits: { pids: Enforcement; memory: Enforcement; cpu: Enforcement };
+}
+
+/** What a session's whole process tree used. */
+export interface Usage {
+  cpu_seconds: number;
+  /** Null where no memory accounting is available. */
+  peak_memory_bytes: number | null;
+  /**
+   * `memory` when the kernel's OOM killer killed a process of the tree: its own memory limit
+   * or the aggregate cap of all sessions (`UEXEC_MEMORY_MAX`) ran out. Absent otherwise.
+   */
+  killed_by?: "memory";
+}
+
+/** A v1 hierarchy this server uses: where our own cgroup is in it. */
+interface V1 {
+  controller: "pids" | "memory";
+  /** `<mount><our cgroup>/uexec/<instance>`. */
+  dir: string;
+}
+
+/**
+ * Session cgroups ready for a session: made ahead (no owner yet), or emptied by a session of
+ * `owner` and readied for the next one of that owner.
+ */
+interface Spare {
+  name: string;
+  /** Its `cgroup.procs` files, opened for writing. */
+  procs: number[];
+  baseline: Baseline;
+  owner?: string;
+}
+
+/**
+ * A session's cgroups, for one session: when reused, the next session gets a new object, so
+ * that nothing done through this one (a late kill or signal) reaches it.
+ */
+export class SessionCgroup {
+  #host: CgroupHost;
+  readonly name: string;
+  readonly limits: ResourceLimits;
+  /** The agent (or operator) whose session it is. */
+  readonly owner: string;
+  #killed?: Promise<void>;
+  /** Its `cgroup.procs` files, opened when it was made, until `openProcs` hands them over. */
+  #procs?: number[];
+  /** What sessions before this one left in its counters. */
+  #baseline: Baseline;
+
+  constructor(
+    host: CgroupHost,
+    name: string,
+    limits: ResourceLimits,
+    owner: string,
+    procs: number[],
+    baseline = FRESH,
+  ) {
+    this.#host = host;
+    this.name = name;
+    this.limits = limits;
+    this.owner = owner;
+    this.#procs = procs;
+    this.#baseline = baseline;
+  }
+
+  /** The v2 directory. */
+  get dir(): string {
+    return `${this.#host.dir}/${this.name}`;
+  }
+
+  /**
+   * The `cgroup.procs` file of every cgroup of the session, opened for writing when it was
+   * made (close them after use; asked again, they are opened again): whoever writes a pid there
+   * moves that process in with our credentials, which the kernel checks at open.
+   */
+  openProcs(): number[] {
+    const held = this.#procs;
+    this.#procs = undefined;
+    return held ?? makeCgroups({ dirs: [], writes: [], procs: this.#host.procsOf(this.name) });
+  }
+
+  /** What the session's tree used so far (exited processes included). */
+  usage(): Usage {
+    const usec = (usageUsec(this.dir) ?? 0) - this.#baseline.cpuUsec;
+    const memory = this.#host.v1Dir("memory", this.name);
+    const peak = memory === undefined
+      ? readSmallFile(`${this.dir}/memory.peak`)
+      : readSmallFile(`${memory}/memory.max_usage_in_bytes`);
+    const killed = oomKills(memory ?? this.dir, memory === undefined) ?? 0;
+    return {
+      cpu_seconds: Math.max(0, usec) / 1e6,
+      peak_memory_bytes: peak === undefined
+        ? null
+        : Math.max(0, Number(peak.trim()) - this.#baseline.memoryBytes),
+      ...(killed > this.#baseline.oomKills ? { killed_by: "memory" as const } : {}),
+    };
+  }
+
+  /** Send each of `signals`, in order, to every process in the session's cgroup now. */
+  signal(...signals: number[]): void {
+    if (this.#killed) return;
+    const room = () => this.#host.makeRoom();
+    const procs = (readSmallFile(`${this.dir}/cgroup.procs`, 1 << 20, room) ?? "").split("\n");
+    for (const sig of signals) for (const pid of procs) if (pid) libc().kill(Number(pid), sig);
+  }
+
+  /**
+   * SIGKILL everything in the session's cgroup; resolves once it is empty and either kept for
+   * reuse (as a new object) or removed.
+   */
+  kill(): Promise<void> {
+    if (!this.#killed) {
+      closeAll(this.#procs ?? []);
+      this.#procs = undefined;
+      const killed = killTree(this.#host.reactor, this.dir, () => this.#host.makeRoom())
+        .then(() => this.#host.retire(this.name, this.limits, this.owner));
+      // One that failed (no descriptor even then) is tried again by the next kill.
+      killed.catch(() => {
+        if (this.#killed === killed) this.#killed = undefined;
+      });
+      this.#killed = killed;
+    }
+    return this.#killed;
+  }
+}
+
+/** This server's instance of session cgroups. */
+export class CgroupHost {
+  readonly reactor: Reactor;
+  /** `<root>/uexec/<instance>`. */
+  readonly dir: string;
+  readonly #v1: V1[];
+  /** The controllers the v2 hierarchy has. */
+  readonly #v2: Set<string>;
+  #next = 0;
+  /** Session cgroups made ahead or readied for reuse by the janitor, by limits, oldest first. */
+  #spares = new Map<string, Spare[]>();
+  /** Spares being made, by limits. */
+  #making = new Map<string, number>();
+  /** Emptied cgroups being readied for reuse, by limits. */
+  #reusing = new Map<string, number>();
+  /** How often each owner's spares were dropped (see {@link forget}). */
+  #forgotten = new Map<string, number>();
+  #janitor = new CgroupJanitor();
+  #closed = false;
+  /** Descriptors ran short: no spare is kept or made until a start finds enough again. */
+  #short = false;
+  /** The memory cap of all sessions together, in bytes (see {@link open}). */
+  memoryMax?: number;
+
+  readonly #descriptors?: DescriptorReserve;
+
+  private constructor(
+    reactor: Reactor,
+    dir: string,
+    v2: Set<string>,
+    v1: V1[],
+    descriptors?: DescriptorReserve,
+  ) {
+    this.reactor = reactor;
+    this.#descriptors = descriptors;
+    this.dir = dir;
+    this.#v2 = v2;
+    this.#v1 = v1;
+  }
+
+  /**
+   * Make this instance's cgroup directory beneath `root` (the v2 hierarchy) and the session
+   * parents in the v1 `pids` and `memory` hierarchies where they exist; throws when `root` is
+   * not a writable cgroup v2 hierarchy. A kill that finds no descriptor free spends
+   * `descriptors` (the process's reserve) and the spares' files (see {@link makeRoom}).
+   * `memoryMax` (bytes) caps the memory of all sessions together: it is the limit of the
+   * instance's memory cgroup, the parent of every session's (the kernel's OOM killer then picks
+   * its victim among the sessions, never the server); throws when it cannot be set.
+   */
+  static open(
+    reactor: Reactor,
+    root: string,
+    descriptors?: DescriptorReserve,
+    memoryMax?: number,
+  ): CgroupHost {
+    if (readSmallFile(`${root}/cgroup.controllers`) === undefined) {
+      throw new SandboxUnavailableError(`${root} is not a cgroup v2 hierarchy`);
+    }
+    const instance = instanceName();
+    const dir = `${root}/${PARENT}/${instance}`;
+    mkdirs(dir);
+    const v2 = enableControllers([root, `${root}/${PARENT}`, dir], ["pids", "memory"]);
+    const v1: V1[] = [];
+    for (const controller of ["pids", "memory"] as const) {
+      if (v2.has(controller)) continue;
+      const own = v1Own(controller);
+      if (own === undefined) continue;
+      const vdir = `${own}/${PARENT}/${instance}`;
+      try {
+        mkdirs(vdir);
+        v1.push({ controller, dir: vdir });
+      } catch {
+        // Not writable here: that limit falls back to its rlimit.
+      }
+    }
+    const host = new CgroupHost(reactor, dir, v2, v1, descriptors);
+    if (memoryMax !== undefined) host.#capMemory(memoryMax);
+    return host;
+  }
+
+  /** Limit the memory of all sessions together to `bytes` (see {@link open}). */
+  #capMemory(bytes: number): void {
+    const v1 = this.#v1.find((v) => v.controller === "memory");
+    const writes: CgroupPlan["writes"] = this.#v2.has("memory")
+      ? [{ path: `${this.dir}/memory.max`, text: `${bytes}` }, {
+        path: `${this.dir}/memory.swap.max`,
+        text: "0",
+        ifPresent: true,
+      }]
+      : v1
+      ? [{ path: `${v1.dir}/memory.limit_in_bytes`, text: `${bytes}` }, {
+        path: `${v1.dir}/memory.memsw.limit_in_bytes`,
+        text: `${bytes}`,
+        ifPresent: true,
+      }]
+      : [];
+    if (writes.length === 0) {
+      throw new SandboxUnavailableError(
+        "no memory controller to cap the sessions' memory with (UEXEC_MEMORY_MAX)",
+      );
+    }
+    for (const w of writes) writeFile(w.path, w.text, w.ifPresent);
+    this.memoryMax = bytes;
+  }
+
+  /** Every directory of session `name`: the v2 one first. */
+  dirsOf(name: string): string[] {
+    return [`${this.dir}/${name}`, ...this.#v1.map((v) => `${v.dir}/${name}`)];
+  }
+
+  /** Session `name`'s directory in the v1 hierarchy of `controller`, when one is used. */
+  v1Dir(controller: V1["controller"], name: string): string | undefined {
+    const v = this.#v1.find((v) => v.controller === controller);
+    return v && `${v.dir}/${name}`;
+  }
+
+  /** How each limit is enforced for a session's tree here. */
+  limits(): ContainmentReport["limits"] {
+    const by = (c: "pids" | "memory" | "cpu", fallback: Enforcement): Enforcement =>
+      this.#v2.has(c)
+        ? "cgroup-v2"
+        : this.#v1.some((v) => v.controller === c)
+        ? "cgroup-v1"
+        : fallback;
+    return { pids: by("pids", "rlimit"), memory: by("memory", "rlimit"), cpu: "rlimit" };
+  }
+
+  /**
+   * The cgroups of a new session of `owner`, limited by `limits`: the oldest that one of its
+   * sessions emptied, else one made ahead (see {@link SPARES}), else made now. Without `ahead`
+   * (descriptors are short, see {@link shed}) none is made ahead or kept until a start has
+   * `ahead` again; the spares used are made again by {@link refill}.
+   */
+  create(limits: ResourceLimits, owner: string, ahead: boolean): SessionCgroup {
+    this.#short = !ahead;
+    const key = keyOf(limits);
+    const ready = this.#ready(key);
+    let at = ready.findIndex((s) => s.owner === owner);
+    if (at < 0) at = ready.findIndex((s) => s.owner === undefined);
+    const spare = at < 0 ? undefined : ready.splice(at, 1)[0];
+    const cgroup = spare
+      ? new SessionCgroup(this, spare.name, limits, owner, spare.procs, spare.baseline)
+      : this.#make(limits, owner);
+    return cgroup;
+  }
+
+  /**
+   * Have the janitor make spares with `limits` ahead again: called once a start's child is
+   * spawned, so that the spares' files never take the descriptors that start needs. Nothing
+   * while descriptors are short.
+   */
+  refill(limits: ResourceLimits): void {
+    if (!this.#closed && !this.#short) this.#refill(keyOf(limits), limits);
+  }
+
+  /**
+   * Take back the emptied cgroups of session `name` of `owner` (limited by `limits`): kept for
+   * the next session of that owner with the same limits while fewer than {@link KEPT} wait and
+   * nothing of the session is left in them (see `reuseCgroups`), else removed; both off the main
+   * thread. Where memory is accounted by v2, whose peak cannot be reset, they are always removed.
+   */
+  retire(name: string, limits: ResourceLimits, owner: string): Promise<void> {
+    const key = keyOf(limits);
+    const ready = this.#ready(key);
+    const waiting = ready.length + (this.#reusing.get(key) ?? 0);
+    if (this.#closed || this.#short || this.#v2.has("memory") || waiting >= KEPT) {
+      return this.remove(this.dirsOf(name));
+    }
+    add(this.#reusing, key, 1);
+    const forgotten = this.#forgotten.get(owner) ?? 0;
+    const plan = {
+      ...this.#plan(name, limits),
+      memory: this.v1Dir("memory", name),
+      maxLeftBytes: REUSE_MAX_LEFT_BYTES,
+    };
+    return this.#janitor.reuse(plan).then(
+      (reused) => {
+        if (!reused) return;
+        if (this.#closed || this.#short || (this.#forgotten.get(owner) ?? 0) !== forgotten) {
+          return this.#discard({ name, procs: reused.procs });
+        }
+        ready.push({ name, ...reused, owner });
+      },
+      () => this.remove(this.dirsOf(name)),
+    ).finally(() => add(this.#reusing, key, -1));
+  }
+
+  /**
+   * Drop the spares `owner`'s sessions emptied, and those being readied (its credential was
+   * revoked: a later agent of the same name is another party); resolves once they are removed.
+   */
+  async forget(owner: string): Promise<void> {
+    add(this.#forgotten, owner, 1);
+    await this.#drop((spare) => spare.owner === owner);
+  }
+
+  /**
+   * Descriptors ran short: drop every spare, made ahead or kept, so that their open files go
+   * back to the process (spares only save a start time; they must never cost one a start), and
+   * keep or make none (also those on their way) until a start `create`s `ahead` again; resolves
+   * once they are removed.
+   */
+  async shed(): Promise<void> {
+    this.#short = true;
+    await this.#drop(() => true);
+  }
+
+  /**
+   * The process has no descriptor free, and a kill needs one: give it the reserve and the spares'
+   * files at once (their removal follows; one that fails leaves an empty cgroup, removed by the
+   * next server's start).
+   */
+  makeRoom(): void {
+    this.#descriptors?.spend();
+    this.shed().catch(() => {});
+  }
+
+  /** The `cgroup.procs` files of session `name`. */
+  procsOf(name: string): string[] {
+    return this.dirsOf(name).map((d) => `${d}/cgroup.procs`);
+  }
+
+  /** Remove the emptied directories `dirs` of a session, off the main thread. */
+  remove(dirs: string[]): Promise<void> {
+    return this.#janitor.remove(dirs);
+  }
+
+  /** The spares with limits `key` (a list kept for good). */
+  #ready(key: string): Spare[] {
+    let ready = this.#spares.get(key);
+    if (!ready) this.#spares.set(key, ready = []);
+    return ready;
+  }
+
+  /** Have the janitor make spares with `limits` until {@link SPARES} of them have no owner. */
+  #refill(key: string, limits: ResourceLimits): void {
+    const ready = this.#ready(key);
+    const fresh = ready.filter((s) => s.owner === undefined).length;
+    for (let n = fresh + (this.#making.get(key) ?? 0); n < SPARES; n++) {
+      const name = `s${++this.#next}`;
+      add(this.#making, key, 1);
+      this.#janitor.make(this.#plan(name, limits)).then(
+        (procs) => {
+          if (this.#closed || this.#short) this.#discard({ name, procs }).catch(() => {});
+          else ready.push({ name, procs, baseline: FRESH });
+        },
+        // The session that finds no spare makes its own (and reports why it cannot).
+        () => {},
+      ).finally(() => add(this.#making, key, -1));
+    }
+  }
+
+  /** Make the cgroups of a session of `owner`, limited by `limits`, on this thread. */
+  #make(limits: ResourceLimits, owner: string): SessionCgroup {
+    const name = `s${++this.#next}`;
+    return new SessionCgroup(this, name, limits, owner, makeCgroups(this.#plan(name, limits)));
+  }
+
+  /** Discard the spares `which` picks; resolves once they are removed. */
+  async #drop(which: (spare: Spare) => boolean): Promise<void> {
+    const dropped: Spare[] = [];
+    for (const ready of this.#spares.values()) {
+      for (let i = ready.length - 1; i >= 0; i--) {
+        if (which(ready[i])) dropped.push(...ready.splice(i, 1));
+      }
+    }
+    await Promise.all(dropped.map((spare) => this.#discard(spare)));
+  }
+
+  /** Kill (should anything have got in) and remove a spare's cgroups, closing its files. */
+  async #discard(spare: Pick<Spare, "name" | "procs">): Promise<void> {
+    closeAll(spare.procs);
+    await killTree(this.reactor, `${this.dir}/${spare.name}`);
+    await this.remove(this.dirsOf(spare.name));
+  }
+
+  /** What making session `name`'s cgroups, limited by `limits`, takes. */
+  #plan(name: string, limits: ResourceLimits): CgroupPlan {
+    const dirs = this.dirsOf(name);
+    const v2 = dirs[0];
+    const writes: CgroupPlan["writes"] = [];
+    const pids = this.#v2.has("pids") ? v2 : this.v1Dir("pids", name);
+    if (pids && limits.maxProcesses !== undefined) {
+      writes.push({ path: `${pids}/pids.max`, text: `${limits.maxProcesses}` });
+    }
+    const memory = treeMemory(limits);
+    if (memory !== undefined) {
+      if (this.#v2.has("memory")) {
+        writes.push({ path: `${v2}/memory.max`, text: `${memory}` });
+        writes.push({ path: `${v2}/memory.swap.max`, text: "0" });
+      } else {
+        const m = this.v1Dir("memory", name);
+        if (m) {
+          writes.push({ path: `${m}/memory.limit_in_bytes`, text: `${memory}` });
+          // No swapping past the limit either, where swap is accounted.
+          writes.push({
+            path: `${m}/memory.memsw.limit_in_bytes`,
+            text: `${memory}`,
+            ifPresent: true,
+          });
+        }
+      }
+    }
+    return { dirs, writes, procs: this.procsOf(name) };
+  }
+
+  /**
+   * SIGKILL everything in every session cgroup of this instance with one `cgroup.kill`;
+   * resolves once all of them are empty (server shutdown; each session's `kill` then only
+   * removes its directories).
+   */
+  async killAll(): Promise<void> {
+    await killTree(this.reactor, this.dir);
+  }
+
+  /**
+   * SIGKILL everything in this instance's cgroups now, without waiting for it to die (a
+   * shutdown past its time limit, about to exit); false if the kill could not be written.
+   */
+  killAllNow(): boolean {
+    try {
+      writeFile(`${this.dir}/cgroup.kill`, "1");
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Remove this instance's (empty) directories (server shutdown, after every session). */
+  async close(): Promise<void> {
+    this.#closed = true;
+    await this.#janitor.close();
+    await this.shed();
+    for (const d of [this.dir, ...this.#v1.map((v) => v.dir)]) {
+      try {
+        rmdir(d);
+      } catch {
+        // A session cgroup still draining; the next start removes it.
+      }
+    }
+  }
+
+  /**
+   * Kill and remove what instances that no longer run left beneath `root`; resolves to how
+   * many of their session cgroups still held processes (empty ones are removed too).
+   */
+  static async reapDead(reactor: Reactor, root: string): Promise<number> {
+    const parent = `${root}/${PARENT}`;
+    let instances: string[];
+    try {
+      instances = listDir(parent).filter((n) => INSTANCE_NAME.test(n));
+    } catch {
+      return 0;
+    }
+    let count = 0;
+    for (const instance of instances) {
+      if (instanceRuns(instance)) continue;
+      const dir = `${parent}/${instance}`;
+      const sessions = listDir(dir).filter((n) => /^s\d+$/.test(n));
+      const v1 = (["pids", "memory"] as const).map(v1Own).filter((d) => d !== undefined)
+        .map((d) => `${d}/${PARENT}/${instance}`);
+      for (const s of sessions) {
+        if (await killAndRemove(reactor, `${dir}/${s}`, v1.map((d) => `${d}/${s}`))) count++;
+      }
+      for (const d of [dir, ...v1]) {
+        try {
+          rmdir(d);
+        } catch {
+          // Gone already, or never made in that hierarchy.
+        }
+      }
+    }
+    return count;
+  }
+}
+
+/** Add `by` to the count kept for `key` in `counts` (none kept counts as 0). */
+function add(counts: Map<string, number>, key: string, by: number): void {
+  counts.set(key, (counts.get(key) ?? 0) + by);
+}
+
+/** Spares are kept by the limits they were made with. */
+function keyOf(limits: ResourceLimits): string {
+  return `${limits.maxProcesses}/${treeMemory(limits)}`;
+}
+
+/** The memory limit of a session's tree: the smaller of `memoryBytes` and its address space. */
+function treeMemory(limits: ResourceLimits): number | undefined {
+  const given = [limits.memoryBytes, limits.addressSpaceBytes].filter((n) => n !== undefined);
+  return given.length === 0 ? undefined : Math.min(...given);
+}
+
+/** The writable cgroup v2 hierarchy: `configured`, else the unified one of this host. */
+export function cgroupRoot(configured: string | undefined): string | undefined {
+  if (configured) return configured;
+  for (const candidate of ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]) {
+    if (readSmallFile(`${candidate}/cgroup.controllers`) !== undefined) return candidate;
+  }
+  return undefined;
+}
+
+/**
+ * Enable `wanted` controllers (where available) for the children of each of `path`, top down;
+ * returns those the last one's children get.
+ */
+function enableControllers(path: string[], wanted: string[]): Set<string> {
+  for (const dir of path) {
+    const available = (readSmallFile(`${dir}/cgroup.controllers`) ?? "").split(/\s+/);
+    for (const c of wanted.filter((c) => available.includes(c))) {
+      try {
+        writeFile(`${dir}/cgroup.subtree_control`, `+${c}`);
+      } catch {
+        // Not ours to enable (or processes live there): that limit is not enforced by v2.
+      }
+    }
+  }
+  const last = path[path.length - 1];
+  return new Set((readSmallFile(`${last}/cgroup.subtree_control`) ?? "").split(/\s+/));
+}
+
+/** `<mount><our own cgroup>` in the v1 hierarchy of `controller`, when one is mounted. */
+function v1Own(controller: string): string | undefined {
+  const mounts = readSmallFile("/proc/self/mountinfo", 1 << 16) ?? "";
+  let mount: string | undefined;
+  for (const line of mounts.split("\n")) {
+    const [left, right] = line.split(" - ");
+    if (!right) continue;
+    const [fstype, , options] = right.split(" ");
+    if (fstype === "cgroup" && options.split(",").includes(controller)) {
+      mount = left.split(" ")[4];
+    }
+  }
+  if (mount === undefined) return undefined;
+  for (const line of (readSmallFile("/proc/self/cgroup") ?? "").split("\n")) {
+    const [, names, path] = line.split(":");
+    if (names?.split(",").includes(controller)) return path === "/" ? mount : mount + path;
+  }
+  return undefined;
+}
+
+/** A `cgroup.events` read (read and decoded at once, so one buffer serves every cgroup). */
+const eventsText = new Uint8Array(256);
+const latin1 = new TextDecoder("latin1");
+
+/**
+ * `cgroup.kill` on the v2 cgroup `dir` (which kills everything beneath it too), then wait
+ * (woken by `cgroup.events`, no polling) until it is empty; false when it held nothing.
+ */
+async function killTree(reactor: Reactor, dir: string, room?: () => void): Promise<boolean> {
+  const c = libc();
+  const fd = openFile(`${dir}/cgroup.events`, O.CLOEXEC, room);
+  if (fd < 0) {
+    // Never a kill that silently did nothing for want of a descriptor.
+    const code = errno();
+    if (noDescriptorFree(code)) throw new OsError(`open(${dir}/cgroup.events)`, code);
+    return false; // gone already
+  }
+  try {
+    const populated = () => {
+      const n = c.pread(fd, eventsText, BigInt(eventsText.length), 0n);
+      return n > 0 && /^populated 1$/m.test(latin1.decode(eventsText.subarray(0, n)));
+    };
+    // Emptied already (the common case: a command that left nothing): no kill, no watch.
+    if (!populated()) return false;
+    const { promise, resolve } = Promise.withResolvers<void>();
+    const reg = reactor.add(fd, EPOLLPRI, {
+      readable: () => {
+        if (!populated()) resolve();
+      },
+    });
+    try {
+      writeFile(`${dir}/cgroup.kill`, "1", false, room);
+      if (populated()) await promise;
+      return true;
+    } finally {
+      reactor.remove(reg);
+    }
+  } finally {
+    c.close(fd);
+  }
+}
+
+/** {@link killTree} on the v2 cgroup `dir`, then remove it and its v1 twins `v1`. */
+async function killAndRemove(reactor: Reactor, dir: string, v1: string[]): Promise<boolean> {
+  const killed = await killTree(reactor, dir);
+  removeDirs([dir, ...v1]);
+  return killed;
+}
+
+/** This server's containment: cgroups where possible (or required), else process groups. */
+export interface Containment {
+  host?: CgroupHost;
+  report: ContainmentReport;
+  /** Session cgroups of dead instances that still held processes, killed at start-up. */
+  reaped: number;
+}
+
+/**
+ * Set up containment for this server: reap what dead instances left, then open this
+ * instance's cgroups under `root` (see {@link cgroupRoot}); `mode` `cgroup` makes their absence
+ * an error, `process-group` skips them. `descriptors`: see {@link CgroupHost.open}.
+ */
+export async function openContainment(
+  reactor: Reactor,
+  mode: "auto" | "cgroup" | "process-group",
+  configuredRoot: string | undefined,
+  descriptors?: DescriptorReserve,
+  memoryMax?: number,
+): Promise<Containment> {
+  const fallback = (reason: string): Containment => ({
+    reaped: 0,
+    report: {
+      containment: "process-group",
+      reason,
+      limits: { pids: "rlimit", memory: "rlimit", cpu: "rlimit" },
+    },
+  });
+  if (mode === "process-group") return fallback("UEXEC_CONTAINMENT=process-group");
+  const root = cgroupRoot(configuredRoot);
+  try {
+    if (root === undefined) throw new Error("no cgroup v2 hierarchy is mounted");
+    const reaped = await CgroupHost.reapDead(reactor, root);
+    const host = CgroupHost.open(reactor, root, descriptors, memoryMax);
+    return {
+      host,
+      reaped,
+      report: { containment: "cgroup", cgroup: host.dir, limits: host.limits() },
+    };
+  } catch (err) {
+    const reason = `no writable cgroup v2 hierarchy: ${(err as Error).message}`;
+    if (mode === "cgroup") throw new SandboxUnavailableError(reason, { cause: err });
+    return fallback(reason);
+  }
+}
+
+/** Make `path` and the parents it lacks. */
+function mkdirs(path: string): void {
+  let at = "";
+  for (const part of path.split("/").slice(1)) {
+    at += `/${part}`;
+    if (libc().mkdir(cString(at), 0o755) < 0 && errno() !== E.EEXIST) {
+      throw new OsError(`mkdir(${at})`, errno());
+    }
+  }
+}
