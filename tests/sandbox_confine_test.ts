@@ -9,13 +9,13 @@
  */
 
 import assert from "node:assert/strict";
+import { sandboxIds } from "../src/sandbox/identity/identity.ts";
 import {
   createDomainDir,
   createPrivateDir,
   privateEnv,
   removePrivateDir,
-  sandboxIds,
-} from "../src/sandbox/identity/identity.ts";
+} from "../src/sandbox/identity/home.ts";
 import type { NetworkMode, ResolvedPolicy } from "../src/sandbox/policy/policy.ts";
 import type { CommandResult } from "./fixtures/sandbox/enforce_worker.ts";
 import { runSandboxed } from "./helpers/sandboxed.ts";

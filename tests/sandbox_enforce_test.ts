@@ -10,14 +10,14 @@
 import assert from "node:assert/strict";
 import { libc } from "../src/ffi/libc.ts";
 import { openPty } from "../src/pty/open.ts";
+import { sandboxIds } from "../src/sandbox/identity/identity.ts";
 import {
   createDomainDir,
   createPrivateDir,
-  prepareWorkdir,
   privateEnv,
   removePrivateDir,
-  sandboxIds,
-} from "../src/sandbox/identity/identity.ts";
+} from "../src/sandbox/identity/home.ts";
+import { prepareWorkdir } from "../src/sandbox/grants/workspace.ts";
 import { withLimits } from "../src/sandbox/enforce/limits.ts";
 import { FS, landlockAbi, planRuleset } from "../src/sandbox/enforce/landlock.ts";
 import { type ApplyOptions, probeSandbox } from "../src/sandbox/enforce/apply.ts";

@@ -30,21 +30,18 @@ import {
   protectedAncestor,
   protectedNames,
 } from "./git_guard/git_guard.ts";
+import { type SandboxIds, sandboxIds, sandboxOwners } from "./identity/identity.ts";
 import {
-  assertReachable,
   createDomainDir,
   createInstanceDir,
   createPrivateDir,
-  prepareWorkdir,
   type PrivateDir,
   privateEnv,
   removeDeadInstanceDirs,
   removeInstanceDir,
   removePrivateDir,
-  type SandboxIds,
-  sandboxIds,
-  sandboxOwners,
-} from "./identity/identity.ts";
+} from "./identity/home.ts";
+import { assertReachable, prepareWorkdir } from "./grants/workspace.ts";
 import { type Launch, launch, type ShellCommand } from "./enforce/launch.ts";
 import type { ResolvedPolicy } from "./policy/policy.ts";
 import { isWithin, type Profile, resolveProfile } from "./policy/profiles.ts";
@@ -136,7 +133,7 @@ export interface DomainOptions {
   gitIdentity?: GitIdentity;
   /** Where the write grants held are recorded for the next start (grant_journal.ts). */
   grantJournal?: GrantJournal;
-  /** The size of the tmpfs all sessions' HOME and TMPDIR are on (root server; see identity.ts). */
+  /** The size of the tmpfs all sessions' HOME and TMPDIR are on (root server; identity/home.ts). */
   tmpBytes?: number;
   /** Terminals one session may hold (`UEXEC_MAX_PTYS_PER_SESSION`, default 64). */
   maxPtys?: number;

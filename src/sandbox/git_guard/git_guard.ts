@@ -2,8 +2,9 @@
  * Keeps `.git` and `.uexec` directories out of the sandbox's reach wherever they are in the
  * workspace and whenever they appeared, unless the sandbox made them itself.
  *
- * The workspace grant (a POSIX ACL entry with a default ACL, identity.ts) would reach into every
- * repository: nested ones, and ones the operator creates later, which inherit the default ACL.
+ * The workspace grant (a POSIX ACL entry with a default ACL, grants/workspace.ts) would reach
+ * into every repository: nested ones, and ones the operator creates later, which inherit the
+ * default ACL.
  * So the guard (1) keeps the grant from entering a protected directory when the workspace is
  * prepared, and strips sandbox entries already there; (2) watches the workspace's file systems
  * (fanotify) and strips a protected directory the moment it is created or renamed into place,
