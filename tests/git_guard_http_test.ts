@@ -14,7 +14,7 @@ import assert from "node:assert/strict";
 import { privateFs, sandboxAclEntries, watchAttributes } from "./helpers/fs.ts";
 import { startServer, type TestServer } from "./helpers/server.ts";
 import { TAG } from "../src/sandbox/fs/acl.ts";
-import { withoutSandbox } from "../src/sandbox/git_guard/git_guard.ts";
+import { withoutSandbox } from "../src/sandbox/git_guard/protected.ts";
 
 // deno-lint-ignore no-explicit-any
 type Body = any;

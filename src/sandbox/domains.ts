@@ -24,12 +24,12 @@ import type { Restriction } from "./enforce/apply.ts";
 import type { Reaper, TakeBack } from "./identity/reaper.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { existingPaths } from "./fs/fsinfo.ts";
+import { GitGuard } from "./git_guard/git_guard.ts";
 import {
   assertNotInsideProtected,
-  GitGuard,
   protectedAncestor,
   protectedNames,
-} from "./git_guard/git_guard.ts";
+} from "./git_guard/protected.ts";
 import { type SandboxIds, sandboxIds, sandboxOwners } from "./identity/identity.ts";
 import {
   createDomainDir,
