@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { closeAll } from "../src/ffi/libc.ts";
 import { reuseCgroups, type ReusePlan } from "../src/sandbox/containment/cgroup_fs.ts";
-import { cgroupRoot } from "../src/sandbox/containment/cgroups.ts";
+import { cgroupRoot } from "../src/sandbox/containment/hierarchy.ts";
 import { exists } from "./helpers/fs.ts";
 
 const V2 = cgroupRoot(undefined);

@@ -20,7 +20,8 @@
  */
 
 import assert from "node:assert/strict";
-import { cgroupRoot, KEPT } from "../src/sandbox/containment/cgroups.ts";
+import { KEPT } from "../src/sandbox/containment/cgroups.ts";
+import { cgroupRoot } from "../src/sandbox/containment/hierarchy.ts";
 import { DIE } from "./fixtures/spawner_death/marker.ts";
 import { exists } from "./helpers/fs.ts";
 import { type Reply, startServer, type TestServer } from "./helpers/server.ts";

@@ -186,8 +186,9 @@ export function unshape(dirFd: number, path: string, made: (st: Stat) => boolean
 }
 
 /**
- * Removes the sandbox's (`owners`') entries from an ACL of `fd`; true when an access ACL had one (whatever
- * it allows now: a mask narrowed by a chmod does not close what was opened while it was wide).
+ * Removes the sandbox's (`owners`') entries from an ACL of `fd`; true when an access ACL had one
+ * (whatever it allows now: a mask narrowed by a chmod does not close what was opened while it
+ * was wide).
  */
 export function stripSandbox(fd: number, which: AclKind, owners: SandboxOwners): boolean {
   const acl = readAclOf(fd, which);
