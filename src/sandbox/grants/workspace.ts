@@ -8,10 +8,10 @@
  * - `workspace.ts` (this file): the workspace granted once to the sandbox group (domains.ts
  *   calls {@link prepareWorkdir} with the first workdir inside it), {@link assertReachable} for
  *   workdirs outside it and for each approved directory.
- * - `write_grant.ts`: an approved writable directory beyond the workspace granted to one
- *   session's uid while it runs, and taken back after; run on a thread of its own
- *   (`grant_thread.ts`, `grant_worker.ts`) and recorded until taken back (`grant_journal.ts`),
- *   so that the next start takes back what a crash left.
+ * - `session_grant.ts`: an approved writable directory beyond the workspace granted to one
+ *   session's uid while it runs (`write_grant.ts` does the granting and the taking back, on a
+ *   thread of its own: `grant_thread.ts`, `grant_worker.ts`), recorded until taken back
+ *   (`grant_journal.ts`), so that the next start takes back what a crash left.
  *
  * @module
  */

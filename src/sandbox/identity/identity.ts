@@ -17,10 +17,11 @@
  * Flow at a glance (the `identity/` folder: who a sandboxed thing is):
  * - `identity.ts` (this file): the ids of a root server ({@link sandboxIds}), the spawning
  *   thread's identity drop and per-spawn uid switch, the reaper's `kill(-1)` as a uid.
- * - `uid_lease.ts` leases this server's block of uids across servers; `uid_cursor.ts` keeps
- *   where the next range starts across runs; `uids.ts` hands session uids out and back, each
- *   reaped (`reaper.ts`, injected by the composition root) and its files taken back
- *   (`uid_files.ts`) before reuse.
+ * - `session_uids.ts` puts the session uids together on first use: `uid_lease.ts` leases this
+ *   server's block across servers, `uid_cursor.ts` keeps where handing out goes on across runs,
+ *   `uids.ts` hands uids out and back, each reaped (`reaper.ts`: the interface the composition
+ *   root's spawner fills, so that sandbox/ imports no workers/) and its files taken back
+ *   (`uid_files.ts`, run by the reaper) before reuse.
  * - `home.ts`: each session's private HOME and TMPDIR, owned by its uid, and the instance and
  *   domain directories they sit in.
  * - `git_config.ts`, `host_git.ts`: the `.gitconfig` a private HOME holds, from the host's git.
