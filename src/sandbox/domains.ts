@@ -2,12 +2,11 @@
  * Sandbox domains: a profile resolved for a workdir, the unit one spawner worker is restricted
  * to and shared by. A domain owns a directory (the profile's `{tmp}`), and each session gets a
  * private directory of its own beneath it for HOME and TMPDIR, created for it and removed after
- * it ended. When the server is root each session also gets a uid of its own (see `uids.ts`):
+ * it ended. When the server is root each session also gets a uid of its own (identity/uids.ts):
  * its private directory is 0700 and owned by that uid, the domain's account files name it
- * (`accounts.ts`), and the workspace is granted once to the group all session uids share; an
- * approved writable directory beyond what that group may write is granted to the session's own
- * uid while it runs (`write_grant.ts`, on a thread of its own, `grant_thread.ts`), recorded
- * until taken back so that the next start takes back what a crash left (`grant_journal.ts`).
+ * (enforce/accounts.ts), and the workspace is granted once to the group all session uids share;
+ * an approved writable directory beyond what that group may write is granted to the session's
+ * own uid while it runs (grants/session_grant.ts).
  *
  * A domain is keyed by profile, approved widening, agent and workdir: agents never share one.
  * Sessions of one domain share a Landlock domain; their own uids keep them from signalling,
@@ -15,47 +14,62 @@
  * preparation failed (it throws `SandboxUnavailableError` instead), nor one private directory
  * or uid to two live sessions.
  *
+ * This is the one facade of `sandbox/`: the rest of the server chooses sandboxes here and
+ * imports from the folders only the types and pure helpers it names. Its folders stand in
+ * layers, each importing only from those above it in this list (and `errors.ts`, `instance.ts`,
+ * `syscalls.ts` at the root, imported by all):
+ * - `policy/`: profiles, widenings, the resolved policy, denials (pure data and checks).
+ * - `fs/`: file primitives by descriptor (ACLs, entries, file info) for grants and the guard.
+ * - `identity/`: who children run as (ids, the uid pool and its reaper, private HOMEs).
+ * - `containment/`: a cgroup per session (`containment.ts` is the folder's entry).
+ * - `enforce/`: what the spawner thread applies to itself (`apply.ts`: namespaces, Landlock,
+ *   identity drop, seccomp) and how a child is launched under limits.
+ * - `git_guard/`: keeping `.git` directories read-only to the sandbox (`git_guard.ts`).
+ * - `grants/`: the workspace grant and each session's write grant (`workspace.ts`).
+ *
+ * Flow at a glance: `choose()` widens the profile, resolves it into a domain (made once per
+ * profile, widening, agent and workdir: its directory, the workspace grant, the guard), and
+ * returns the domain's `restriction` (for the spawner worker, enforce/apply.ts) and `session()`
+ * (a uid and private directory, made ahead as the domain's spare, plus its write grant);
+ * `release()` gives them back, and the uid is reaped before its next use.
+ *
  * @module
  */
 
 import { InvalidRequestError } from "../sessions/errors.ts";
 import { accountEnv, DomainAccounts } from "./enforce/accounts.ts";
 import type { Restriction } from "./enforce/apply.ts";
-import type { Reaper, TakeBack } from "./identity/reaper.ts";
+import type { Reaper } from "./identity/reaper.ts";
+import { SessionUids, type Uids } from "./identity/session_uids.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { existingPaths } from "./fs/fsinfo.ts";
+import { GitGuard } from "./git_guard/git_guard.ts";
 import {
   assertNotInsideProtected,
-  GitGuard,
   protectedAncestor,
   protectedNames,
-} from "./git_guard/git_guard.ts";
+} from "./git_guard/protected.ts";
+import { type SandboxIds, sandboxOwners } from "./identity/identity.ts";
 import {
-  assertReachable,
   createDomainDir,
   createInstanceDir,
   createPrivateDir,
-  prepareWorkdir,
   type PrivateDir,
   privateEnv,
   removeDeadInstanceDirs,
   removeInstanceDir,
   removePrivateDir,
-  type SandboxIds,
-  sandboxIds,
-  sandboxOwners,
-} from "./identity/identity.ts";
+} from "./identity/home.ts";
+import { assertReachable, prepareWorkdir } from "./grants/workspace.ts";
 import { type Launch, launch, type ShellCommand } from "./enforce/launch.ts";
 import type { ResolvedPolicy } from "./policy/policy.ts";
 import { isWithin, type Profile, resolveProfile } from "./policy/profiles.ts";
-import { claimPooledBlock, leaseUidRange, type UidLease } from "./identity/uid_lease.ts";
-import { type UidCursor, UidPool } from "./identity/uids.ts";
-import { loadCursor } from "./identity/uid_cursor.ts";
+import { type UidCursor } from "./identity/uids.ts";
 import { DEFAULT_MAX_PTYS, DEFAULT_SLOTS, type TerminalPlan } from "./enforce/terminal_slots.ts";
 import { canonical, widen, type Widening } from "./policy/widening.ts";
 import { SocketListing, socketsToHide } from "./enforce/unix_sockets.ts";
 import { type GrantedRoot, GrantError } from "./grants/write_grant.ts";
-import { type GrantSpec, GrantThread } from "./grants/grant_thread.ts";
+import { type HeldGrant, SessionGrants } from "./grants/session_grant.ts";
 import type { GrantJournal } from "./grants/grant_journal.ts";
 import { gitConfigText, type GitIdentity } from "./identity/git_config.ts";
 import { proxyEnv } from "../egress/gateway.ts";
@@ -136,7 +150,7 @@ export interface DomainOptions {
   gitIdentity?: GitIdentity;
   /** Where the write grants held are recorded for the next start (grant_journal.ts). */
   grantJournal?: GrantJournal;
-  /** The size of the tmpfs all sessions' HOME and TMPDIR are on (root server; see identity.ts). */
+  /** The size of the tmpfs all sessions' HOME and TMPDIR are on (root server; identity/home.ts). */
   tmpBytes?: number;
   /** Terminals one session may hold (`UEXEC_MAX_PTYS_PER_SESSION`, default 64). */
   maxPtys?: number;
@@ -176,21 +190,6 @@ interface Reserved {
 
 const NO_SESSION_DIR: SessionDir = { env: {}, release() {} };
 
-/** A session's write grant while it is held. */
-interface HeldGrant {
-  /** Takes it back (and its record); false when not all of it could be. */
-  release(): Promise<boolean>;
-}
-
-/** Removes a grant's journal record (grant_journal.ts); a failure is logged, not thrown. */
-function forgetRecord(forget: (() => void) | undefined): void {
-  try {
-    forget?.();
-  } catch (err) {
-    console.error(`uexec: cannot remove a write grant's record: ${err}`);
-  }
-}
-
 /**
  * Domains that keep a spare, by default. Each spare holds a session uid and a directory: kept by
  * every domain a command ever ran in, commands in thousands of directories of their own would
@@ -209,20 +208,12 @@ function giveBack({ uid, dir, unlist }: Reserved, uids: Uids | null): void {
   else removed.catch((err) => console.error(`uexec: cannot remove ${dir.dir}: ${err}`));
 }
 
-/** The session uids of a root server, and the worker that reaps them. */
-interface Uids {
-  ids: SandboxIds;
-  pool: UidPool;
-  reaper: Reaper;
-  /** This server's hold on the range (no other server may use these uids meanwhile). */
-  lease: UidLease;
-}
-
 /** Resolves profiles into domains and owns their private directories and session uids. */
 export class SandboxDomains {
   #opts: DomainOptions;
   #sockets: SocketListing;
-  #uids?: Uids | null;
+  /** The session uids (a root server) and their reaper. */
+  #uids: SessionUids;
   #domains = new Map<string, Domain>();
   /** Domains holding a spare, least recently used first. */
   #withSpare = new Set<Domain>();
@@ -235,19 +226,20 @@ export class SandboxDomains {
   #guard?: GitGuard;
   /** Each private HOME's `.gitconfig`. */
   #gitconfig: Uint8Array<ArrayBuffer>;
-  /** Uids never to hand out: a dead server's grant on them could not be taken back. */
-  #retired = new Set<number>();
-  /** Where write grants are made and taken back, off the server's thread. */
-  #grants = new GrantThread();
+  /** Where write grants are made, recorded and taken back. */
+  #grants: SessionGrants;
   /** Workdirs outside the workspace that sessions ran in: their uids' files are taken back too. */
   #outsideWorkdirs = new Set<string>();
   /** Each domain's terminal slots (terminal_slots.ts; a root server). */
   #terminals: TerminalPlan;
-  /** The leased uid range and its reaper, before the pool of `#uids` is made. */
-  #range?: Omit<Uids, "pool"> | null;
 
   constructor(opts: DomainOptions) {
     this.#opts = opts;
+    this.#uids = new SessionUids({
+      reaper: opts.reaper,
+      uidCursor: opts.uidCursor,
+      roots: () => [opts.workspace, ...this.#outsideWorkdirs],
+    });
     this.#terminals = {
       slots: opts.terminalSlots ?? DEFAULT_SLOTS,
       maxPtys: opts.maxPtys ?? DEFAULT_MAX_PTYS,
@@ -257,6 +249,7 @@ export class SandboxDomains {
     this.#protectedNames = protectedNames(
       [...opts.profiles.values()].flatMap((p) => p.enforce ? p.readOnlySubpaths : []),
     );
+    this.#grants = new SessionGrants(opts.grantJournal, this.#protectedNames);
   }
 
   /** The names kept read-only at any depth (`.git`, `.uexec`): see git_guard.ts. */
@@ -314,7 +307,7 @@ export class SandboxDomains {
     const profile = cap ? { ...widened, egress: { ...widened.egress!, cap } } : widened;
     name = widening.unsandboxed ? FULL_ACCESS : widening.profile ?? name;
     if (!profile.enforce) return this.#unenforced(name, profile, workdir);
-    const uids = this.#sessionUids();
+    const uids = this.#uids.get();
     assertNotInsideProtected(workdir, this.#protectedNames, uids && sandboxOwners(uids.ids));
     const id = JSON.stringify([name, widening, opts.agent ?? null, workdir, cap ?? null]);
     let domain = this.#domains.get(id);
@@ -353,9 +346,8 @@ export class SandboxDomains {
     this.#closed = true;
     // Take-backs under way finish first (a session that ended on its own may still be in one).
     await this.#grants.close();
-    this.#range?.reaper.terminate();
+    this.#uids.close();
     this.#guard?.close();
-    this.#range?.lease.release();
     this.#domains.clear();
     this.#withSpare.clear();
     // Every domain's directory is in it.
@@ -415,41 +407,14 @@ export class SandboxDomains {
     };
   }
 
-  /**
-   * The domain's approved directories granted to a session's `uid` (a root server) on the
-   * grant thread, recorded in the journal first; the record stays until the grant is taken back
-   * in full. Its protected directories are lent by the guard meanwhile (GitGuard.lend).
-   */
+  /** The domain's approved directories granted to a session's `uid` (a root server). */
   async #grant(
     domain: Domain,
     uid: number | undefined,
     uids: Uids | null,
   ): Promise<HeldGrant | undefined> {
     if (uid === undefined || !uids || domain.grants.length === 0) return undefined;
-    for (const root of domain.grants) assertReachable(root.path, uids.ids);
-    const forget = this.#opts.grantJournal?.add(uid, domain.grants);
-    const lent = domain.grants.filter((root) => root.protected).map((root) => root.path);
-    const reclaim = this.#guard?.lend(lent);
-    let grant: number;
-    try {
-      grant = await this.#grants.grant(domain.grants, this.#grantSpec(uid, uids.ids));
-    } catch (err) {
-      if (!(err instanceof GrantError) || err.takenBack) forgetRecord(forget);
-      reclaim?.();
-      throw err;
-    }
-    return {
-      release: async () => {
-        const clean = await this.#grants.revoke(grant);
-        if (clean) forgetRecord(forget);
-        reclaim?.();
-        return clean;
-      },
-    };
-  }
-
-  #grantSpec(uid: number, ids: SandboxIds): GrantSpec {
-    return { uid, ids, protectedNames: [...this.#protectedNames] };
+    return await this.#grants.hold(domain.grants, uid, uids.ids, this.#guard);
   }
 
   /**
@@ -466,10 +431,10 @@ export class SandboxDomains {
     const failed: string[] = [];
     let takenBack = 0;
     if (!journal || dead.length === 0) return { takenBack, failed };
-    for (const found of dead) if (found.uid !== undefined) this.#retired.add(found.uid);
+    for (const found of dead) if (found.uid !== undefined) this.#uids.retired.add(found.uid);
     let range;
     try {
-      range = this.#leasedRange();
+      range = this.#uids.leased();
     } catch (err) {
       return { takenBack, failed: [`cannot take back ${dead.length} grant(s): ${err}`] };
     }
@@ -483,9 +448,9 @@ export class SandboxDomains {
         continue;
       }
       const { roots, uid } = found.record;
-      if (await this.#grants.takeBack(roots, this.#grantSpec(uid, range.ids))) {
+      if (await this.#grants.takeBack(roots, uid, range.ids)) {
         journal.remove(found.file);
-        this.#retired.delete(uid);
+        this.#uids.retired.delete(uid);
         takenBack++;
       } else {
         failed.push(`${found.file}: not all of it could be taken back; uid retired`);
@@ -542,43 +507,6 @@ export class SandboxDomains {
       launch: (command, env, gate) => launch(command, env, { gate }),
       session: () => Promise.resolve(NO_SESSION_DIR),
     };
-  }
-
-  /** The session uids, set up on first use; null when the server is not root. */
-  #sessionUids(): Uids | null {
-    if (this.#uids !== undefined) return this.#uids;
-    const range = this.#leasedRange();
-    if (!range) return this.#uids = null;
-    const { ids, reaper } = range;
-    // Made once the retired uids are known: it reaps its first batch at once.
-    const pool = new UidPool(
-      ids.first,
-      ids.last,
-      (batch, used) =>
-        reaper.reap(batch, used.length > 0 ? this.#takeBack(used, ids.spawner) : undefined),
-      undefined,
-      this.#retired,
-      this.#opts.uidCursor?.(ids.first, ids.last) ?? loadCursor(ids.first, ids.last),
-    );
-    this.#uids = { ...range, pool };
-    return this.#uids;
-  }
-
-  /** Where uids handed out before may have left files: the workspace, and workdirs outside it. */
-  #takeBack(uids: number[], owner: number): TakeBack {
-    const roots = [this.#opts.workspace, ...this.#outsideWorkdirs];
-    return { uids, roots, owner };
-  }
-
-  /** The range of session uids, leased, with its reaper; null when the server is not root. */
-  #leasedRange(): Omit<Uids, "pool"> | null {
-    if (this.#range !== undefined) return this.#range;
-    const ids = sandboxIds();
-    if (!ids) return this.#range = null;
-    const lease = ids.pooled
-      ? claimPooledBlock({ first: ids.spawner, last: ids.last, index: ids.pooled.index })
-      : leaseUidRange(ids.spawner, ids.last);
-    return this.#range = { ids, lease, reaper: this.#opts.reaper() };
   }
 
   #create(profile: Profile, workdir: string, uids: Uids | null, widening: Widening): Domain {

@@ -16,7 +16,7 @@ import { type ApprovalPolicy, planExecution, RETRY_REASON } from "../approvals/p
 import type { ApprovalStore, Decision } from "../approvals/store.ts";
 import { type Denial, urlDestinations } from "../sandbox/policy/denial.ts";
 import { FULL_ACCESS, type SandboxChoice, type SandboxDomains } from "../sandbox/domains.ts";
-import { protectedAncestor } from "../sandbox/git_guard/git_guard.ts";
+import { protectedAncestor } from "../sandbox/git_guard/protected.ts";
 import { isWithin, type Profile } from "../sandbox/policy/profiles.ts";
 import { combine, fitsWithin, isEmpty, type Widening } from "../sandbox/policy/widening.ts";
 import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";

@@ -8,7 +8,7 @@
  * @module
  */
 
-import { LOGIN_PATH } from "../sandbox/identity/identity.ts";
+import { LOGIN_PATH } from "../sandbox/identity/home.ts";
 
 /** Values forced on every child, as Codex does, so tools neither page nor colour. */
 export const FORCED_ENV: Readonly<Record<string, string>> = {

@@ -15,7 +15,9 @@ import { closeAll, OsError } from "../ffi/libc.ts";
 import { startWorker } from "../io/descriptor_reserve.ts";
 import type { Spawned, SpawnSpec } from "../pty/spawn.ts";
 import { SandboxUnavailableError } from "../sandbox/errors.ts";
-import type { Restriction, TakeBack, WorkerReply, WorkerRequest } from "./protocol.ts";
+import type { Restriction } from "../sandbox/enforce/apply.ts";
+import type { TakeBack } from "../sandbox/identity/reaper.ts";
+import type { WorkerReply, WorkerRequest } from "./protocol.ts";
 
 /**
  * A failed worker request: `kind` says whether the spawn itself failed, the worker reported an
@@ -33,8 +35,6 @@ export class SpawnFailure extends Error {
     this.name = "SpawnFailure";
   }
 }
-
-export type { Restriction } from "./protocol.ts";
 
 /** The spawner worker's module. */
 const SPAWNER_MODULE = new URL("./spawner.ts", import.meta.url);

@@ -13,8 +13,6 @@ import type { SpawnSpec } from "../pty/spawn.ts";
 import type { Restriction } from "../sandbox/enforce/apply.ts";
 import type { TakeBack } from "../sandbox/identity/reaper.ts";
 
-export type { Restriction, TakeBack };
-
 /**
  * A request to a spawner worker. `id` pairs it with its reply. A spawn's `started` is shared
  * memory where the worker stores the child's pid and terminal master (-1: none) as soon as they

@@ -33,7 +33,7 @@ const HIDDEN =
 
 /**
  * `text` with its control and invisible characters shown as escapes (`\x1b`, `\u{202e}`), as the
- * server shows approval records (src/approvals/visible.ts; tests/dashboard_auth_test.ts checks
+ * server shows approval records (src/approvals/visible.ts; tests/e2e/dashboard_auth_test.ts checks
  * both agree on every character), for commands and paths the server sends raw.
  */
 export function visible(text) {

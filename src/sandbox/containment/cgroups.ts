@@ -25,19 +25,7 @@
  * @module
  */
 
-import {
-  closeAll,
-  cString,
-  E,
-  errno,
-  libc,
-  listDir,
-  noDescriptorFree,
-  O,
-  openFile,
-  OsError,
-  readSmallFile,
-} from "../../ffi/libc.ts";
+import { closeAll, libc, listDir, readSmallFile } from "../../ffi/libc.ts";
 import { INSTANCE_NAME, instanceName, instanceRuns } from "../instance.ts";
 import type { DescriptorReserve } from "../../io/descriptor_reserve.ts";
 import type { Reactor } from "../../io/reactor.ts";
@@ -46,7 +34,6 @@ import {
   type CgroupPlan,
   makeCgroups,
   oomKills,
-  removeDirs,
   rmdir,
   usageUsec,
   writeFile,
@@ -55,7 +42,8 @@ import { CgroupJanitor } from "./cgroup_janitor.ts";
 import { SandboxUnavailableError } from "../errors.ts";
 import type { ResourceLimits } from "../policy/policy.ts";
 
-const EPOLLPRI = 0x2;
+import { enableControllers, killAndRemove, killTree, mkdirs, v1Own } from "./hierarchy.ts";
+
 /**
  * Session cgroups kept made ahead per set of limits: enough for a burst of starts to find
  * theirs ready, each holding its few open `cgroup.procs` files.
@@ -603,158 +591,4 @@ function keyOf(limits: ResourceLimits): string {
 function treeMemory(limits: ResourceLimits): number | undefined {
   const given = [limits.memoryBytes, limits.addressSpaceBytes].filter((n) => n !== undefined);
   return given.length === 0 ? undefined : Math.min(...given);
-}
-
-/** The writable cgroup v2 hierarchy: `configured`, else the unified one of this host. */
-export function cgroupRoot(configured: string | undefined): string | undefined {
-  if (configured) return configured;
-  for (const candidate of ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]) {
-    if (readSmallFile(`${candidate}/cgroup.controllers`) !== undefined) return candidate;
-  }
-  return undefined;
-}
-
-/**
- * Enable `wanted` controllers (where available) for the children of each of `path`, top down;
- * returns those the last one's children get.
- */
-function enableControllers(path: string[], wanted: string[]): Set<string> {
-  for (const dir of path) {
-    const available = (readSmallFile(`${dir}/cgroup.controllers`) ?? "").split(/\s+/);
-    for (const c of wanted.filter((c) => available.includes(c))) {
-      try {
-        writeFile(`${dir}/cgroup.subtree_control`, `+${c}`);
-      } catch {
-        // Not ours to enable (or processes live there): that limit is not enforced by v2.
-      }
-    }
-  }
-  const last = path[path.length - 1];
-  return new Set((readSmallFile(`${last}/cgroup.subtree_control`) ?? "").split(/\s+/));
-}
-
-/** `<mount><our own cgroup>` in the v1 hierarchy of `controller`, when one is mounted. */
-function v1Own(controller: string): string | undefined {
-  const mounts = readSmallFile("/proc/self/mountinfo", 1 << 16) ?? "";
-  let mount: string | undefined;
-  for (const line of mounts.split("\n")) {
-    const [left, right] = line.split(" - ");
-    if (!right) continue;
-    const [fstype, , options] = right.split(" ");
-    if (fstype === "cgroup" && options.split(",").includes(controller)) {
-      mount = left.split(" ")[4];
-    }
-  }
-  if (mount === undefined) return undefined;
-  for (const line of (readSmallFile("/proc/self/cgroup") ?? "").split("\n")) {
-    const [, names, path] = line.split(":");
-    if (names?.split(",").includes(controller)) return path === "/" ? mount : mount + path;
-  }
-  return undefined;
-}
-
-/** A `cgroup.events` read (read and decoded at once, so one buffer serves every cgroup). */
-const eventsText = new Uint8Array(256);
-const latin1 = new TextDecoder("latin1");
-
-/**
- * `cgroup.kill` on the v2 cgroup `dir` (which kills everything beneath it too), then wait
- * (woken by `cgroup.events`, no polling) until it is empty; false when it held nothing.
- */
-async function killTree(reactor: Reactor, dir: string, room?: () => void): Promise<boolean> {
-  const c = libc();
-  const fd = openFile(`${dir}/cgroup.events`, O.CLOEXEC, room);
-  if (fd < 0) {
-    // Never a kill that silently did nothing for want of a descriptor.
-    const code = errno();
-    if (noDescriptorFree(code)) throw new OsError(`open(${dir}/cgroup.events)`, code);
-    return false; // gone already
-  }
-  try {
-    const populated = () => {
-      const n = c.pread(fd, eventsText, BigInt(eventsText.length), 0n);
-      return n > 0 && /^populated 1$/m.test(latin1.decode(eventsText.subarray(0, n)));
-    };
-    // Emptied already (the common case: a command that left nothing): no kill, no watch.
-    if (!populated()) return false;
-    const { promise, resolve } = Promise.withResolvers<void>();
-    const reg = reactor.add(fd, EPOLLPRI, {
-      readable: () => {
-        if (!populated()) resolve();
-      },
-    });
-    try {
-      writeFile(`${dir}/cgroup.kill`, "1", false, room);
-      if (populated()) await promise;
-      return true;
-    } finally {
-      reactor.remove(reg);
-    }
-  } finally {
-    c.close(fd);
-  }
-}
-
-/** {@link killTree} on the v2 cgroup `dir`, then remove it and its v1 twins `v1`. */
-async function killAndRemove(reactor: Reactor, dir: string, v1: string[]): Promise<boolean> {
-  const killed = await killTree(reactor, dir);
-  removeDirs([dir, ...v1]);
-  return killed;
-}
-
-/** This server's containment: cgroups where possible (or required), else process groups. */
-export interface Containment {
-  host?: CgroupHost;
-  report: ContainmentReport;
-  /** Session cgroups of dead instances that still held processes, killed at start-up. */
-  reaped: number;
-}
-
-/**
- * Set up containment for this server: reap what dead instances left, then open this
- * instance's cgroups under `root` (see {@link cgroupRoot}); `mode` `cgroup` makes their absence
- * an error, `process-group` skips them. `descriptors`: see {@link CgroupHost.open}.
- */
-export async function openContainment(
-  reactor: Reactor,
-  mode: "auto" | "cgroup" | "process-group",
-  configuredRoot: string | undefined,
-  descriptors?: DescriptorReserve,
-  memoryMax?: number,
-): Promise<Containment> {
-  const fallback = (reason: string): Containment => ({
-    reaped: 0,
-    report: {
-      containment: "process-group",
-      reason,
-      limits: { pids: "rlimit", memory: "rlimit", cpu: "rlimit" },
-    },
-  });
-  if (mode === "process-group") return fallback("UEXEC_CONTAINMENT=process-group");
-  const root = cgroupRoot(configuredRoot);
-  try {
-    if (root === undefined) throw new Error("no cgroup v2 hierarchy is mounted");
-    const reaped = await CgroupHost.reapDead(reactor, root);
-    const host = CgroupHost.open(reactor, root, descriptors, memoryMax);
-    return {
-      host,
-      reaped,
-      report: { containment: "cgroup", cgroup: host.dir, limits: host.limits() },
-    };
-  } catch (err) {
-    const reason = `no writable cgroup v2 hierarchy: ${(err as Error).message}`;
-    if (mode === "cgroup") throw new SandboxUnavailableError(reason, { cause: err });
-    return fallback(reason);
-  }
-}
-
-/** Make `path` and the parents it lacks. */
-function mkdirs(path: string): void {
-  let at = "";
-  for (const part of path.split("/").slice(1)) {
-    at += `/${part}`;
-    if (libc().mkdir(cString(at), 0o755) < 0 && errno() !== E.EEXIST) {
-      throw new OsError(`mkdir(${at})`, errno());
-    }
-  }
 }

@@ -9,6 +9,15 @@
  * {@link applySandbox} unless every step held; after it throws, the thread is in an unknown
  * state and must not spawn anything (terminate the worker).
  *
+ * Flow at a glance (the `enforce/` folder: what the spawner thread applies, and how a child is
+ * launched under it):
+ * - `apply.ts` (this file): the order above; `namespaces.ts` (mount, IPC, network, pid),
+ *   `accounts.ts` (the passwd and group files children see), `terminal_slots.ts` (a devpts per
+ *   session), `unix_sockets.ts` (which bound sockets stay reachable), `landlock.ts`,
+ *   `seccomp.ts`; `confinement.ts` reports the same tables for `/healthz`.
+ * - `launch.ts` and `limits.ts`: the argv a child starts with (its rlimits, its gate).
+ * - `seatbelt.ts`: the same profile as a macOS Seatbelt policy (generated, not applied here).
+ *
  * @module
  */
 

@@ -7,6 +7,12 @@
  *
  * This module must never follow a symlink to reach an entry.
  *
+ * Flow at a glance (the `fs/` folder: file primitives shared by grants/ and git_guard/; kept
+ * apart from both so that neither imports the other for them):
+ * - `entries.ts` (this file): entries opened, read and changed by descriptor.
+ * - `acl.ts`: POSIX ACLs encoded and decided as the kernel does; `fsinfo.ts`: lookups where a
+ *   missing path is an answer.
+ *
  * @module
  */
 

@@ -63,7 +63,7 @@ import {
   writeAclOf,
 } from "../fs/entries.ts";
 import { SandboxUnavailableError } from "../errors.ts";
-import { adopt, type Keeper, keeperOf, unshape } from "../git_guard/git_guard.ts";
+import { adopt, type Keeper, keeperOf, unshape } from "../git_guard/protected.ts";
 import { pathOf } from "../git_guard/fanotify.ts";
 import type { SandboxOwners } from "../identity/identity.ts";
 import { closeFd, SYS } from "../syscalls.ts";

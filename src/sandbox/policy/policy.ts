@@ -5,6 +5,13 @@
  * absolute paths, no placeholders. Enforcement (Landlock, seccomp, Seatbelt) and denial
  * detection consume it. This module holds types only; it must never touch the OS.
  *
+ * Flow at a glance (the `policy/` folder: what a sandbox allows, as data; nothing here touches
+ * the OS, which is why it is the bottom layer every other folder may import):
+ * - `profiles.ts` loads and validates `sandbox-profiles/` and resolves a profile into this
+ *   shape for one session; `widening.ts` widens a profile by an approved widening.
+ * - `policy.ts` (this file) is the resolved shape that enforce/ applies.
+ * - `denial.ts` reads a failed command's output back against the policy (what was refused).
+ *
  * @module
  */
 

@@ -1,0 +1,100 @@
+/**
+ * Pathname unix sockets end to end: a real server, real HTTP, real sandboxed children, and root
+ * services listening on 0777 sockets. Each refusal is paired with a control: the same service
+ * answers the test itself, and a profile that lists the socket reaches it.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { startServer } from "../helpers/server.ts";
+
+/** Connects to each path given, prints the greeting or the error; then its own socket's. */
+const PROBE = `
+import os, socket, sys
+def greet(path):
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(path)
+            return s.recv(16).decode()
+    except OSError as e:
+        return type(e).__name__
+own = os.path.join(os.environ["TMPDIR"], "own.sock")
+with socket.socket(socket.AF_UNIX) as srv:
+    srv.bind(own)
+    srv.listen()
+    with socket.socket(socket.AF_UNIX) as c:
+        c.connect(own)
+        a, _ = srv.accept()
+        a.send(b"own")
+        a.close()
+        print(c.recv(8).decode(), *[greet(p) for p in sys.argv[1:]])
+`;
+
+/** A root service on a 0777 pathname socket that greets every client with `name`. */
+function rootService(path: string, name: string) {
+  const listener = Deno.listen({ transport: "unix", path });
+  Deno.chmodSync(path, 0o777);
+  const serving = (async () => {
+    for await (const conn of listener) {
+      await conn.write(new TextEncoder().encode(name)).catch(() => {});
+      conn.close();
+    }
+  })();
+  return async () => {
+    listener.close();
+    await serving;
+  };
+}
+
+Deno.test("root services' sockets are out of reach unless the profile lists them", async () => {
+  assert.equal(Deno.uid(), 0, "needs root (uid drop, mount namespace)");
+  const sockDir = await Deno.makeTempDir({ prefix: "uexec-svc-" });
+  await Deno.chmod(sockDir, 0o755);
+  const paths = [
+    `/run/uexec-http-${Deno.pid}.sock`,
+    `${sockDir}/svc.sock`,
+    `/run/uexec-http-${Deno.pid}-docker.sock`,
+  ];
+  const stops = paths.map((p, i) => rootService(p, `svc${i}`));
+  const profiles = await Deno.makeTempDir({ prefix: "uexec-profiles-" });
+  const shipped = new URL("../../sandbox-profiles/", import.meta.url).pathname;
+  for await (const entry of Deno.readDir(shipped)) {
+    await Deno.copyFile(`${shipped}${entry.name}`, `${profiles}/${entry.name}`);
+  }
+  const base = JSON.parse(await Deno.readTextFile(`${shipped}workspace-write.json`));
+  await Deno.writeTextFile(
+    `${profiles}/docker.json`,
+    JSON.stringify({ ...base, description: "test: docker", unix_sockets: [paths[2]] }),
+  );
+  const server = await startServer({ UEXEC_PROFILES_DIR: profiles });
+  try {
+    const script = `${server.workspace}/probe.py`;
+    await Deno.writeTextFile(script, PROBE, { mode: 0o644 });
+    const cmd = `python3 ${script} ${paths.join(" ")}`;
+    const refused = "ConnectionRefusedError";
+    const expected: Record<string, string> = {
+      "workspace-write": `own ${refused} ${refused} ${refused}\r\n`,
+      "workspace-write-net": `own ${refused} ${refused} ${refused}\r\n`,
+      "read-only": `own ${refused} ${refused} ${refused}\r\n`,
+      docker: `own ${refused} ${refused} svc2\r\n`,
+    };
+    for (const [profile, output] of Object.entries(expected)) {
+      const r = await server.post("/v1/exec_command", { cmd, login: false, profile });
+      assert.equal(r.status, 200, JSON.stringify(r.body));
+      assert.equal(r.body.output, output, profile);
+      assert.equal(r.body.exit_code, 0, profile);
+    }
+    // Control: the services answer outside the sandbox.
+    const out = await new Deno.Command("python3", {
+      args: [script, ...paths],
+      env: { TMPDIR: sockDir },
+    }).output();
+    assert.equal(new TextDecoder().decode(out.stdout), "own svc0 svc1 svc2\n");
+  } finally {
+    await server.stop();
+    for (const stop of stops) await stop();
+    await Deno.remove(sockDir, { recursive: true });
+    await Deno.remove(profiles, { recursive: true });
+  }
+});
