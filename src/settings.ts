@@ -1,7 +1,7 @@
 /**
  * Every setting uexec reads from its environment, in one table: its name, the flag that overrides
  * it (where there is one), its default and what it does, in one line. `serve --help` prints this
- * table, and `docs/configuration.md` holds the same rows (`tests/config_docs_test.ts` compares
+ * table, and `docs/configuration.md` holds the same rows (`tests/unit/config_docs_test.ts` compares
  * them, and fails on a `UEXEC_*` name read in `src/` that is missing here). It only describes:
  * parsing and validating the values is `config.ts`'s job, and nothing here reads the environment.
  *

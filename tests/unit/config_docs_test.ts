@@ -9,7 +9,7 @@
  */
 
 import assert from "node:assert/strict";
-import { settingLabel, SETTINGS } from "../src/settings.ts";
+import { settingLabel, SETTINGS } from "../../src/settings.ts";
 
 const root = new URL("../../", import.meta.url).pathname;
 

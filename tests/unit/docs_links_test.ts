@@ -9,7 +9,7 @@
 
 import assert from "node:assert/strict";
 
-const root = new URL("../", import.meta.url).pathname;
+const root = new URL("../../", import.meta.url).pathname;
 
 /**
  * Pages another branch adds (`docs/architecture.md`, written with the layer rules); a link to one

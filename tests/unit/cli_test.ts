@@ -7,10 +7,10 @@
  */
 
 import assert from "node:assert/strict";
-import { parseCommandLine, UsageError } from "../src/cli.ts";
-import { VERSION } from "../src/version.ts";
+import { parseCommandLine, UsageError } from "../../src/cli.ts";
+import { VERSION } from "../../src/version.ts";
 
-const root = new URL("../", import.meta.url).pathname;
+const root = new URL("../../", import.meta.url).pathname;
 
 async function serve(...args: string[]) {
   const out = await new Deno.Command(Deno.execPath(), {
