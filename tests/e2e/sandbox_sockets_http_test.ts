@@ -98,3 +98,94 @@ Deno.test("root services' sockets are out of reach unless the profile lists them
     await Deno.remove(profiles, { recursive: true });
   }
 });
+
+/**
+ * Waits for a line on stdin, then connects to each path given and prints the greeting or the
+ * error class; its own socket (bound in TMPDIR by the session) is tried too.
+ */
+const LATE_PROBE = `
+import os, socket, sys
+def greet(path):
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(path)
+            return s.recv(16).decode()
+    except OSError as e:
+        return type(e).__name__
+own = os.path.join(os.environ["TMPDIR"], "own.sock")
+with socket.socket(socket.AF_UNIX) as srv:
+    srv.bind(own)
+    srv.listen()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    with socket.socket(socket.AF_UNIX) as c:
+        c.connect(own)
+        a, _ = srv.accept()
+        a.send(b"own")
+        a.close()
+        print("got", c.recv(8).decode(), *[greet(p) for p in sys.argv[1:]], flush=True)
+`;
+
+// Issue 29 point 8, not enforced yet: the hiding above is a snapshot taken when a domain's
+// worker is made, so a root socket bound while a session runs answers it. This is the
+// acceptance test of the mechanism described in docs/isolation-unix-sockets.md; it fails on
+// today's code (the late socket greets the sandboxed command) and is switched on with it.
+Deno.test({
+  name: "a root socket bound while a session runs is out of its reach, also through a symlink",
+  ignore: Deno.env.get("UEXEC_TEST_UNIX_SOCKET_RULE") !== "1",
+  fn: async () => {
+    assert.equal(Deno.uid(), 0, "needs root (uid drop, mount namespace)");
+    const sockDir = await Deno.makeTempDir({ prefix: "uexec-late-" });
+    await Deno.chmod(sockDir, 0o755);
+    const late = `${sockDir}/late.sock`;
+    const server = await startServer();
+    let stop: (() => Promise<void>) | undefined;
+    let accepted = 0;
+    try {
+      const script = `${server.workspace}/late.py`;
+      await Deno.writeTextFile(script, LATE_PROBE, { mode: 0o644 });
+      const link = `${server.workspace}/late-link.sock`;
+      const r = await server.post("/v1/exec_command", {
+        cmd: `python3 ${script} ${late} ${link}`,
+        login: false,
+        profile: "workspace-write",
+        until: "ready",
+        yield_time_ms: 20000,
+      });
+      assert.equal(typeof r.body.session_id, "number", JSON.stringify(r.body));
+      // The session runs; a root service now binds a 0777 socket outside its profile.
+      const listener = Deno.listen({ transport: "unix", path: late });
+      Deno.chmodSync(late, 0o777);
+      await Deno.symlink(late, link);
+      const serving = (async () => {
+        for await (const conn of listener) {
+          accepted++;
+          await conn.write(new TextEncoder().encode("late")).catch(() => {});
+          conn.close();
+        }
+      })();
+      stop = async () => {
+        listener.close();
+        await serving;
+      };
+      const w = await server.post("/v1/write_stdin", {
+        session_id: r.body.session_id,
+        chars: "go\n",
+        until: "got .*\\n",
+        yield_time_ms: 20000,
+      });
+      // Refused, by hiding (ECONNREFUSED) or by a Landlock ABI 9 rule (EACCES); never greeted.
+      const refused = "(ConnectionRefusedError|PermissionError)";
+      assert.match(
+        w.body.output,
+        new RegExp(`got own ${refused} ${refused}\\r\\n`),
+        JSON.stringify(w.body),
+      );
+      assert.equal(accepted, 0);
+    } finally {
+      await server.stop();
+      await stop?.();
+      await Deno.remove(sockDir, { recursive: true });
+    }
+  },
+});

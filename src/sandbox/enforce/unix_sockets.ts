@@ -13,13 +13,18 @@
  * - only the path a socket was bound to is listed: one bound with a relative path, renamed
  *   after binding, or also reachable through a hard link or bind mount its owner made elsewhere
  *   is not hidden under those other names;
- * - the hiding is made when a domain's worker is created. {@link SocketListing} reads the
- *   listing again at most once per `maxAgeMs` (default 1 s) and the domain key includes the
- *   sockets to hide, so a socket bound later, or re-bound by a restarted service (the unlink
- *   removes the mount over the old one), gets a fresh worker for the next command; commands
- *   already running keep their worker's view and can reach such a socket until they exit,
- *   and a command started less than `maxAgeMs` after the socket appeared may still miss it.
- *   Churn costs at most one new worker per domain per `maxAgeMs`;
+ * - the hiding is a snapshot, not a rule (issue 29 point 8, open): it is made when a domain's
+ *   worker is created. {@link SocketListing} reads the listing again at most once per
+ *   `maxAgeMs` (default 1 s) and the domain key includes the sockets to hide, so a socket bound
+ *   later, or re-bound by a restarted service (the unlink removes the mount over the old one),
+ *   gets a fresh worker for the next command; commands already running (a shell session, a
+ *   long build) keep their worker's view and CAN REACH such a socket until they exit, directly
+ *   or through a symlink, and a command started less than `maxAgeMs` after the socket appeared
+ *   may still miss it. Churn costs at most one new worker per domain per `maxAgeMs`. The test
+ *   that shows it is gated by `UEXEC_TEST_UNIX_SOCKET_RULE=1` in
+ *   `tests/sandbox_sockets_http_test.ts`; the mechanisms that would make this a rule (Landlock
+ *   ABI 9's `LANDLOCK_ACCESS_FS_RESOLVE_UNIX`; a seccomp supervisor below that; BPF LSM, whose
+ *   programs this test host refuses to load) are weighed in `docs/isolation-unix-sockets.md`;
  * - hiding needs a root server (a mount namespace); a non-root server fails closed when there
  *   is a socket to hide.
  *
