@@ -20,7 +20,7 @@
 import { z } from "zod";
 import type { Denial } from "../sandbox/denial.ts";
 import { canonical, describe, type Widening } from "../sandbox/widening.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
+import { ApiError, InvalidRequestError } from "../errors.ts";
 import { visible } from "./visible.ts";
 
 /** Every decision a user can post. */
@@ -120,22 +120,18 @@ export type ApprovalEvent =
   | { type: "approval_decided"; agent: string; approval: ApprovalRecord };
 
 /** `decide()` on an id the store does not know. */
-export class ApprovalNotFoundError extends Error {
+export class ApprovalNotFoundError extends ApiError {
   readonly code = "not_found";
-  readonly status = 404;
   constructor(readonly id: string) {
     super(`no approval with id ${JSON.stringify(id)}`);
-    this.name = "ApprovalNotFoundError";
   }
 }
 
 /** `decide()` on an approval that is no longer pending. */
-export class ApprovalAlreadyDecidedError extends Error {
+export class ApprovalAlreadyDecidedError extends ApiError {
   readonly code = "already_decided";
-  readonly status = 409;
   constructor(readonly approval: ApprovalRecord) {
     super(`approval ${approval.id} is already ${approval.status}`);
-    this.name = "ApprovalAlreadyDecidedError";
   }
 }
 

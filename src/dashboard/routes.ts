@@ -14,6 +14,7 @@
  * @module
  */
 
+import { ApiError } from "../errors.ts";
 import type { Context, Hono } from "hono";
 import { bearerToken, SandboxedPeerError } from "../http/auth.ts";
 import { readJson } from "../http/body.ts";
@@ -72,8 +73,7 @@ function signInPage(message: string): Response {
 }
 
 /** A sign-in code that is unknown, already used or expired (401 `invalid_sign_in_code`). */
-export class SignInCodeError extends Error {
-  readonly status = 401;
+export class SignInCodeError extends ApiError {
   readonly code = "invalid_sign_in_code";
   constructor() {
     super(

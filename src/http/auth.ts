@@ -8,9 +8,10 @@
  * @module
  */
 
+import { ApiError } from "../errors.ts";
+
 /** No or a wrong token (401 `unauthorized`). */
-export class UnauthorizedError extends Error {
-  readonly status = 401;
+export class UnauthorizedError extends ApiError {
   readonly code = "unauthorized";
   constructor() {
     super("missing or wrong bearer token");
@@ -18,8 +19,7 @@ export class UnauthorizedError extends Error {
 }
 
 /** A request from inside the sandbox (403 `forbidden_peer`). */
-export class SandboxedPeerError extends Error {
-  readonly status = 403;
+export class SandboxedPeerError extends ApiError {
   readonly code = "forbidden_peer";
   constructor() {
     super("requests from sandboxed commands are refused");
@@ -33,7 +33,6 @@ export function bearerToken(header: string | undefined | null): string | undefin
 }
 
 /** A WebSocket upgrade from a page of another origin (403 `forbidden_origin`). */
-export class CrossSiteError extends Error {
-  readonly status = 403;
+export class CrossSiteError extends ApiError {
   readonly code = "forbidden_origin";
 }

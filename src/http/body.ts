@@ -8,13 +8,7 @@
  */
 
 import { concat } from "../output/head_tail.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
-
-/** A body over the limit (413 `payload_too_large`). */
-export class PayloadTooLargeError extends Error {
-  readonly status = 413;
-  readonly code = "payload_too_large";
-}
+import { InvalidRequestError, PayloadTooLargeError } from "../errors.ts";
 
 const decoder = new TextDecoder();
 

@@ -41,74 +41,13 @@ import {
 import type { Service } from "../service/service.ts";
 import { jsonSchema } from "../service/tools.ts";
 import { VERSION } from "../version.ts";
+import { type ErrorCode, ERRORS } from "../errors.ts";
 import {
   EndedSessionsSchema,
   SignInBody,
   SignInLinkSchema,
   SignInResultSchema,
 } from "../dashboard/schemas.ts";
-
-/** Every error code the API answers with: its status and when it is given. */
-export const ERRORS = {
-  invalid_request: [400, "The request is malformed or a field is invalid; the message names it."],
-  unauthorized: [401, "No bearer token (or dashboard session id), or a wrong one."],
-  forbidden: [403, "Reserved to the operator, or beyond the agent's widest profile."],
-  forbidden_peer: [403, "The request came from a sandboxed command."],
-  forbidden_host: [403, "The Host is neither a loopback name nor in UEXEC_ALLOWED_HOSTS."],
-  forbidden_origin: [
-    403,
-    "The Origin is neither the server's own nor in UEXEC_ALLOWED_ORIGINS, or a WebSocket " +
-    "upgrade carried another origin than the server's own.",
-  ],
-  forbidden_workdir: [403, "The workdir is outside the workspace and UEXEC_ALLOWED_ROOTS."],
-  protected_workdir: [403, "The workdir is inside a directory that stays read-only (.git)."],
-  invalid_sign_in_code: [
-    401,
-    "The dashboard sign-in code is unknown, already used or expired; mint a fresh link.",
-  ],
-  rejected: [403, "The approval policy or the operator refused the command."],
-  not_found: [404, "No such entry, or it is not the caller's; or the feature is off."],
-  unknown_session: [404, "No live session with that id that the caller may see."],
-  unknown_agent: [404, "No agent by that name."],
-  method_not_allowed: [405, "This method has nothing to serve here."],
-  already_decided: [409, "The approval is no longer pending."],
-  agent_exists: [409, "An agent by that name exists."],
-  payload_too_large: [413, "The request body exceeds 1 MiB."],
-  unsupported_media_type: [415, "A POST body was not declared content-type: application/json."],
-  session_limit: [429, "The caller has as many live sessions as it may."],
-  internal: [500, "An unexpected failure; the reply carries a request_id to find it in the log."],
-  sandbox_unavailable: [500, "The sandbox could not be set up, so the command did not run."],
-  overloaded: [503, "The server is out of connections or file descriptors."],
-  out_of_resources: [503, "The server is out of file descriptors; nothing was started."],
-  shutting_down: [503, "The server is shutting down; nothing new is started."],
-  insufficient_storage: [
-    507,
-    "The workspace's or the state directory's file system has less free space than " +
-    "UEXEC_DISK_FLOOR_BYTES; nothing was started.",
-  ],
-  spawner_failed: [
-    503,
-    "The worker starting the command died; nothing of it runs. A retry gets a fresh worker.",
-  ],
-  client_gone: [
-    408,
-    "The caller went away mid-call (never answered: its output waits for the next call).",
-  ],
-  stdin_closed: [409, "The session's stdin was closed (^D on a pipe session)."],
-  stdin_full: [429, "More input is queued for the session than it reads; the limit is 1 MiB."],
-  idempotency_conflict: [422, "The Idempotency-Key was used with a different body."],
-  too_many_requests: [
-    429,
-    "Over the WebSocket: more requests in flight on one connection than it may have.",
-  ],
-  upgrade_required: [
-    426,
-    "GET /v1/ws takes a WebSocket upgrade, on the WebSocket port that /healthz names.",
-  ],
-} as const satisfies Record<string, readonly [number, string]>;
-
-/** An error code of {@link ERRORS}. */
-export type ErrorCode = keyof typeof ERRORS;
 
 /**
  * Who may call an operation: anyone who reaches the server (past the Host/Origin guard), any

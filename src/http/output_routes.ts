@@ -14,7 +14,7 @@ import { describeIssues, SessionIdParam } from "../service/schemas.ts";
 import type { Principal } from "../service/principal.ts";
 import type { Service } from "../service/service.ts";
 import { completeLength } from "../output/utf8.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
+import { InvalidRequestError } from "../errors.ts";
 import { encodeBase64, outputStream } from "./output_stream.ts";
 
 const Offset = decimalText(0, Number.MAX_SAFE_INTEGER);

@@ -28,6 +28,7 @@ import {
   type Tool,
 } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
+import { ApiError } from "../errors.ts";
 import type { Principal } from "../service/principal.ts";
 import {
   CallResultSchema,
@@ -202,7 +203,7 @@ export function mcpServer(service: Service, principal: Principal): Server {
 /** A failure as a tool error: the HTTP API's message, or an opaque one for a bug (logged). */
 function toolError(err: unknown, tool: string): CallToolResult {
   let message: string;
-  if (err instanceof Error && "status" in err && "code" in err) message = err.message;
+  if (err instanceof ApiError) message = err.message;
   else {
     const requestId = crypto.randomUUID();
     console.error(`uexec: MCP call ${requestId} ${tool} failed:`, err);

@@ -18,7 +18,7 @@
  * @module
  */
 
-import { InvalidRequestError } from "../sessions/errors.ts";
+import { InvalidRequestError } from "../errors.ts";
 import { accountEnv, DomainAccounts } from "./accounts.ts";
 import { type Restriction, Spawner } from "../workers/pool.ts";
 import type { TakeBack } from "../workers/protocol.ts";

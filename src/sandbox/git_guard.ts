@@ -63,6 +63,7 @@ import {
   statOf,
   writeAclOf,
 } from "./entries.ts";
+import { ApiError } from "../errors.ts";
 import { SandboxUnavailableError } from "./errors.ts";
 import { EntryWatch, type NewEntry, pathOf } from "./fanotify.ts";
 import type { SandboxOwners } from "./identity.ts";
@@ -84,15 +85,13 @@ import {
 import { EPOLLIN, type Reactor, type Registration } from "../io/reactor.ts";
 
 /** A workdir inside a protected directory the sandbox did not make (403 `protected_workdir`). */
-export class ProtectedWorkdirError extends Error {
-  readonly status = 403;
+export class ProtectedWorkdirError extends ApiError {
   readonly code = "protected_workdir";
   constructor(workdir: string, dir: string) {
     super(
       `workdir: ${workdir} is inside ${dir}, which stays read-only for sandboxed commands; ` +
         "run from the repository's working tree instead",
     );
-    this.name = "ProtectedWorkdirError";
   }
 }
 

@@ -21,7 +21,7 @@ import { FULL_ACCESS, type SandboxDomains } from "../sandbox/domains.ts";
 import { isWithin, normalizeAbsolutePath, type Profile } from "../sandbox/profiles.ts";
 import { realPathOrSelf } from "../sandbox/fsinfo.ts";
 import { canonical, describe, fitsWithin, type Widening } from "../sandbox/widening.ts";
-import { InvalidRequestError, RejectedError, RevokedError } from "../sessions/errors.ts";
+import { ApiError, InvalidRequestError, RejectedError, RevokedError } from "../errors.ts";
 import type { CallResult, KillResult, OutputWatcher, SessionManager } from "../sessions/manager.ts";
 import type { HistoryRead } from "../output/history.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
@@ -59,20 +59,17 @@ import type { MintedCode, SignInCodes } from "./sign_in_codes.ts";
 import type { z } from "zod";
 
 /** A workdir outside the workspace and the allowed roots (403 `forbidden_workdir`). */
-export class ForbiddenWorkdirError extends Error {
-  readonly status = 403;
+export class ForbiddenWorkdirError extends ApiError {
   readonly code = "forbidden_workdir";
 }
 
 /** A history entry that does not exist or is not the caller's (404 `not_found`). */
-export class HistoryNotFoundError extends Error {
-  readonly status = 404;
+export class HistoryNotFoundError extends ApiError {
   readonly code = "not_found";
 }
 
 /** The dashboard is turned off (`UEXEC_DASHBOARD=off`; 404 `dashboard_off`). */
-export class DashboardOffError extends Error {
-  readonly status = 404;
+export class DashboardOffError extends ApiError {
   readonly code = "dashboard_off";
   constructor() {
     super("the dashboard is off on this server (UEXEC_DASHBOARD=off)");

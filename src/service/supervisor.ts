@@ -19,7 +19,7 @@ import { FULL_ACCESS, type SandboxChoice, type SandboxDomains } from "../sandbox
 import { protectedAncestor } from "../sandbox/git_guard.ts";
 import { isWithin, type Profile } from "../sandbox/profiles.ts";
 import { combine, fitsWithin, isEmpty, type Widening } from "../sandbox/widening.ts";
-import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
+import { InvalidRequestError, RejectedError } from "../errors.ts";
 import type { CallResult, ExecRequest, SessionManager } from "../sessions/manager.ts";
 
 /** An `exec_command` as the supervisor receives it: the request minus its sandbox. */

@@ -43,7 +43,7 @@ import {
   ShuttingDownError,
   SpawnerFailedError,
   UnknownSessionError,
-} from "./errors.ts";
+} from "../errors.ts";
 import { Session, type SessionInfo } from "./session.ts";
 import { checkWaits, inputState, type WaitConditions } from "./waits.ts";
 import type { UntilPattern } from "./until.ts";
