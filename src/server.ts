@@ -19,7 +19,7 @@ import { WS_PATH } from "./http/ws_routes.ts";
 import { probeSandbox } from "./sandbox/apply.ts";
 import { deniedByProfile } from "./sandbox/confinement.ts";
 import { sandboxIds, sandboxOwners } from "./sandbox/identity.ts";
-import { signInLink } from "./dashboard/schemas.ts";
+import { signInLink } from "./http/dashboard/schemas.ts";
 import { OPERATOR } from "./service/principal.ts";
 import type { TokenSources } from "./service/agents.ts";
 import { type RuntimeParts, startRuntime } from "./runtime.ts";

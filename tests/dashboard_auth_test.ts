@@ -13,8 +13,8 @@
 
 import assert from "node:assert/strict";
 import { visible } from "../src/approvals/visible.ts";
-import { visible as browserVisible } from "../src/dashboard/static/dom.js";
-import { EventStreamParser, openEventStream } from "../src/dashboard/static/api.js";
+import { visible as browserVisible } from "../src/http/dashboard/static/dom.js";
+import { EventStreamParser, openEventStream } from "../src/http/dashboard/static/api.js";
 import { SignInCodes } from "../src/service/sign_in_codes.ts";
 import { WebSessions } from "../src/service/web_sessions.ts";
 import { OPERATOR } from "../src/service/principal.ts";

@@ -39,24 +39,10 @@
  * @module
  */
 
+import type { ConnectionLimits } from "../config.ts";
 import { outOfDescriptors } from "../ffi/libc.ts";
 import { FrameSocket } from "../ws/socket.ts";
 import { FramingError, header, RequestFraming, type RequestHead } from "./request_framing.ts";
-
-/** What one connection may hold, and how many there may be. */
-export interface ConnectionLimits {
-  /** A new connection must complete its first request head within this. */
-  headerTimeoutMs: number;
-  /** A connection with nothing in flight must complete its next request head within this. */
-  idleTimeoutMs: number;
-  /**
-   * Connections served at once; more are answered 503 and closed (and while as many refusals
-   * are under way, closed unanswered).
-   */
-  maxConnections: number;
-  /** Connections served at once for one peer (see {@link Peer}); more are answered 503. */
-  maxPerPeer: number;
-}
 
 /** Who is at the other end of a TCP connection, as found at accept. */
 export interface Peer {

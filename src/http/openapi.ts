@@ -47,7 +47,7 @@ import {
   SignInBody,
   SignInLinkSchema,
   SignInResultSchema,
-} from "../dashboard/schemas.ts";
+} from "./dashboard/schemas.ts";
 
 /**
  * Who may call an operation: anyone who reaches the server (past the Host/Origin guard), any

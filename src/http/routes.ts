@@ -2,7 +2,7 @@
  * The HTTP API: routes, body validation, authentication and error mapping, on Hono. Every
  * failure becomes a JSON error with a stable code; an unexpected one is logged with a request
  * id and answered 500 while the server keeps running. Routes only translate: every route but
- * `/healthz` and the API's description (docs_routes.ts) authenticates the caller first and
+ * `/healthz` and the API's description (docs/routes.ts) authenticates the caller first and
  * hands the principal to the application core, which decides what it may do. A route must
  * never act without a principal.
  *
@@ -12,7 +12,6 @@
 import { Hono } from "hono";
 import type { Context } from "hono";
 import type { z } from "zod";
-import { dashboardRoutes } from "../dashboard/routes.ts";
 import { outOfDescriptors } from "../ffi/libc.ts";
 import { ApiError, type ErrorCode, ERRORS, InvalidRequestError } from "../errors.ts";
 import type { Principal } from "../service/principal.ts";
@@ -33,7 +32,8 @@ import { toolDefinitions } from "../service/tools.ts";
 import { bearerToken, SandboxedPeerError, UnauthorizedError } from "./auth.ts";
 import { readJson } from "./body.ts";
 import { mcpRoutes } from "./mcp_routes.ts";
-import { docsRoutes } from "./docs_routes.ts";
+import { dashboardRoutes } from "./dashboard/routes.ts";
+import { docsRoutes } from "./docs/routes.ts";
 import { wantsText } from "./format.ts";
 import { connectionOf } from "./listener.ts";
 import { registerOutputRoutes } from "./output_routes.ts";

@@ -14,13 +14,14 @@
  * @module
  */
 
-import { ApiError } from "../errors.ts";
 import type { Context, Hono } from "hono";
-import { bearerToken, SandboxedPeerError } from "../http/auth.ts";
-import { readJson } from "../http/body.ts";
-import { ForbiddenError, type Principal } from "../service/principal.ts";
-import { parseInput } from "../service/schemas.ts";
-import type { Service } from "../service/service.ts";
+import { ApiError } from "../../errors.ts";
+import { ForbiddenError, type Principal } from "../../service/principal.ts";
+import { parseInput } from "../../service/schemas.ts";
+import type { Service } from "../../service/service.ts";
+import { bearerToken, SandboxedPeerError } from "../auth.ts";
+import { readJson } from "../body.ts";
+import { PAGE_HEADERS } from "../page_headers.ts";
 import { ASSETS, INDEX_HTML, SIGNIN_HTML } from "./assets.ts";
 import { SignInBody, signInLink } from "./schemas.ts";
 
@@ -30,33 +31,6 @@ export interface DashboardDeps {
   /** True when the request's TCP peer is a sandboxed process. */
   fromSandbox?(info: Deno.ServeHandlerInfo | undefined): boolean;
 }
-
-/**
- * Scripts and connections only to this server, no inline script, no framing, no plugins.
- * Styles allow inline: xterm.js sizes and colours its rows through `<style>` elements it makes.
- */
-const CSP = [
-  "default-src 'self'",
-  "script-src 'self'",
-  "style-src 'self' 'unsafe-inline'",
-  "connect-src 'self'",
-  "img-src 'self' data:",
-  "font-src 'self'",
-  "object-src 'none'",
-  "base-uri 'none'",
-  "form-action 'self'",
-  "frame-ancestors 'none'",
-].join("; ");
-
-export const PAGE_HEADERS = {
-  "content-security-policy": CSP,
-  "referrer-policy": "no-referrer",
-  "x-content-type-options": "nosniff",
-  "x-frame-options": "DENY",
-  "cross-origin-opener-policy": "same-origin",
-  "cross-origin-resource-policy": "same-origin",
-  "cache-control": "no-store",
-};
 
 const HTML = "text/html; charset=utf-8";
 const MAX_BODY_BYTES = 1024 * 1024;

@@ -1,17 +1,17 @@
 /**
- * `GET /openapi.json` (the API's OpenAPI 3.1 document, see openapi.ts) and `GET /docs` (Swagger
+ * `GET /openapi.json` (the API's OpenAPI 3.1 document, see ../openapi.ts) and `GET /docs` (Swagger
  * UI rendering it, every file served from here, so it works offline and behind a firewall).
  * Both are open like `/healthz`: they describe the API and hold nothing secret; the Host/Origin
- * guard still applies. The page runs under the dashboard's Content-Security-Policy (scripts only
+ * guard still applies. The page runs under the Content-Security-Policy of every page (page_headers.ts) (scripts only
  * from this server, no inline script). It must never serve data or a file not in the table.
  *
  * @module
  */
 
 import type { Env, Hono } from "hono";
-import { PAGE_HEADERS } from "../dashboard/routes.ts";
-import { DOCS_ASSETS, DOCS_HTML } from "../docs/assets.ts";
-import { apiDocument } from "./openapi.ts";
+import { apiDocument } from "../openapi.ts";
+import { PAGE_HEADERS } from "../page_headers.ts";
+import { DOCS_ASSETS, DOCS_HTML } from "./assets.ts";
 
 /** Register `/openapi.json`, `/docs` and its files on `app`. */
 export function docsRoutes<E extends Env>(app: Hono<E>): void {
