@@ -47,7 +47,8 @@ import {
 } from "../service/schemas.ts";
 import type { Service } from "../service/service.ts";
 import { jsonSchema, toolDefinitions } from "../service/tools.ts";
-import { type OutputWatcher, SCROLLED_LOST } from "../sessions/manager.ts";
+import type { OutputWatcher } from "../sessions/calls.ts";
+import { SCROLLED_LOST } from "../sessions/manager.ts";
 import { VERSION } from "../version.ts";
 import { ProgressReporter } from "./progress.ts";
 

@@ -22,7 +22,8 @@ import { isWithin, normalizeAbsolutePath, type Profile } from "../sandbox/profil
 import { realPathOrSelf } from "../sandbox/fsinfo.ts";
 import { canonical, describe, fitsWithin, type Widening } from "../sandbox/widening.ts";
 import { ApiError, InvalidRequestError, RejectedError, RevokedError } from "../errors.ts";
-import type { CallResult, KillResult, OutputWatcher, SessionManager } from "../sessions/manager.ts";
+import type { CallResult, KillResult, OutputWatcher } from "../sessions/calls.ts";
+import type { SessionManager } from "../sessions/manager.ts";
 import type { HistoryRead } from "../output/history.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
 import { treeUsage, type Usage } from "../sessions/usage.ts";

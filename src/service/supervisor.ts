@@ -20,7 +20,8 @@ import { protectedAncestor } from "../sandbox/git_guard.ts";
 import { isWithin, type Profile } from "../sandbox/profiles.ts";
 import { combine, fitsWithin, isEmpty, type Widening } from "../sandbox/widening.ts";
 import { InvalidRequestError, RejectedError } from "../errors.ts";
-import type { CallResult, ExecRequest, SessionManager } from "../sessions/manager.ts";
+import type { CallResult, ExecRequest } from "../sessions/calls.ts";
+import type { SessionManager } from "../sessions/manager.ts";
 
 /** An `exec_command` as the supervisor receives it: the request minus its sandbox. */
 export interface SupervisedExec {
