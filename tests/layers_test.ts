@@ -35,7 +35,6 @@ const KNOWN_LONG = [
   "http/listener.ts",
   "http/openapi.ts",
   "service/service.ts",
-  "sessions/manager.ts",
 ];
 
 interface Layer {
