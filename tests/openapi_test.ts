@@ -15,13 +15,8 @@ import { createConfig, lintFromString } from "@redocly/openapi-core";
 import puppeteer from "puppeteer-core";
 import { createApp } from "../src/http/routes.ts";
 import { ERRORS } from "../src/errors.ts";
-import {
-  apiDocument,
-  NOT_API,
-  openApiPath,
-  operationErrors,
-  OPERATIONS,
-} from "../src/http/openapi.ts";
+import { apiDocument, openApiPath, operationErrors } from "../src/http/openapi.ts";
+import { NOT_API, OPERATIONS } from "../src/http/operations.ts";
 import type { Service } from "../src/service/service.ts";
 import { startServer } from "./helpers/server.ts";
 
