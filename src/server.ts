@@ -8,7 +8,7 @@
 import type { Config } from "./config.ts";
 import { requestGuard, withCors } from "./http/guard.ts";
 import { type HttpListener, type ListenOptions, serveLimited } from "./http/listener.ts";
-import { connectionOf } from "./http/relay.ts";
+import { connectionOf } from "./http/connection_relay.ts";
 import { peerClassifier } from "./http/sandbox_peer.ts";
 import { createApp } from "./http/routes.ts";
 import { WS_PATH } from "./http/ws_routes.ts";

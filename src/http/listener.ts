@@ -15,13 +15,13 @@
  * closes it too, though the request is in flight, and so does a client that reads nothing of its
  * responses for the idle timeout.
  *
- * The relay (relay.ts, one per connection) reads each request's framing (request_framing.ts) and
- * adds to its head a header with the connection's random tag (any the client sent is dropped),
- * which the `Deno.serve` handler uses to find the connection (the tag stays on the request, whose
- * headers are immutable; it is worth nothing without the private socket). That gives each request
- * its connection's `info` (client address, a per-connection `connection` object) and keeps the
- * count of requests in flight that the timeouts need. A request the relay cannot frame is answered
- * 4xx and its connection closed.
+ * The relay (connection_relay.ts, one per connection) reads each request's framing
+ * (request_framing.ts) and adds to its head a header with the connection's random tag (any the
+ * client sent is dropped), which the `Deno.serve` handler uses to find the connection (the tag
+ * stays on the request, whose headers are immutable; it is worth nothing without the private
+ * socket). That gives each request its connection's `info` (client address, a per-connection
+ * `connection` object) and keeps the count of requests in flight that the timeouts need. A request
+ * the relay cannot frame is answered 4xx and its connection closed.
  *
  * A connection's first request, if it is a `GET` of the upgrade path with `Upgrade: websocket`, is
  * not relayed: the handler is called in-process with `info.upgrade`, which checks the handshake
@@ -51,7 +51,7 @@ import {
   REFUSAL_LINGER_MS,
   writeAll,
 } from "./raw_answers.ts";
-import { Connection, internalError, type Relay, TAG } from "./relay.ts";
+import { Connection, internalError, type Relay, TAG } from "./connection_relay.ts";
 import { RequestFraming } from "./request_framing.ts";
 
 /** Who is at the other end of a TCP connection, as found at accept. */

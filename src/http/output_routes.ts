@@ -48,9 +48,9 @@ export function registerOutputRoutes(
     const id = sessionId(c);
     const from = offset(c.req.header("last-event-id"), "Last-Event-ID");
     const session = service.session(principal, id);
-    if (from !== undefined && from > session.history.end) {
+    if (from !== undefined && from > session.ring.end) {
       throw new InvalidRequestError(
-        `Last-Event-ID: offset ${from} is past the end of the output (${session.history.end})`,
+        `Last-Event-ID: offset ${from} is past the end of the output (${session.ring.end})`,
       );
     }
     return outputStream(session, {

@@ -35,7 +35,7 @@ import { mcpRoutes } from "./mcp_routes.ts";
 import { dashboardRoutes } from "./dashboard/routes.ts";
 import { docsRoutes } from "./docs/routes.ts";
 import { wantsText } from "./format.ts";
-import { connectionOf } from "./relay.ts";
+import { connectionOf } from "./connection_relay.ts";
 import { registerOutputRoutes } from "./output_routes.ts";
 import { screenRoutes } from "./screen_routes.ts";
 import { sseResponse } from "./sse.ts";

@@ -15,7 +15,7 @@ import { ApiError, InvalidRequestError } from "../errors.ts";
 import { MAX_MESSAGE, serveSocket } from "../ws/connection.ts";
 import { CrossSiteError, UnauthorizedError } from "./auth.ts";
 import { OPEN } from "../ws/socket.ts";
-import type { ConnectionInfo } from "./relay.ts";
+import type { ConnectionInfo } from "./connection_relay.ts";
 
 /** The WebSocket endpoint's path, on the HTTP port. */
 export const WS_PATH = "/v1/ws";

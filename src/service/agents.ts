@@ -19,7 +19,7 @@ import {
   type Principal,
 } from "./principal.ts";
 import type { StateDir } from "./state_dir.ts";
-import { digestBytes, matchToken, newToken, sameToken, tokenDigest } from "./tokens.ts";
+import { digestBytes, matchToken, newToken, sameToken, tokenDigest } from "./bearer_tokens.ts";
 
 /** The agent created at first start. */
 export const DEFAULT_AGENT = "default";

@@ -21,7 +21,7 @@ import { type SandboxDomains } from "../sandbox/domains.ts";
 import { ApiError, InvalidRequestError, RejectedError, RevokedError } from "../errors.ts";
 import type { CallResult, KillResult, OutputWatcher } from "../sessions/calls.ts";
 import type { SessionManager } from "../sessions/manager.ts";
-import type { HistoryRead } from "../output/history.ts";
+import type { RingRead } from "../output/output_ring.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
 import { treeUsage, type Usage } from "../sessions/usage.ts";
 import type { ScreenSnapshot } from "../output/screen.ts";
@@ -539,17 +539,17 @@ export class Service {
    * What one of the principal's sessions' history holds from offset `since` (all it holds when
    * absent), without taking it from the session.
    */
-  output(principal: Principal, id: number, since?: number): HistoryRead & {
+  output(principal: Principal, id: number, since?: number): RingRead & {
     exitCode?: number;
   } {
     const session = this.session(principal, id);
-    const { history } = session;
-    if (since !== undefined && since > history.end) {
+    const { ring } = session;
+    if (since !== undefined && since > ring.end) {
       throw new InvalidRequestError(
-        `since: offset ${since} is past the end of the output (${history.end})`,
+        `since: offset ${since} is past the end of the output (${ring.end})`,
       );
     }
-    return { ...history.read(since ?? history.start), exitCode: session.exit?.code };
+    return { ...ring.read(since ?? ring.start), exitCode: session.exit?.code };
   }
 
   // --- WebSocket front door (issue 14) ---

@@ -30,7 +30,7 @@ import {
   RPC,
   rpcError,
   type RpcId,
-} from "./protocol.ts";
+} from "./json_rpc.ts";
 import { type FrameSocket, OPEN } from "./socket.ts";
 import { subscribe } from "./subscription.ts";
 
