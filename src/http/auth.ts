@@ -26,7 +26,14 @@ export class SandboxedPeerError extends ApiError {
   }
 }
 
-/** The token of an `Authorization: Bearer <token>` header, or undefined. */
+/**
+ * The token of an `Authorization: Bearer <token>` header, or undefined.
+ *
+ * Hand-written rather than Hono's `bearerAuth`: that middleware checks a token against a fixed
+ * list or a callback and answers for itself (400 for a malformed header, a text body with
+ * `WWW-Authenticate`), while here a credential (an agent's token or a browser session's id) is
+ * turned into a principal by the core on each route, and every refusal is the API's JSON error.
+ */
 export function bearerToken(header: string | undefined | null): string | undefined {
   const match = /^Bearer ([\x21-\x7e]+)$/.exec(header ?? "");
   return match ? match[1] : undefined;

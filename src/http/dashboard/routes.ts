@@ -21,7 +21,7 @@ import { parseInput } from "../../service/schemas.ts";
 import type { Service } from "../../service/service.ts";
 import { bearerToken, SandboxedPeerError } from "../auth.ts";
 import { readJson } from "../body.ts";
-import { PAGE_HEADERS } from "../page_headers.ts";
+import { pageHeaders } from "../page_headers.ts";
 import { ASSETS, INDEX_HTML, SIGNIN_HTML } from "./assets.ts";
 import { SignInBody, signInLink } from "./schemas.ts";
 
@@ -42,7 +42,7 @@ function escapeHtml(text: string): string {
 function signInPage(message: string): Response {
   return new Response(SIGNIN_HTML.replace(/\{\{\s*message\s*\}\}/, escapeHtml(message)), {
     status: 400,
-    headers: { ...PAGE_HEADERS, "content-type": HTML },
+    headers: { "cache-control": "no-store", "content-type": HTML },
   });
 }
 
@@ -66,7 +66,7 @@ export function dashboardRoutes(
 ): void {
   const { service } = deps;
 
-  app.get("/", (c) => {
+  app.get("/", pageHeaders, (c) => {
     // The old sign-in URL carried the operator's token; it opens nothing now, and says so.
     if (c.req.query("token") !== undefined) {
       return signInPage(
@@ -74,14 +74,16 @@ export function dashboardRoutes(
           "the link the server prints at start-up instead.",
       );
     }
-    return new Response(INDEX_HTML, { headers: { ...PAGE_HEADERS, "content-type": HTML } });
+    return new Response(INDEX_HTML, {
+      headers: { "cache-control": "no-store", "content-type": HTML },
+    });
   });
 
-  app.get("/dashboard/:file", (c) => {
+  app.get("/dashboard/:file", pageHeaders, (c) => {
     const asset = ASSETS.get(c.req.param("file"));
     if (!asset) return c.notFound();
     return new Response(asset.body, {
-      headers: { ...PAGE_HEADERS, "cache-control": "no-cache", "content-type": asset.type },
+      headers: { "cache-control": "no-cache", "content-type": asset.type },
     });
   });
 

@@ -10,7 +10,7 @@
 
 import type { Env, Hono } from "hono";
 import { apiDocument } from "../openapi.ts";
-import { PAGE_HEADERS } from "../page_headers.ts";
+import { pageHeaders } from "../page_headers.ts";
 import { DOCS_ASSETS, DOCS_HTML } from "./assets.ts";
 
 /** Register `/openapi.json`, `/docs` and its files on `app`. */
@@ -20,15 +20,15 @@ export function docsRoutes<E extends Env>(app: Hono<E>): void {
     document ??= JSON.stringify(apiDocument());
     return c.body(document, 200, { "content-type": "application/json" });
   });
-  app.get("/docs", () =>
+  app.get("/docs", pageHeaders, () =>
     new Response(DOCS_HTML, {
-      headers: { ...PAGE_HEADERS, "content-type": "text/html; charset=utf-8" },
+      headers: { "cache-control": "no-store", "content-type": "text/html; charset=utf-8" },
     }));
-  app.get("/docs/:file", (c) => {
+  app.get("/docs/:file", pageHeaders, (c) => {
     const asset = DOCS_ASSETS.get(c.req.param("file"));
     if (!asset) return c.notFound();
     return new Response(asset.body, {
-      headers: { ...PAGE_HEADERS, "cache-control": "no-cache", "content-type": asset.type },
+      headers: { "cache-control": "no-cache", "content-type": asset.type },
     });
   });
 }
