@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { CallResult } from "../src/sessions/manager.ts";
+import type { CallResult } from "../src/sessions/calls.ts";
 import { rawTransport, type Transport, type TransportFactory } from "./http1.ts";
 
 /** Body of `POST /v1/exec_command` (the fields the bench uses). */

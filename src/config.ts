@@ -7,7 +7,6 @@
  */
 
 import { type ApprovalPolicy, parseApprovalPolicy } from "./approvals/policy.ts";
-import type { ConnectionLimits } from "./http/listener.ts";
 import { loadProfiles, type Profile, withEgressDefaults } from "./sandbox/policy/profiles.ts";
 import { DEFAULT_MAX_PTYS } from "./sandbox/enforce/terminal_slots.ts";
 import { type Cidr, parseCidr, patternProblem } from "./egress/rules.ts";
@@ -15,6 +14,24 @@ import { DEFAULT_AGENT } from "./service/agents.ts";
 import { stateDirFrom } from "./service/state_dir.ts";
 import { LINEAR_ENGINE, LINEAR_ENGINE_FLAG } from "./sessions/until.ts";
 import { LOG_FORMATS, type LogFormat } from "./log.ts";
+
+/** What one connection may hold, and how many there may be. */
+export interface ConnectionLimits {
+  /** A new connection must complete its first request head within this. */
+  headerTimeoutMs: number;
+  /** A connection with nothing in flight must complete its next request head within this. */
+  idleTimeoutMs: number;
+  /**
+   * Connections served at once; more are answered 503 and closed (and while as many refusals
+   * are under way, closed unanswered).
+   */
+  maxConnections: number;
+  /**
+   * Connections served at once for one peer (a local uid or a remote address; `Peer` in
+   * http/listener.ts); more are answered 503.
+   */
+  maxPerPeer: number;
+}
 
 /** The server's settings. */
 export interface Config {

@@ -7,19 +7,15 @@
 
 import type { Config } from "./config.ts";
 import { requestGuard, withCors } from "./http/guard.ts";
-import {
-  connectionOf,
-  type HttpListener,
-  type ListenOptions,
-  serveLimited,
-} from "./http/listener.ts";
+import { type HttpListener, type ListenOptions, serveLimited } from "./http/listener.ts";
+import { connectionOf } from "./http/connection_relay.ts";
 import { peerClassifier } from "./http/sandbox_peer.ts";
 import { createApp } from "./http/routes.ts";
 import { WS_PATH } from "./http/ws_routes.ts";
 import { probeSandbox } from "./sandbox/enforce/apply.ts";
 import { deniedByProfile } from "./sandbox/enforce/confinement.ts";
 import { sandboxIds, sandboxOwners } from "./sandbox/identity/identity.ts";
-import { signInLink } from "./dashboard/schemas.ts";
+import { signInLink } from "./http/dashboard/schemas.ts";
 import { OPERATOR } from "./service/principal.ts";
 import type { TokenSources } from "./service/agents.ts";
 import { type RuntimeParts, startRuntime } from "./runtime.ts";

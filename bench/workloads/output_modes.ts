@@ -11,7 +11,7 @@
 
 import xterm from "@xterm/headless";
 import { PlainRenderer } from "../../src/output/plain.ts";
-import { countTokens } from "../../src/output/tokens.ts";
+import { countTokens } from "../../src/output/token_count.ts";
 import { type ExecRequest, UexecClient } from "../client.ts";
 import { log } from "../log.ts";
 import { type Row, row } from "../report.ts";

@@ -20,7 +20,7 @@
 import { z } from "zod";
 import type { Denial } from "../sandbox/policy/denial.ts";
 import { canonical, describe, type Widening } from "../sandbox/policy/widening.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
+import { ApiError, InvalidRequestError } from "../errors.ts";
 import { visible } from "./visible.ts";
 
 /** Every decision a user can post. */
@@ -35,9 +35,11 @@ export const approvalDecisionSchema = z.enum(APPROVAL_DECISIONS);
 /** Where an approval stands; `timed_out` counts as denied. */
 export type ApprovalStatus = "pending" | ApprovalDecision | "timed_out";
 
-/** An approval as the API shows it: every text with its hidden characters escaped. */
-export interface ApprovalRecord {
-  id: string;
+/**
+ * The command an approval is about, as asked and as shown: everything that decides what runs.
+ * The request and the record share it, so what is asked is what is shown.
+ */
+interface ApprovalSubject {
   /** The agent that asked. */
   agent: string;
   command: string;
@@ -51,9 +53,14 @@ export interface ApprovalRecord {
   env: Record<string, string>;
   /** What approving adds beyond the profile (`{}`: nothing, run it as asked). */
   escalation: Widening;
+  reason: string;
+}
+
+/** An approval as the API shows it: every text with its hidden characters escaped. */
+export interface ApprovalRecord extends ApprovalSubject {
+  id: string;
   /** One sentence: how the command runs once approved. */
   runs: string;
-  reason: string;
   justification: string | null;
   /** The sandbox denial that led to this question (on-failure retries). */
   denial: Denial | null;
@@ -72,18 +79,8 @@ export interface ApprovalRecord {
   exec_id: string | null;
 }
 
-/** What a caller asks approval for: everything that decides what runs. */
-export interface ApprovalRequest {
-  agent: string;
-  command: string;
-  shell: string;
-  login: boolean;
-  workdir: string;
-  tty: boolean;
-  profile: string;
-  env: Record<string, string>;
-  escalation: Widening;
-  reason: string;
+/** What a caller asks approval for. */
+export interface ApprovalRequest extends ApprovalSubject {
   justification?: string;
   denial?: Denial;
   /** Offer an unsandboxed run as an alternative to `escalation`. */
@@ -120,22 +117,18 @@ export type ApprovalEvent =
   | { type: "approval_decided"; agent: string; approval: ApprovalRecord };
 
 /** `decide()` on an id the store does not know. */
-export class ApprovalNotFoundError extends Error {
+export class ApprovalNotFoundError extends ApiError {
   readonly code = "not_found";
-  readonly status = 404;
   constructor(readonly id: string) {
     super(`no approval with id ${JSON.stringify(id)}`);
-    this.name = "ApprovalNotFoundError";
   }
 }
 
 /** `decide()` on an approval that is no longer pending. */
-export class ApprovalAlreadyDecidedError extends Error {
+export class ApprovalAlreadyDecidedError extends ApiError {
   readonly code = "already_decided";
-  readonly status = 409;
   constructor(readonly approval: ApprovalRecord) {
     super(`approval ${approval.id} is already ${approval.status}`);
-    this.name = "ApprovalAlreadyDecidedError";
   }
 }
 

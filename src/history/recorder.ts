@@ -18,7 +18,7 @@ import type { ApprovalRecord } from "../approvals/store.ts";
 import type { EventBus } from "../events/bus.ts";
 import type { Logger } from "../log.ts";
 import { concat } from "../output/head_tail.ts";
-import type { OutputHistory } from "../output/history.ts";
+import type { OutputRing } from "../output/output_ring.ts";
 import { nextBoundary } from "../output/utf8.ts";
 import type { Denial } from "../sandbox/policy/denial.ts";
 import type { Session } from "../sessions/session.ts";
@@ -84,7 +84,7 @@ export const TAIL_BYTES = 64 * 1024;
  */
 export function outputTail(
   earlier: Uint8Array | undefined,
-  output: OutputHistory,
+  output: OutputRing,
   capacity = TAIL_BYTES,
 ): Uint8Array {
   const own = output.read(Math.max(output.start, output.end - capacity)).bytes;
@@ -197,7 +197,7 @@ export class HistoryRecorder {
     session.listen({
       ended: (status) => {
         const now = Date.now();
-        entry.tail = outputTail(entry.tail, session.history);
+        entry.tail = outputTail(entry.tail, session.ring);
         // The kernel killed part of its tree for memory (its limit or the aggregate cap).
         const reason = session.usage?.killed_by ?? session.endReason;
         Object.assign(entry.row, {
@@ -260,7 +260,7 @@ export class HistoryRecorder {
     const found = this.#store.get(id, scope);
     const entry = this.#entries.get(id);
     if (!found || !entry?.session) return found;
-    const tail = outputTail(entry.tail, entry.session.history);
+    const tail = outputTail(entry.tail, entry.session.ring);
     return { ...found, output_tail: new TextDecoder().decode(tail) };
   }
 

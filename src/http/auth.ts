@@ -8,9 +8,10 @@
  * @module
  */
 
+import { ApiError } from "../errors.ts";
+
 /** No or a wrong token (401 `unauthorized`). */
-export class UnauthorizedError extends Error {
-  readonly status = 401;
+export class UnauthorizedError extends ApiError {
   readonly code = "unauthorized";
   constructor() {
     super("missing or wrong bearer token");
@@ -18,22 +19,27 @@ export class UnauthorizedError extends Error {
 }
 
 /** A request from inside the sandbox (403 `forbidden_peer`). */
-export class SandboxedPeerError extends Error {
-  readonly status = 403;
+export class SandboxedPeerError extends ApiError {
   readonly code = "forbidden_peer";
   constructor() {
     super("requests from sandboxed commands are refused");
   }
 }
 
-/** The token of an `Authorization: Bearer <token>` header, or undefined. */
+/**
+ * The token of an `Authorization: Bearer <token>` header, or undefined.
+ *
+ * Hand-written rather than Hono's `bearerAuth`: that middleware checks a token against a fixed
+ * list or a callback and answers for itself (400 for a malformed header, a text body with
+ * `WWW-Authenticate`), while here a credential (an agent's token or a browser session's id) is
+ * turned into a principal by the core on each route, and every refusal is the API's JSON error.
+ */
 export function bearerToken(header: string | undefined | null): string | undefined {
   const match = /^Bearer ([\x21-\x7e]+)$/.exec(header ?? "");
   return match ? match[1] : undefined;
 }
 
 /** A WebSocket upgrade from a page of another origin (403 `forbidden_origin`). */
-export class CrossSiteError extends Error {
-  readonly status = 403;
+export class CrossSiteError extends ApiError {
   readonly code = "forbidden_origin";
 }

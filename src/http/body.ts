@@ -8,13 +8,7 @@
  */
 
 import { concat } from "../output/head_tail.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
-
-/** A body over the limit (413 `payload_too_large`). */
-export class PayloadTooLargeError extends Error {
-  readonly status = 413;
-  readonly code = "payload_too_large";
-}
+import { InvalidRequestError, PayloadTooLargeError } from "../errors.ts";
 
 const decoder = new TextDecoder();
 
@@ -34,7 +28,13 @@ async function readCounted(
   return decoder.decode(concat(chunks, size));
 }
 
-/** The body of `req` parsed as JSON; `tooLarge` names the limit in the 413 message. */
+/**
+ * The body of `req` parsed as JSON; `tooLarge` names the limit in the 413 message.
+ *
+ * Hand-written rather than Hono's `bodyLimit`: that middleware lets a body whose stream breaks
+ * mid-way (a bad chunk, fewer bytes than declared) throw its reader's own error, which this API
+ * would answer 500 where it promises 400 `invalid_request`.
+ */
 export async function readJson(req: Request, limit: number, tooLarge: string): Promise<unknown> {
   const declared = req.headers.get("content-length");
   if (declared !== null && Number(declared) > limit) throw new PayloadTooLargeError(tooLarge);

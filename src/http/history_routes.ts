@@ -11,7 +11,7 @@ import { HistoryQuery } from "../history/query.ts";
 import type { Principal } from "../service/principal.ts";
 import { describeIssues } from "../service/schemas.ts";
 import type { Service } from "../service/service.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
+import { InvalidRequestError } from "../errors.ts";
 
 /** Register the history and metrics routes; `who` authenticates a request. */
 export function registerHistoryRoutes(

@@ -1,62 +1,58 @@
 /**
- * The HTTP listener, on public Deno APIs only: it accepts connections itself and relays each
- * one's bytes to a `Deno.serve` that listens on a private unix socket (0600, in a 0700
- * directory of its own), so that what clients hold is bounded; `Deno.serve` alone has no
- * header timeout, idle timeout or connection cap, and takes no accepted connection.
+ * The HTTP listener, on public Deno APIs only: it accepts connections itself and relays each one's
+ * bytes to a `Deno.serve` that listens on a private unix socket (0600, in a 0700 directory of its
+ * own), so that what clients hold is bounded; `Deno.serve` alone has no header timeout, idle
+ * timeout or connection cap, and takes no accepted connection.
  *
- * At accept, before a connection holds a slot: a peer that `peers` finds sandboxed is answered
- * 403 and closed, and beyond the connection cap, beyond the per-peer cap, and when the process
- * is out of file descriptors, a client is answered 503 and closed (when not even that
- * descriptor can be had, the connection idle longest is closed for it; a connection is taken
- * only with three descriptors free, its own, the relay's and the backend's, because Deno.serve's
- * accept loop ends at EMFILE, after which the backend is started again). A connection must then
- * complete a request head within the header timeout of being accepted, and the next one within
- * the idle timeout of its last response; a request head or body under way that stops coming for
- * the idle timeout closes it too, though the request is in flight, and so does a client that
- * reads nothing of its responses for the idle timeout.
+ * At accept, before a connection holds a slot: a peer that `peers` finds sandboxed is answered 403
+ * and closed, and beyond the connection cap, beyond the per-peer cap, and when the process is out
+ * of file descriptors, a client is answered 503 and closed (when not even that descriptor can be
+ * had, the connection idle longest is closed for it; a connection is taken only with three
+ * descriptors free, its own, the relay's and the backend's, because Deno.serve's accept loop ends
+ * at EMFILE, after which the backend is started again). A connection must then complete a request
+ * head within the header timeout of being accepted, and the next one within the idle timeout of
+ * its last response; a request head or body under way that stops coming for the idle timeout
+ * closes it too, though the request is in flight, and so does a client that reads nothing of its
+ * responses for the idle timeout.
  *
- * The relay reads each request's framing (request_framing.ts) and adds to its head a header
- * with the connection's random tag (any the client sent is dropped), which the `Deno.serve`
- * handler uses to find the connection (the tag stays on the request, whose headers are
- * immutable; it is worth nothing without the private socket). That gives each request its
- * connection's `info` (client address, a per-connection `connection` object) and keeps the
- * count of requests in flight that the timeouts need. A request the relay cannot frame is
- * answered 4xx and its connection closed.
+ * The relay (connection_relay.ts, one per connection) reads each request's framing
+ * (request_framing.ts) and adds to its head a header with the connection's random tag (any the
+ * client sent is dropped), which the `Deno.serve` handler uses to find the connection (the tag
+ * stays on the request, whose headers are immutable; it is worth nothing without the private
+ * socket). That gives each request its connection's `info` (client address, a per-connection
+ * `connection` object) and keeps the count of requests in flight that the timeouts need. A request
+ * the relay cannot frame is answered 4xx and its connection closed.
  *
- * A connection's first request, if it is a `GET` of the upgrade path with `Upgrade: websocket`,
- * is not relayed: the handler is called in-process with `info.upgrade`, which checks the
- * handshake and, once the handler accepts, answers 101 and hands the connection to a
- * {@link FrameSocket} (`Deno.upgradeWebSocket` works only under `Deno.serve`, whose connection
- * this is not). Any other answer is written back with `connection: close`. Probed on Deno
- * 2.9.6 before choosing this: `node:http` emits a real `upgrade` event, but it would move every
- * route off `Deno.serve` onto the Node compatibility layer; `Deno.serve` has no timeouts or cap
- * and gives a unix client no address of its own to tell connections apart (hence the tag).
+ * A connection's first request, if it is a `GET` of the upgrade path with `Upgrade: websocket`, is
+ * not relayed: the handler is called in-process with `info.upgrade`, which checks the handshake
+ * and, once the handler accepts, answers 101 and hands the connection to a `FrameSocket`
+ * (ws/socket.ts; the handshake: ws_handshake.ts) (`Deno.upgradeWebSocket` works only under
+ * `Deno.serve`, whose connection this is not). Any other answer is written back
+ * with `connection: close` (raw_answers.ts). Probed on Deno 2.9.6 before choosing this: `node:http` emits a real
+ * `upgrade` event, but it would move every route off `Deno.serve` onto the Node compatibility
+ * layer; `Deno.serve` has no timeouts or cap and gives a unix client no address of its own to tell
+ * connections apart (hence the tag).
  *
- * It must never crash or spin on an accept error, never close a connection that has a request
- * in flight (a long poll or an event stream is not idle), never serve a request that lacks a
- * live connection's tag, and never let the private socket be reached by anyone but itself.
+ * It must never crash or spin on an accept error, never close a connection that has a request in
+ * flight (a long poll or an event stream is not idle), never serve a request that lacks a live
+ * connection's tag, and never let the private socket be reached by anyone but itself.
+ *
+
  *
  * @module
  */
 
+import type { ConnectionLimits } from "../config.ts";
 import { outOfDescriptors } from "../ffi/libc.ts";
-import { FrameSocket } from "../ws/socket.ts";
-import { FramingError, header, RequestFraming, type RequestHead } from "./request_framing.ts";
-
-/** What one connection may hold, and how many there may be. */
-export interface ConnectionLimits {
-  /** A new connection must complete its first request head within this. */
-  headerTimeoutMs: number;
-  /** A connection with nothing in flight must complete its next request head within this. */
-  idleTimeoutMs: number;
-  /**
-   * Connections served at once; more are answered 503 and closed (and while as many refusals
-   * are under way, closed unanswered).
-   */
-  maxConnections: number;
-  /** Connections served at once for one peer (see {@link Peer}); more are answered 503. */
-  maxPerPeer: number;
-}
+import {
+  answerAndLinger,
+  closeQuietly,
+  refusal,
+  REFUSAL_LINGER_MS,
+  writeAll,
+} from "./raw_answers.ts";
+import { Connection, internalError, type Relay, TAG } from "./connection_relay.ts";
+import { RequestFraming } from "./request_framing.ts";
 
 /** Who is at the other end of a TCP connection, as found at accept. */
 export interface Peer {
@@ -91,65 +87,6 @@ export interface HttpListener {
   shutdown(): Promise<void>;
 }
 
-/** Accepting a WebSocket upgrade: the largest message the socket may take. */
-export interface UpgradeOptions {
-  maxMessage: number;
-}
-
-/** What a handler served here gets with each request. */
-export interface ConnectionInfo extends Deno.ServeHandlerInfo {
-  /** One object per accepted connection, the same for each of its requests (a WeakMap key). */
-  readonly connection: object;
-  /**
-   * On a connection's first request for the upgrade path with `Upgrade: websocket`: check the
-   * handshake and accept it (`accept` gets the socket once the 101 is sent); answers the
-   * handshake's refusal (400, or 426 for another version) or the response to return.
-   */
-  readonly upgrade?: (
-    options: UpgradeOptions,
-    accept: (socket: FrameSocket) => void,
-  ) => Response;
-}
-
-/** The per-connection object of a request this listener served; undefined for any other. */
-export function connectionOf(info: unknown): object | undefined {
-  return info && typeof info === "object" && "connection" in info &&
-      typeof info.connection === "object" && info.connection !== null
-    ? info.connection
-    : undefined;
-}
-
-/** The header that carries a connection's tag from the relay to the handler. */
-const TAG = "x-uexec-connection";
-
-const encoder = new TextEncoder();
-
-/** The reason phrases of the statuses written here (others get "Status"). */
-const REASONS: Record<number, string> = {
-  200: "OK",
-  400: "Bad Request",
-  401: "Unauthorized",
-  403: "Forbidden",
-  404: "Not Found",
-  405: "Method Not Allowed",
-  413: "Content Too Large",
-  426: "Upgrade Required",
-  429: "Too Many Requests",
-  431: "Request Header Fields Too Large",
-  500: "Internal Server Error",
-  503: "Service Unavailable",
-  505: "HTTP Version Not Supported",
-};
-
-/** A complete response with the API's error body, closing the connection. */
-function refusal(status: number, code: string, message: string): Uint8Array {
-  const body = JSON.stringify({ error: { code, message } });
-  return encoder.encode(
-    `HTTP/1.1 ${status} ${REASONS[status] ?? "Status"}\r\ncontent-type: application/json\r\n` +
-      `content-length: ${encoder.encode(body).length}\r\nconnection: close\r\n\r\n${body}`,
-  );
-}
-
 const overloaded = (message: string) => refusal(503, "overloaded", message);
 const TOO_MANY = overloaded("too many connections; retry later");
 const TOO_MANY_FROM_PEER = overloaded("too many connections from this peer; retry later");
@@ -160,16 +97,6 @@ const FORBIDDEN_PEER = refusal(
   "requests from sandboxed commands are refused",
 );
 
-/** The answer to a request the relay could not frame. */
-function framingRefusal(err: FramingError): Uint8Array {
-  return refusal(err.status, "invalid_request", err.message);
-}
-
-/**
- * How long a refused connection is kept to read its client's request (a close with unread data
- * resets the connection, which can destroy the 503 before the client reads it).
- */
-const REFUSAL_LINGER_MS = 1000;
 /**
  * After an accept error that a refusal could not clear, accepting waits until one of its
  * connections closes (freeing a descriptor), or at most this long (descriptors freed elsewhere
@@ -181,369 +108,6 @@ const ACCEPT_BACKOFF_MS = 100;
  * real command gets its answer; a flood holds no more than these descriptors).
  */
 const SANDBOXED_ANSWERS = 16;
-/** Bytes relayed per read. */
-const RELAY_CHUNK = 64 * 1024;
-
-/** Deno.serve's default for a handler that throws. */
-function internalError(err: unknown): Response {
-  console.error("uexec: request handler failed:", err);
-  return new Response("Internal Server Error", { status: 500 });
-}
-
-/** The error body of a refused handshake. */
-function handshakeRefusal(status: number, message: string, headers: HeadersInit = {}): Response {
-  return Response.json({ error: { code: "invalid_request", message } }, { status, headers });
-}
-
-const WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-
-/** Whether a comma-separated header holds `token` (case-insensitive). */
-function hasToken(value: string | null | undefined, token: string): boolean {
-  return (value ?? "").toLowerCase().split(",").some((t) => t.trim() === token);
-}
-
-/** Close `conn` unless it is closed already. */
-function closeQuietly(conn: Deno.Conn): void {
-  try {
-    conn.close();
-  } catch { /* closed */ }
-}
-
-async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
-  for (let off = 0; off < bytes.length;) off += await conn.write(bytes.subarray(off));
-}
-
-/**
- * Write `answer`, half-close and read (discarding) until the client closes, so that the answer
- * is not lost to the reset a close with unread data causes; at most REFUSAL_LINGER_MS. The
- * caller closes `conn`.
- */
-async function answerAndLinger(conn: Deno.Conn, answer: Uint8Array): Promise<void> {
-  const timer = setTimeout(() => closeQuietly(conn), REFUSAL_LINGER_MS);
-  const buf = new Uint8Array(4096);
-  try {
-    await writeAll(conn, answer);
-    await conn.closeWrite();
-    while (await conn.read(buf) !== null) { /* discard the rest */ }
-  } catch { /* the client left, or the time is up */ }
-  clearTimeout(timer);
-}
-
-/** What a connection needs of its listener. */
-interface Relay {
-  /** The backend's socket (a new one each time it is restarted). */
-  backendPath: string;
-  readonly limits: ConnectionLimits;
-  readonly handler: Deno.ServeHandler;
-  readonly upgradePath?: string;
-  readonly byTag: Map<string, Connection>;
-}
-
-/** One accepted connection: its relay, its one timer and its requests in flight. */
-class Connection {
-  readonly token = {};
-  readonly tag = crypto.getRandomValues(new Uint8Array(16)).toHex();
-  readonly finished: Promise<void>;
-  readonly #conn: Deno.Conn;
-  readonly #relay: Relay;
-  readonly #remoteAddr: Deno.Addr;
-  readonly #framing = new RequestFraming();
-  readonly #backend: Deno.Conn;
-  #gone = false;
-  #done = Promise.withResolvers<void>();
-  /** Requests whose head was relayed and whose response is not yet sent (or an upgrade). */
-  #inFlight = 0;
-  #heads = 0;
-  #upgraded = false;
-  /** The WebSocket this connection was upgraded to. */
-  #socket?: FrameSocket;
-  /** When the current wait for a request head began, and how long it may last. */
-  #since = performance.now();
-  #allowed: number;
-  #timer?: ReturnType<typeof setTimeout>;
-  /** When the armed timer fires. */
-  #due = 0;
-
-  constructor(conn: Deno.Conn, backend: Deno.Conn, relay: Relay) {
-    this.#conn = conn;
-    this.#backend = backend;
-    this.#relay = relay;
-    this.finished = this.#done.promise;
-    // A unix client has no address of its own: the handler gets the socket's path, as
-    // Deno.serve gives.
-    this.#remoteAddr = conn.remoteAddr.transport === "unix" ? conn.localAddr : conn.remoteAddr;
-    this.#allowed = relay.limits.headerTimeoutMs;
-    this.#arm(this.#allowed);
-    relay.byTag.set(this.tag, this);
-    this.#readClient().catch(() => this.close());
-    this.#readBackend().finally(() => {
-      // An upgraded connection no longer needs the backend.
-      if (!this.#upgraded) this.close();
-    });
-  }
-
-  /** When it became idle (nothing in flight), or undefined while a request is in flight. */
-  get idleSince(): number | undefined {
-    return this.#inFlight === 0 && !this.#gone ? this.#since : undefined;
-  }
-
-  /** Serve a relayed request of this connection (the handler's `info` is this connection's). */
-  serve(req: Request, completed: Promise<void>): Response | Promise<Response> {
-    completed.then(this.#ended, this.#ended);
-    const info: ConnectionInfo = {
-      remoteAddr: this.#remoteAddr,
-      completed,
-      connection: this.token,
-    };
-    return this.#relay.handler(req, info);
-  }
-
-  /** At shutdown: a WebSocket is told the server goes away (close 1001) and ends cleanly. */
-  async goAway(): Promise<void> {
-    const socket = this.#socket;
-    if (socket && !this.#gone) {
-      socket.close(1001, "server shutting down");
-      await socket.ended;
-    }
-    this.close();
-  }
-
-  /** Close both ends now. */
-  close(): void {
-    if (this.#gone) return;
-    this.#gone = true;
-    clearTimeout(this.#timer);
-    this.#relay.byTag.delete(this.tag);
-    closeQuietly(this.#conn);
-    closeQuietly(this.#backend);
-    this.#done.resolve();
-  }
-
-  async #readClient(): Promise<void> {
-    const buf = new Uint8Array(RELAY_CHUNK);
-    try {
-      for (;;) {
-        // A head or body under way must keep coming: a client that stops sending it for the
-        // idle timeout is closed, though a request is in flight (its handler waits on it).
-        const stalled = this.#framing.between
-          ? undefined
-          : setTimeout(() => this.close(), this.#relay.limits.idleTimeoutMs);
-        const n = await this.#conn.read(buf).finally(() => clearTimeout(stalled));
-        if (n === null) break;
-        let data: Uint8Array = buf.subarray(0, n);
-        while (data.length > 0) {
-          const { segments, rest } = this.#framing.push(data);
-          data = rest;
-          for (const segment of segments) {
-            if ("body" in segment) {
-              await this.#toBackend(segment.body);
-              continue;
-            }
-            if (this.#heads++ === 0 && this.#isUpgrade(segment.head)) {
-              return await this.#upgrade(segment.head, data.slice());
-            }
-            this.#inFlight++;
-            await this.#toBackend(latin1(tagged(segment.head, this.tag)));
-          }
-        }
-      }
-    } catch (err) {
-      if (!(err instanceof FramingError)) throw err;
-      // Answered only where no response of the backend can interleave with it.
-      if (this.#heads <= 1 && this.#inFlight === 0) {
-        clearTimeout(this.#timer);
-        await answerAndLinger(this.#conn, framingRefusal(err));
-      }
-      return this.close();
-    }
-    // The client is done sending: responses in flight are still delivered.
-    if (this.#inFlight === 0) return this.close();
-    await this.#backend.closeWrite().catch(() => this.close());
-  }
-
-  /** Relay `bytes` to the backend. */
-  async #toBackend(bytes: Uint8Array): Promise<void> {
-    await writeAll(this.#backend, bytes);
-  }
-
-  async #readBackend(): Promise<void> {
-    const buf = new Uint8Array(RELAY_CHUNK);
-    const backend = this.#backend;
-    try {
-      for (let n = await backend.read(buf); n !== null; n = await backend.read(buf)) {
-        await this.#toClient(buf.subarray(0, n));
-      }
-    } catch { /* either end is gone */ }
-  }
-
-  /**
-   * Relay `bytes` to the client. A client that reads nothing for the idle timeout is closed:
-   * else, by not reading its responses (pipelined requests, a long answer), it would keep a
-   * request in flight, and its connection, for ever.
-   */
-  async #toClient(bytes: Uint8Array): Promise<void> {
-    for (let off = 0; off < bytes.length;) {
-      const stalled = setTimeout(() => this.close(), this.#relay.limits.idleTimeoutMs);
-      try {
-        off += await this.#conn.write(bytes.subarray(off));
-      } finally {
-        clearTimeout(stalled);
-      }
-    }
-  }
-
-  #isUpgrade(head: RequestHead): boolean {
-    const path = this.#relay.upgradePath;
-    return path !== undefined && head.method === "GET" &&
-      head.target.split("?")[0] === path && hasToken(header(head, "upgrade"), "websocket");
-  }
-
-  /** Serve the first request in-process with `info.upgrade` (see the module doc). */
-  async #upgrade(head: RequestHead, rest: Uint8Array): Promise<void> {
-    this.#inFlight++;
-    clearTimeout(this.#timer);
-    this.#upgraded = true;
-    closeQuietly(this.#backend);
-    const completed = Promise.withResolvers<void>();
-    completed.promise.catch(() => {});
-    let req: Request;
-    try {
-      const headers = new Headers(head.headers.filter(([name]) => name.toLowerCase() !== TAG));
-      req = new Request(new URL(head.target, `http://${headers.get("host") ?? "localhost"}`), {
-        headers,
-      });
-    } catch {
-      await answerAndLinger(this.#conn, framingRefusal(new FramingError(400, "malformed request")));
-      return this.close();
-    }
-    let accepted: { options: UpgradeOptions; accept: (socket: FrameSocket) => void } | undefined;
-    const upgrade = (options: UpgradeOptions, accept: (socket: FrameSocket) => void) => {
-      const refused = handshakeRefused(req);
-      if (refused) return refused;
-      accepted = { options, accept };
-      return new Response(null, { status: 200 });
-    };
-    const info: ConnectionInfo = {
-      remoteAddr: this.#remoteAddr,
-      completed: completed.promise,
-      connection: this.token,
-      upgrade,
-    };
-    let res: Response;
-    try {
-      res = await this.#relay.handler(req, info);
-    } catch (err) {
-      res = internalError(err);
-    }
-    try {
-      if (accepted && res.ok) {
-        await res.body?.cancel();
-        const key = req.headers.get("sec-websocket-key")!;
-        const digest = await crypto.subtle.digest("SHA-1", encoder.encode(key + WS_GUID));
-        await writeAll(
-          this.#conn,
-          encoder.encode(
-            "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n" +
-              `sec-websocket-accept: ${new Uint8Array(digest).toBase64()}\r\n\r\n`,
-          ),
-        );
-        completed.resolve();
-        if (this.#gone) return;
-        const socket = this.#socket = new FrameSocket(
-          this.#conn,
-          rest,
-          accepted.options.maxMessage,
-        );
-        socket.addCloseListener(() => this.close());
-        accepted.accept(socket);
-        return;
-      }
-      await this.#writeResponse(res);
-      completed.resolve();
-    } catch (err) {
-      completed.reject(err);
-    }
-    this.close();
-  }
-
-  /** Write `res` as HTTP/1.1 closing the connection, its body streamed as it comes. */
-  async #writeResponse(res: Response): Promise<void> {
-    let head = `HTTP/1.1 ${res.status} ${REASONS[res.status] ?? "Status"}\r\n`;
-    for (const [name, value] of res.headers) {
-      if (name !== "connection" && name !== "transfer-encoding") head += `${name}: ${value}\r\n`;
-    }
-    await writeAll(this.#conn, encoder.encode(`${head}connection: close\r\n\r\n`));
-    if (!res.body) return;
-    for await (const chunk of res.body) await writeAll(this.#conn, chunk);
-  }
-
-  #ended = () => {
-    if (--this.#inFlight > 0 || this.#gone) return;
-    this.#since = performance.now();
-    this.#allowed = this.#relay.limits.idleTimeoutMs;
-    // A timer that fires by the new deadline re-arms itself; a later one (the header
-    // timeout's) is replaced.
-    if (this.#timer !== undefined && this.#due <= this.#since + this.#allowed) return;
-    clearTimeout(this.#timer);
-    this.#arm(this.#allowed);
-  };
-
-  #arm(ms: number): void {
-    this.#due = performance.now() + ms;
-    this.#timer = setTimeout(this.#expire, ms);
-  }
-
-  #expire = () => {
-    this.#timer = undefined;
-    if (this.#inFlight > 0) return; // #ended re-arms.
-    const left = this.#since + this.#allowed - performance.now();
-    if (left > 0) this.#arm(left);
-    else this.close();
-  };
-}
-
-/** `head` as relayed: the client's lines, less any tag of its own, plus the connection's. */
-function tagged(head: RequestHead, tag: string): string {
-  let text = `${head.method} ${head.target} HTTP/${head.version}\r\n`;
-  for (const [name, value] of head.headers) {
-    if (name.toLowerCase() !== TAG) text += `${name}: ${value}\r\n`;
-  }
-  return `${text}${TAG}: ${tag}\r\n\r\n`;
-}
-
-/**
- * A head's text as the bytes it was decoded from (as latin1, one code unit a byte; UTF-8 would
- * turn each byte beyond ASCII into two).
- */
-function latin1(text: string): Uint8Array {
-  const bytes = new Uint8Array(text.length);
-  for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
-  return bytes;
-}
-
-/** A WebSocket handshake's refusal, or undefined when it is well-formed (RFC 6455 4.2.1). */
-function handshakeRefused(req: Request): Response | undefined {
-  if (!hasToken(req.headers.get("connection"), "upgrade")) {
-    return handshakeRefusal(400, "a WebSocket upgrade needs Connection: Upgrade");
-  }
-  if (req.headers.get("sec-websocket-version") !== "13") {
-    return handshakeRefusal(426, "only WebSocket version 13 is served", {
-      "sec-websocket-version": "13",
-    });
-  }
-  const key = req.headers.get("sec-websocket-key") ?? "";
-  let decoded: Uint8Array | undefined;
-  try {
-    decoded = Uint8Array.fromBase64(key);
-  } catch { /* not base64 */ }
-  if (decoded?.length !== 16) {
-    return handshakeRefusal(
-      400,
-      "a WebSocket upgrade needs Sec-WebSocket-Key: the base64 of 16 random bytes",
-    );
-  }
-  return undefined;
-}
 
 class Listener implements HttpListener {
   readonly addr: Deno.NetAddr | Deno.UnixAddr;

@@ -14,8 +14,7 @@ import type { Context, Env, Hono } from "hono";
 import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
 import { checkMessages, RPC, rpcError } from "../mcp/messages.ts";
 import { mcpServer } from "../mcp/server.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
-import { PayloadTooLargeError } from "./body.ts";
+import { InvalidRequestError, PayloadTooLargeError } from "../errors.ts";
 import type { Principal } from "../service/principal.ts";
 import type { Service } from "../service/service.ts";
 

@@ -14,7 +14,7 @@ import { describeIssues, SessionIdParam } from "../service/schemas.ts";
 import type { Principal } from "../service/principal.ts";
 import type { Service } from "../service/service.ts";
 import { completeLength } from "../output/utf8.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
+import { InvalidRequestError } from "../errors.ts";
 import { encodeBase64, outputStream } from "./output_stream.ts";
 
 const Offset = decimalText(0, Number.MAX_SAFE_INTEGER);
@@ -48,9 +48,9 @@ export function registerOutputRoutes(
     const id = sessionId(c);
     const from = offset(c.req.header("last-event-id"), "Last-Event-ID");
     const session = service.session(principal, id);
-    if (from !== undefined && from > session.history.end) {
+    if (from !== undefined && from > session.ring.end) {
       throw new InvalidRequestError(
-        `Last-Event-ID: offset ${from} is past the end of the output (${session.history.end})`,
+        `Last-Event-ID: offset ${from} is past the end of the output (${session.ring.end})`,
       );
     }
     return outputStream(session, {

@@ -1,12 +1,12 @@
 /**
  * A session's output as a resumable Server-Sent Events stream. Every `output` event carries as
  * its `id:` the byte offset after its bytes; a client that reconnects with `Last-Event-ID` gets
- * exactly the bytes after that offset while the session's history still holds them, and
+ * exactly the bytes after that offset while the session's output ring still holds them, and
  * otherwise one `gap` event (`{ bytes }`, the number lost) and then what follows (as text, the
  * gap also counts the parts of characters it cut, on either side, so every byte is accounted
  * for: an output event's id plus the next gap's bytes is that gap's id). The stream
- * pulls from the history only as fast as the client reads, so a slow client costs no memory
- * beyond the history's ring: when it falls more than the ring behind, it gets a `gap` event.
+ * pulls from the ring only as fast as the client reads, so a slow client costs no memory
+ * beyond the ring: when it falls more than the ring behind, it gets a `gap` event.
  * The stream ends with an `exit` event once the child closed and everything was sent, and without
  * one as soon as the caller's credential ends (`watch`: an agent revoked, a dashboard browser
  * session signed out).
@@ -56,8 +56,8 @@ export function encodeBase64(bytes: Uint8Array): string {
 
 /** The SSE response streaming `session`'s output from `opts.from`. */
 export function outputStream(session: Session, opts: OutputStreamOptions): Response {
-  const history = session.history;
-  let sent = opts.from ?? history.end;
+  const ring = session.ring;
+  let sent = opts.from ?? ring.end;
   const carry = new CharCarry();
   const decoder = new TextDecoder();
   let wake: (() => void) | undefined;
@@ -90,7 +90,7 @@ export function outputStream(session: Session, opts: OutputStreamOptions): Respo
     async pull(controller) {
       while (!stopped) {
         const ended = session.exit !== undefined;
-        const got = history.read(sent, EVENT_BYTES);
+        const got = ring.read(sent, EVENT_BYTES);
         sent = got.from + got.bytes.length;
         if (got.lost > 0) {
           // As text, a character cut by the gap is lost whole: what was carried of it before
@@ -101,7 +101,7 @@ export function outputStream(session: Session, opts: OutputStreamOptions): Respo
           got.bytes = got.bytes.subarray(cut);
           controller.enqueue(frame("gap", { bytes }, got.from + cut));
         }
-        const final = ended && sent === history.end;
+        const final = ended && sent === ring.end;
         if (got.bytes.length > 0 || (final && carry.rest.length > 0)) {
           if (opts.base64) {
             controller.enqueue(frame("output", { base64: encodeBase64(got.bytes) }, sent));

@@ -24,7 +24,11 @@ export interface RequestHead {
 /** What the stream holds next: a complete head, or body bytes of the request before. */
 export type Segment = { head: RequestHead } | { body: Uint8Array };
 
-/** A request the relay cannot frame; `status` answers it and the connection is closed. */
+/**
+ * A request the relay cannot frame; `status` answers it and the connection is closed. Not an
+ * `ApiError`: it is answered on the raw connection before any route sees a request (with HTTP
+ * statuses such as 431 and 505 that no operation gives), never by a front door.
+ */
 export class FramingError extends Error {
   constructor(readonly status: number, message: string) {
     super(message);

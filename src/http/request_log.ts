@@ -24,7 +24,13 @@ export function noteCaller(req: Request, principal: Principal): void {
   callers.set(req, ownerOf(principal));
 }
 
-/** The middleware that logs each request once it is answered. */
+/**
+ * The middleware that logs each request once it is answered.
+ *
+ * Its id is always the server's own, hence not Hono's `requestId`: that middleware adopts a
+ * well-formed `X-Request-Id` the client sends, so a caller could have its requests logged, and a
+ * 500 answered, under an id of its choosing (another request's).
+ */
 export function requestLog(log: Logger): MiddlewareHandler {
   return async (c, next) => {
     const started = performance.now();

@@ -2,7 +2,7 @@
  * The HTTP API: routes, body validation, authentication and error mapping, on Hono. Every
  * failure becomes a JSON error with a stable code; an unexpected one is logged with a request
  * id and answered 500 while the server keeps running. Routes only translate: every route but
- * `/healthz` and the API's description (docs_routes.ts) authenticates the caller first and
+ * `/healthz` and the API's description (docs/routes.ts) authenticates the caller first and
  * hands the principal to the application core, which decides what it may do. A route must
  * never act without a principal.
  *
@@ -12,9 +12,8 @@
 import { Hono } from "hono";
 import type { Context } from "hono";
 import type { z } from "zod";
-import { dashboardRoutes } from "../dashboard/routes.ts";
 import { outOfDescriptors } from "../ffi/libc.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
+import { ApiError, type ErrorCode, ERRORS, InvalidRequestError } from "../errors.ts";
 import type { Principal } from "../service/principal.ts";
 import {
   AgentBody,
@@ -33,9 +32,10 @@ import { toolDefinitions } from "../service/tools.ts";
 import { bearerToken, SandboxedPeerError, UnauthorizedError } from "./auth.ts";
 import { readJson } from "./body.ts";
 import { mcpRoutes } from "./mcp_routes.ts";
-import { docsRoutes } from "./docs_routes.ts";
+import { dashboardRoutes } from "./dashboard/routes.ts";
+import { docsRoutes } from "./docs/routes.ts";
 import { wantsText } from "./format.ts";
-import { connectionOf } from "./listener.ts";
+import { connectionOf } from "./connection_relay.ts";
 import { registerOutputRoutes } from "./output_routes.ts";
 import { screenRoutes } from "./screen_routes.ts";
 import { sseResponse } from "./sse.ts";
@@ -63,8 +63,7 @@ export interface AppDeps {
 const MAX_BODY_BYTES = 1024 * 1024;
 
 interface Failure {
-  status: 400 | 401 | 403 | 404 | 408 | 409 | 413 | 422 | 429 | 500 | 503 | 507;
-  code: string;
+  code: ErrorCode;
   message: string;
 }
 
@@ -72,17 +71,6 @@ function errorBody(f: Failure, requestId?: string) {
   return {
     error: { code: f.code, message: f.message, ...(requestId ? { request_id: requestId } : {}) },
   };
-}
-
-function asFailure(err: unknown): Failure | undefined {
-  if (err instanceof Error && "status" in err && "code" in err) {
-    return {
-      status: err.status as Failure["status"],
-      code: String(err.code),
-      message: err.message,
-    };
-  }
-  return undefined;
 }
 
 /** A request's JSON body, within the 1 MiB every front door of this app allows. */
@@ -116,30 +104,25 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
   if (deps.log) app.use(requestLog(deps.log));
 
   app.onError((err, c) => {
-    const known = asFailure(err);
-    if (known) return c.json(errorBody(known), known.status);
+    if (err instanceof ApiError) return c.json(errorBody(err), err.status);
     if (outOfDescriptors(err)) {
       // Logged as one string: formatting the error's stack may itself need a descriptor.
       console.error(`uexec: ${c.req.method} ${c.req.path}: out of descriptors: ${err.message}`);
       const message = "the server is out of file descriptors; try again once sessions have ended";
-      return c.json(errorBody({ status: 503, code: "out_of_resources", message }), 503);
+      return c.json(errorBody({ code: "out_of_resources", message }), ERRORS.out_of_resources[0]);
     }
     // The id the request is logged under, so the answer, its header and the log line agree.
     const requestId = requestIdOf(c.req.raw) ?? crypto.randomUUID();
     console.error(`uexec: request ${requestId} ${c.req.method} ${c.req.path} failed:`, err);
     return c.json(
-      errorBody({ status: 500, code: "internal", message: "internal error" }, requestId),
-      500,
+      errorBody({ code: "internal", message: "internal error" }, requestId),
+      ERRORS.internal[0],
     );
   });
   app.notFound((c) =>
     c.json(
-      errorBody({
-        status: 404,
-        code: "not_found",
-        message: `No route ${c.req.method} ${c.req.path}`,
-      }),
-      404,
+      errorBody({ code: "not_found", message: `No route ${c.req.method} ${c.req.path}` }),
+      ERRORS.not_found[0],
     )
   );
 

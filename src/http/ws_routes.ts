@@ -11,18 +11,17 @@
 import type { Context, Hono } from "hono";
 import type { Principal } from "../service/principal.ts";
 import type { Service } from "../service/service.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
+import { ApiError, InvalidRequestError } from "../errors.ts";
 import { MAX_MESSAGE, serveSocket } from "../ws/connection.ts";
 import { CrossSiteError, UnauthorizedError } from "./auth.ts";
 import { OPEN } from "../ws/socket.ts";
-import type { ConnectionInfo } from "./listener.ts";
+import type { ConnectionInfo } from "./connection_relay.ts";
 
 /** The WebSocket endpoint's path, on the HTTP port. */
 export const WS_PATH = "/v1/ws";
 
 /** A plain GET to the WebSocket endpoint (426 `upgrade_required`). */
-class UpgradeRequiredError extends Error {
-  readonly status = 426;
+class UpgradeRequiredError extends ApiError {
   readonly code = "upgrade_required";
   constructor() {
     super(`GET ${WS_PATH} takes a WebSocket upgrade (Upgrade: websocket)`);

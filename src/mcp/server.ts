@@ -28,6 +28,7 @@ import {
   type Tool,
 } from "@modelcontextprotocol/sdk/types.js";
 import { z } from "zod";
+import { ApiError } from "../errors.ts";
 import type { Principal } from "../service/principal.ts";
 import {
   CallResultSchema,
@@ -46,7 +47,8 @@ import {
 } from "../service/schemas.ts";
 import type { Service } from "../service/service.ts";
 import { jsonSchema, toolDefinitions } from "../service/tools.ts";
-import { type OutputWatcher, SCROLLED_LOST } from "../sessions/manager.ts";
+import type { OutputWatcher } from "../sessions/calls.ts";
+import { SCROLLED_LOST } from "../sessions/manager.ts";
 import { VERSION } from "../version.ts";
 import { ProgressReporter } from "./progress.ts";
 
@@ -202,7 +204,7 @@ export function mcpServer(service: Service, principal: Principal): Server {
 /** A failure as a tool error: the HTTP API's message, or an opaque one for a bug (logged). */
 function toolError(err: unknown, tool: string): CallToolResult {
   let message: string;
-  if (err instanceof Error && "status" in err && "code" in err) message = err.message;
+  if (err instanceof ApiError) message = err.message;
   else {
     const requestId = crypto.randomUUID();
     console.error(`uexec: MCP call ${requestId} ${tool} failed:`, err);

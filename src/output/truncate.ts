@@ -7,7 +7,13 @@
  * @module
  */
 
-import { countSegment, countTokens, segmentPrefix, segments, segmentSuffix } from "./tokens.ts";
+import {
+  countSegment,
+  countTokens,
+  segmentPrefix,
+  segments,
+  segmentSuffix,
+} from "./token_count.ts";
 
 /** The result of fitting text to a budget. */
 export interface Truncated {

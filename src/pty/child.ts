@@ -10,6 +10,7 @@
  * @module
  */
 
+import { ApiError } from "../errors.ts";
 import { check, E, errno, libc, rawSyscall } from "../ffi/libc.ts";
 import { EPOLLIN, EPOLLOUT, type Reactor, type Registration } from "../io/reactor.ts";
 import { resizePty, type WindowSize } from "./open.ts";
@@ -49,21 +50,18 @@ export interface ChildFds {
 export const MAX_QUEUED_INPUT = 1024 * 1024;
 
 /** Writing to a child whose stdin was closed (409 `stdin_closed`). */
-export class StdinClosedError extends Error {
-  readonly status = 409;
+export class StdinClosedError extends ApiError {
   readonly code = "stdin_closed";
   constructor() {
     super(
       "chars: stdin of this session is closed (it was sent ^D, or the child ended); " +
         "start a new session to send more input",
     );
-    this.name = "StdinClosedError";
   }
 }
 
 /** Input beyond what may be queued for a child that is not reading it (429 `stdin_full`). */
-export class StdinFullError extends Error {
-  readonly status = 429;
+export class StdinFullError extends ApiError {
   readonly code = "stdin_full";
   constructor(queued: number, adding: number) {
     super(
@@ -71,7 +69,6 @@ export class StdinFullError extends Error {
         `${adding} more would pass the limit of ${MAX_QUEUED_INPUT} bytes; ` +
         "wait for it to read, or interrupt it",
     );
-    this.name = "StdinFullError";
   }
 }
 

@@ -36,7 +36,7 @@
  * @module
  */
 
-import { InvalidRequestError } from "../sessions/errors.ts";
+import { InvalidRequestError } from "../errors.ts";
 import { accountEnv, DomainAccounts } from "./enforce/accounts.ts";
 import type { Restriction } from "./enforce/apply.ts";
 import type { Reaper } from "./identity/reaper.ts";

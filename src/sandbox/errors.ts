@@ -7,13 +7,13 @@
  * @module
  */
 
+import { ApiError } from "../errors.ts";
+
 /** The sandbox could not be set up; the command must not run. */
-export class SandboxUnavailableError extends Error {
-  readonly status = 500;
+export class SandboxUnavailableError extends ApiError {
   readonly code = "sandbox_unavailable";
   constructor(message: string, options?: ErrorOptions) {
     super(message, options);
-    this.name = "SandboxUnavailableError";
   }
 }
 

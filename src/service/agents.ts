@@ -10,6 +10,7 @@
  * @module
  */
 
+import { ApiError } from "../errors.ts";
 import {
   type Agent,
   type AgentWidening,
@@ -18,7 +19,7 @@ import {
   type Principal,
 } from "./principal.ts";
 import type { StateDir } from "./state_dir.ts";
-import { digestBytes, matchToken, newToken, sameToken, tokenDigest } from "./tokens.ts";
+import { digestBytes, matchToken, newToken, sameToken, tokenDigest } from "./bearer_tokens.ts";
 
 /** The agent created at first start. */
 export const DEFAULT_AGENT = "default";
@@ -57,20 +58,17 @@ export interface NewAgent {
 }
 
 /** An agent name already taken (409 `agent_exists`). */
-export class AgentExistsError extends Error {
-  readonly status = 409;
+export class AgentExistsError extends ApiError {
   readonly code = "agent_exists";
 }
 
 /** No agent by that name (404 `unknown_agent`). */
-export class UnknownAgentError extends Error {
-  readonly status = 404;
+export class UnknownAgentError extends ApiError {
   readonly code = "unknown_agent";
 }
 
 /** An agent name that is not allowed (400 `invalid_request`). */
-export class AgentNameError extends Error {
-  readonly status = 400;
+export class AgentNameError extends ApiError {
   readonly code = "invalid_request";
 }
 

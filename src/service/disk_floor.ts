@@ -11,6 +11,7 @@
  * @module
  */
 
+import { ApiError } from "../errors.ts";
 import { cString, errno, OsError, rawSyscall } from "../ffi/libc.ts";
 
 /** x86_64 `statfs(2)` (Deno has no public API for free space). */
@@ -19,8 +20,7 @@ const SYS_STATFS = 137;
 const STATFS_SIZE = 120;
 
 /** A start refused for want of disk space (507 `insufficient_storage`). */
-export class InsufficientStorageError extends Error {
-  readonly status = 507;
+export class InsufficientStorageError extends ApiError {
   readonly code = "insufficient_storage";
 }
 

@@ -11,7 +11,7 @@
  * @module
  */
 
-import { CallAbandonedError, InvalidRequestError } from "../sessions/errors.ts";
+import { ApiError, CallAbandonedError, InvalidRequestError } from "../errors.ts";
 
 /** How long a key is remembered after its first call. */
 export const IDEMPOTENCY_TTL_MS = 10 * 60_000;
@@ -20,8 +20,7 @@ export const MAX_IDEMPOTENCY_KEYS = 10_000;
 const KEY_PATTERN = /^[\x21-\x7e]{1,255}$/;
 
 /** The same key was sent with a different body (422 `idempotency_conflict`). */
-export class IdempotencyConflictError extends Error {
-  readonly status = 422;
+export class IdempotencyConflictError extends ApiError {
   readonly code = "idempotency_conflict";
 }
 

@@ -6,6 +6,8 @@
  * @module
  */
 
+import { ApiError } from "../errors.ts";
+
 /** The operator: every operation, alone in deciding approvals and managing agents. */
 export interface Operator {
   role: "operator";
@@ -51,8 +53,7 @@ export function ownerOf(principal: Principal): string {
 }
 
 /** An operation reserved to the operator (403 `forbidden`). */
-export class ForbiddenError extends Error {
-  readonly status = 403;
+export class ForbiddenError extends ApiError {
   readonly code = "forbidden";
 }
 

@@ -9,7 +9,7 @@
  */
 
 import { z } from "zod";
-import type { CallResult, KillResult } from "../sessions/manager.ts";
+import type { CallResult, KillResult } from "../sessions/calls.ts";
 import type { SessionInfo } from "../sessions/session.ts";
 import type { ScreenSnapshot } from "../output/screen.ts";
 import type { Denial } from "../sandbox/policy/denial.ts";

@@ -11,7 +11,7 @@ import { z } from "zod";
 import { decimalText } from "../decimal_text.ts";
 import { approvalDecisionSchema } from "../approvals/store.ts";
 import { compileUntil, UntilPatternError } from "../sessions/until.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
+import { InvalidRequestError } from "../errors.ts";
 import type { WaitConditions } from "../sessions/waits.ts";
 import { patternProblem } from "../egress/rules.ts";
 

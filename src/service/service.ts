@@ -5,9 +5,9 @@
  * approvals (another agent's session is unknown, exactly as a missing one), and deciding
  * approvals and managing agents are the operator's alone.
  *
- * It also owns what a request may ask for: the agent's profile cap, a workdir inside the
- * workspace or an operator-listed root, an escalated run's shell from the server's
- * configuration. It must never run anything for an unauthenticated caller, and never tell one
+ * What a request may ask for (the agent's profile cap, a workdir inside the workspace or an
+ * operator-listed root, an escalated run's shell from the server's configuration) it decides
+ * through exec_scope.ts. It must never run anything for an unauthenticated caller, and never tell one
  * agent anything about another's sessions.
  *
  * @module
@@ -17,26 +17,16 @@ import type { ApprovalRecord, ApprovalStore } from "../approvals/store.ts";
 import type { LifecycleEvent } from "../events/bus.ts";
 import type { EventBus } from "../events/bus.ts";
 import { SIGNALS } from "../pty/signals.ts";
-import { FULL_ACCESS, type SandboxDomains } from "../sandbox/domains.ts";
-import { isWithin, normalizeAbsolutePath, type Profile } from "../sandbox/policy/profiles.ts";
-import { realPathOrSelf } from "../sandbox/fs/fsinfo.ts";
-import { canonical, describe, fitsWithin, type Widening } from "../sandbox/policy/widening.ts";
-import { InvalidRequestError, RejectedError, RevokedError } from "../sessions/errors.ts";
-import type { CallResult, KillResult, OutputWatcher, SessionManager } from "../sessions/manager.ts";
-import type { HistoryRead } from "../output/history.ts";
+import { type SandboxDomains } from "../sandbox/domains.ts";
+import { ApiError, InvalidRequestError, RejectedError, RevokedError } from "../errors.ts";
+import type { CallResult, KillResult, OutputWatcher } from "../sessions/calls.ts";
+import type { SessionManager } from "../sessions/manager.ts";
+import type { RingRead } from "../output/output_ring.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
 import { treeUsage, type Usage } from "../sessions/usage.ts";
 import type { ScreenSnapshot } from "../output/screen.ts";
 import { type AgentInfo, type AgentRegistry, UnknownAgentError } from "./agents.ts";
-import { patternWithin } from "../egress/rules.ts";
-import {
-  type Agent,
-  ForbiddenError,
-  OPERATOR,
-  ownerOf,
-  type Principal,
-  requireOperator,
-} from "./principal.ts";
+import { type Agent, OPERATOR, ownerOf, type Principal, requireOperator } from "./principal.ts";
 import {
   type AgentBody,
   type DecisionBody,
@@ -47,6 +37,7 @@ import {
   type WriteBody,
   writeYield,
 } from "./schemas.ts";
+import { ExecScope, findShell } from "./exec_scope.ts";
 import { IdempotentCalls } from "./idempotency.ts";
 import type { DiskFloor } from "./disk_floor.ts";
 import type { Supervisor } from "./supervisor.ts";
@@ -58,21 +49,13 @@ import type { OpenedWebSession, WebSessions } from "./web_sessions.ts";
 import type { MintedCode, SignInCodes } from "./sign_in_codes.ts";
 import type { z } from "zod";
 
-/** A workdir outside the workspace and the allowed roots (403 `forbidden_workdir`). */
-export class ForbiddenWorkdirError extends Error {
-  readonly status = 403;
-  readonly code = "forbidden_workdir";
-}
-
 /** A history entry that does not exist or is not the caller's (404 `not_found`). */
-export class HistoryNotFoundError extends Error {
-  readonly status = 404;
+export class HistoryNotFoundError extends ApiError {
   readonly code = "not_found";
 }
 
 /** The dashboard is turned off (`UEXEC_DASHBOARD=off`; 404 `dashboard_off`). */
-export class DashboardOffError extends Error {
-  readonly status = 404;
+export class DashboardOffError extends ApiError {
   readonly code = "dashboard_off";
   constructor() {
     super("the dashboard is off on this server (UEXEC_DASHBOARD=off)");
@@ -122,9 +105,12 @@ export interface ExecCall {
 export class Service {
   #deps: ServiceDeps;
   #idempotent = new IdempotentCalls<CallResult>();
+  /** What an `exec_command` may ask for, and what an agent may be capped at. */
+  readonly #execScope: ExecScope;
 
   constructor(deps: ServiceDeps) {
     this.#deps = deps;
+    this.#execScope = new ExecScope(deps);
   }
 
   /** The principal a bearer token stands for, or undefined (see AgentRegistry.authenticate). */
@@ -183,12 +169,13 @@ export class Service {
   ): Promise<CallResult> {
     const { supervisor, history } = this.#deps;
     this.#deps.diskFloor?.check();
-    const profile = this.#profile(principal, body.profile);
-    const escalation = this.#escalation(principal, body, profile);
+    const scope = this.#execScope;
+    const profile = scope.profile(principal, body.profile);
+    const escalation = scope.escalation(principal, body, profile);
     const escalating = Object.keys(escalation).length > 0;
-    const cap = this.#cap(principal);
-    if (cap && escalating) this.#escalationWithinCap(principal, profile, escalation, cap);
-    const workdir = this.#workdir(body.workdir, escalating);
+    const cap = scope.cap(principal);
+    if (cap && escalating) scope.escalationWithinCap(principal, profile, escalation, cap);
+    const workdir = scope.workdir(body.workdir, escalating);
     const shell = findShell(body.shell ?? this.#deps.shell);
     const serverShell = shell === findShell(this.#deps.shell);
     if (escalating && !serverShell) {
@@ -212,7 +199,7 @@ export class Service {
         owner: ownerOf(principal),
         maxSessions: (principal.role === "agent" ? principal.maxSessions : undefined) ??
           this.#deps.maxSessions,
-        memoryBytes: this.#memoryOf(principal),
+        memoryBytes: this.#execScope.memory(principal),
         cmd: body.cmd,
         workdir,
         shell,
@@ -375,29 +362,7 @@ export class Service {
     body: z.output<typeof AgentBody>,
   ): Omit<AgentInfo, "created_at"> & { token: string } {
     requireOperator(principal, "managing agents");
-    if (body.max_profile !== undefined) this.#deps.domains.profile(body.max_profile);
-    if (body.max_widening !== undefined) {
-      if (body.max_profile === undefined) {
-        throw new InvalidRequestError("max_widening: widens max_profile; give max_profile too");
-      }
-      const relative = body.max_widening.write?.find((path) => !path.startsWith("/"));
-      if (relative !== undefined) {
-        throw new InvalidRequestError(`max_widening.write: ${relative} is not absolute`);
-      }
-    }
-    // As an escalation's writable roots are compared: normalised, symlinks resolved where they
-    // exist (a trailing slash or a link would otherwise match nothing the agent asks for).
-    const maxWidening = body.max_widening && canonical({
-      ...body.max_widening,
-      write: body.max_widening.write?.map((path) => realPathOrSelf(normalizeAbsolutePath(path))),
-    });
-    const { max } = this.#deps.memory;
-    if (body.max_memory_bytes !== undefined && body.max_memory_bytes > max) {
-      throw new InvalidRequestError(
-        `max_memory_bytes: at most the memory of all sessions together ` +
-          `(UEXEC_MEMORY_MAX, ${max}), got ${body.max_memory_bytes}`,
-      );
-    }
+    const maxWidening = this.#execScope.agentCaps(body);
     const { agent, token } = this.#deps.agents.create({
       name: body.name,
       maxProfile: body.max_profile,
@@ -415,17 +380,6 @@ export class Service {
       max_memory_bytes: agent.max_memory_bytes,
       max_egress: agent.max_egress,
     };
-  }
-
-  /**
-   * The memory a session of `principal` may use: its agent's `max_memory_bytes`, else the
-   * per-session default; never more than all sessions together may (the cap may have been
-   * lowered since the agent was made).
-   */
-  #memoryOf(principal: Principal): number {
-    const { max, session } = this.#deps.memory;
-    const own = principal.role === "agent" ? principal.maxMemoryBytes : undefined;
-    return Math.min(own ?? session, max);
   }
 
   /**
@@ -504,135 +458,6 @@ export class Service {
       const usage = treeUsage(info.pid);
       return usage ? [{ session_id: info.session_id, ...usage }] : [];
     });
-  }
-
-  /** The profile the request runs under, within the agent's cap. */
-  #profile(principal: Principal, requested?: string): string {
-    const { domains, supervisor } = this.#deps;
-    const cap = principal.role === "agent" ? principal.maxProfile : undefined;
-    if (cap === undefined) return supervisor.profileFor(requested);
-    const capProfile = domains.profile(cap);
-    if (requested === undefined) {
-      const fallback = supervisor.profileFor(undefined);
-      return fitsWithin(domains.profile(fallback), capProfile) ? fallback : cap;
-    }
-    this.#withinCap(principal, requested, "profile");
-    return supervisor.profileFor(requested);
-  }
-
-  /**
-   * The widest an agent may ever run under: its max_profile widened by its max_widening;
-   * undefined for the operator and an agent without max_profile.
-   */
-  #cap(principal: Principal): Profile | undefined {
-    if (principal.role !== "agent" || principal.maxProfile === undefined) return undefined;
-    return this.#deps.domains.widened(principal.maxProfile, principal.maxWidening ?? {});
-  }
-
-  /** 403 unless `profile` widened by `escalation` stays within the agent's `cap`. */
-  #escalationWithinCap(
-    principal: Principal,
-    profile: string,
-    escalation: Widening,
-    cap: Profile,
-  ): void {
-    if (fitsWithin(this.#deps.domains.widened(profile, escalation), cap)) return;
-    const agent = principal as Agent;
-    throw new ForbiddenError(
-      `escalate: agent ${agent.name} may not ask to run ${describe(profile, escalation)}; ` +
-        `it is capped at ${agent.maxProfile}` +
-        (agent.maxWidening ? ` plus ${JSON.stringify(agent.maxWidening)}` : "") +
-        " (max_profile, max_widening)",
-    );
-  }
-
-  #withinCap(principal: Principal, name: string, field: string): void {
-    if (principal.role !== "agent" || principal.maxProfile === undefined) return;
-    const { domains } = this.#deps;
-    if (!fitsWithin(domains.profile(name), domains.profile(principal.maxProfile))) {
-      throw new ForbiddenError(
-        `${field}: agent ${principal.name} may not ask for ${name}; ` +
-          `its widest profile is ${principal.maxProfile}`,
-      );
-    }
-  }
-
-  /** What the request asks for beyond its profile, checked against the agent's cap. */
-  #escalation(
-    principal: Principal,
-    body: z.output<typeof ExecBody>,
-    profile: string,
-  ): Widening {
-    const { escalate } = body;
-    if (!escalate) {
-      if (body.sandbox_permissions !== "require_escalated") return {};
-      this.#withinCap(principal, FULL_ACCESS, "sandbox_permissions");
-      return { unsandboxed: true };
-    }
-    if (escalate.profile !== undefined) {
-      this.#deps.domains.profile(escalate.profile);
-      this.#withinCap(principal, escalate.profile, "escalate.profile");
-      if (escalate.profile === FULL_ACCESS) return { unsandboxed: true };
-    }
-    const base = body.workdir ? this.#workdirPath(body.workdir) : this.#deps.workspace;
-    const write = escalate.write?.map((path, i) => this.#writableRoot(base, path, i));
-    if (escalate.hosts) this.#egressHosts(principal, escalate.hosts, escalate.profile ?? profile);
-    return canonical({
-      profile: escalate.profile,
-      write,
-      tcp_ports: escalate.tcp_ports,
-      hosts: escalate.hosts,
-    });
-  }
-
-  /**
-   * Hosts asked for through the egress proxy: only under a profile with egress rules, and
-   * within the agent's `max_egress` (403 before the operator is asked).
-   */
-  #egressHosts(principal: Principal, hosts: string[], profile: string): void {
-    if (!this.#deps.domains.profile(profile).egress) {
-      throw new InvalidRequestError(
-        `escalate.hosts: profile ${profile} has no egress proxy; ` +
-          "run under a profile with egress rules (e.g. workspace-write-egress)",
-      );
-    }
-    const cap = principal.role === "agent" ? principal.maxEgress : undefined;
-    const beyond = cap && hosts.find((host) => !patternWithin(host, cap));
-    if (beyond) {
-      throw new ForbiddenError(
-        `escalate.hosts: agent ${(principal as { name: string }).name} may not ask for ` +
-          `${beyond}; its max_egress is ${cap.length ? cap.join(", ") : "empty"}`,
-      );
-    }
-  }
-
-  /** An extra writable root: an existing directory, never one holding the server's state. */
-  #writableRoot(base: string, path: string, index: number): string {
-    const field = `escalate.write.${index}`;
-    const real = existingDir(path.startsWith("/") ? path : `${base}/${path}`, field);
-    if (!this.#deps.domains.writable(real)) {
-      throw new ForbiddenError(`${field}: ${real} holds the server's state; it cannot be granted`);
-    }
-    return real;
-  }
-
-  #workdirPath(workdir: string): string {
-    return workdir.startsWith("/") ? workdir : `${this.#deps.workspace}/${workdir}`;
-  }
-
-  /**
-   * The workdir, resolved after symlinks; it must lie inside the workspace or an allowed root
-   * unless the request is an escalation (the approver is shown the workdir).
-   */
-  #workdir(workdir: string | undefined, escalating: boolean): string {
-    const real = existingDir(this.#workdirPath(workdir ?? ""), "workdir");
-    const roots = [this.#deps.workspace, ...this.#deps.allowedRoots];
-    if (escalating || roots.some((root) => isWithin(real, root))) return real;
-    throw new ForbiddenWorkdirError(
-      `workdir: ${real} is outside the workspace ${this.#deps.workspace}` +
-        (this.#deps.allowedRoots.length ? ` and UEXEC_ALLOWED_ROOTS` : "") +
-        `; add it to UEXEC_ALLOWED_ROOTS, or ask for an escalation`,
-    );
   }
 
   // --- MCP front door (issue 12) ---
@@ -714,17 +539,17 @@ export class Service {
    * What one of the principal's sessions' history holds from offset `since` (all it holds when
    * absent), without taking it from the session.
    */
-  output(principal: Principal, id: number, since?: number): HistoryRead & {
+  output(principal: Principal, id: number, since?: number): RingRead & {
     exitCode?: number;
   } {
     const session = this.session(principal, id);
-    const { history } = session;
-    if (since !== undefined && since > history.end) {
+    const { ring } = session;
+    if (since !== undefined && since > ring.end) {
       throw new InvalidRequestError(
-        `since: offset ${since} is past the end of the output (${history.end})`,
+        `since: offset ${since} is past the end of the output (${ring.end})`,
       );
     }
-    return { ...history.read(since ?? history.start), exitCode: session.exit?.code };
+    return { ...ring.read(since ?? ring.start), exitCode: session.exit?.code };
   }
 
   // --- WebSocket front door (issue 14) ---
@@ -756,32 +581,4 @@ export class Service {
     if (!this.#deps.agents.current(principal)) throw new RevokedError();
     return principal.name;
   }
-}
-
-/** `path` resolved after symlinks; it must be an existing directory. */
-function existingDir(path: string, field: string): string {
-  let info: Deno.FileInfo;
-  try {
-    info = Deno.statSync(path);
-  } catch {
-    throw new InvalidRequestError(`${field}: ${path} does not exist`);
-  }
-  if (!info.isDirectory) throw new InvalidRequestError(`${field}: ${path} is not a directory`);
-  return Deno.realPathSync(path);
-}
-
-/** The shell as an executable path: absolute, or found on the server's PATH. */
-function findShell(shell: string): string {
-  const candidates = shell.includes("/")
-    ? [shell]
-    : (Deno.env.get("PATH") ?? "/usr/bin:/bin").split(":").map((dir) => `${dir}/${shell}`);
-  for (const path of candidates) {
-    try {
-      const info = Deno.statSync(path);
-      if (info.isFile && ((info.mode ?? 0) & 0o111) !== 0) return path;
-    } catch {
-      // Not there; try the next one.
-    }
-  }
-  throw new InvalidRequestError(`shell: cannot start ${shell}: ENOENT`);
 }

@@ -11,7 +11,7 @@
  * @module
  */
 
-import { newToken, tokenDigest } from "./tokens.ts";
+import { newToken, tokenDigest } from "./bearer_tokens.ts";
 
 /** At most this many codes are outstanding; minting one more drops the oldest. */
 const MAX_CODES = 16;

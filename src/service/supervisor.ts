@@ -19,8 +19,9 @@ import { FULL_ACCESS, type SandboxChoice, type SandboxDomains } from "../sandbox
 import { protectedAncestor } from "../sandbox/git_guard/protected.ts";
 import { isWithin, type Profile } from "../sandbox/policy/profiles.ts";
 import { combine, fitsWithin, isEmpty, type Widening } from "../sandbox/policy/widening.ts";
-import { InvalidRequestError, RejectedError } from "../sessions/errors.ts";
-import type { CallResult, ExecRequest, SessionManager } from "../sessions/manager.ts";
+import { InvalidRequestError, RejectedError } from "../errors.ts";
+import type { CallResult, ExecRequest } from "../sessions/calls.ts";
+import type { SessionManager } from "../sessions/manager.ts";
 
 /** An `exec_command` as the supervisor receives it: the request minus its sandbox. */
 export interface SupervisedExec {

@@ -14,7 +14,7 @@
  */
 
 import type { Principal } from "./principal.ts";
-import { newToken, tokenDigest } from "./tokens.ts";
+import { newToken, tokenDigest } from "./bearer_tokens.ts";
 
 /** At most this many signed-in browsers; opening one more drops the oldest. */
 const MAX_SESSIONS = 64;

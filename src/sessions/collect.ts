@@ -9,7 +9,7 @@
  */
 
 import { Deadlines } from "./deadlines.ts";
-import { CallAbandonedError } from "./errors.ts";
+import { CallAbandonedError } from "../errors.ts";
 import type { Session, Taken } from "./session.ts";
 import { UntilMatcher, type UntilPattern } from "./until.ts";
 import { type WaitConditions, Waits } from "./waits.ts";

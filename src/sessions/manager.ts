@@ -9,162 +9,36 @@
  * @module
  */
 
-import { setImmediate } from "node:timers";
 import type { EndReason, EventBus } from "../events/bus.ts";
-import {
-  closeAll,
-  E,
-  libc,
-  noDescriptorFree,
-  outOfDescriptors,
-  readSmallFile,
-} from "../ffi/libc.ts";
 import { DescriptorReserve } from "../io/descriptor_reserve.ts";
 import type { Reactor } from "../io/reactor.ts";
-import { openPipe, setNonBlocking, type WindowSize } from "../pty/open.ts";
+import { type WindowSize } from "../pty/open.ts";
 import { whenGone } from "../pty/gone.ts";
 import { killSessions, SIGNALS } from "../pty/signals.ts";
-import type { Gate, Spawned } from "../pty/spawn.ts";
 import type { Truncator } from "../output/truncator.ts";
-import { type Screen, ScreenHost, type ScreenSnapshot, type ScreenView } from "../output/screen.ts";
-import type { SandboxChoice, SessionDir } from "../sandbox/domains.ts";
-import type { CgroupHost, SessionCgroup, Usage } from "../sandbox/containment/cgroups.ts";
-import { SandboxUnavailableError } from "../sandbox/errors.ts";
+import { ScreenHost, type ScreenSnapshot, type ScreenView } from "../output/screen.ts";
+import type { CgroupHost, SessionCgroup } from "../sandbox/containment/cgroups.ts";
 import { type Denial, detectDenial } from "../sandbox/policy/denial.ts";
-import { type SpawnerPool, SpawnFailure } from "../workers/pool.ts";
+import { type SpawnerPool } from "../workers/pool.ts";
 import { collect, type Collected } from "./collect.ts";
-import { childEnv } from "./env.ts";
 import {
   CallAbandonedError,
   InvalidRequestError,
-  OutOfResourcesError,
   RevokedError,
   SessionLimitError,
   ShuttingDownError,
-  SpawnerFailedError,
   UnknownSessionError,
-} from "./errors.ts";
-import { Session, type SessionInfo } from "./session.ts";
-import { checkWaits, inputState, type WaitConditions } from "./waits.ts";
-import type { UntilPattern } from "./until.ts";
-
-/**
- * How a call's output is shown: `raw` as the bytes came (decoded), `plain` as a reader sees
- * the lines, `screen` as the terminal shows it now (sessions with a screen only).
- */
-export type OutputMode = "raw" | "plain" | "screen";
-
-/** A validated `exec_command` request. */
-export interface ExecRequest {
-  /** Who starts it: its sessions, limit and pruning are its own. */
-  owner: string;
-  /** The owner's live-session limit. */
-  maxSessions: number;
-  /** With cgroups: the memory of the session's whole tree, in bytes (else the profile's). */
-  memoryBytes?: number;
-  cmd: string;
-  workdir: string;
-  shell: string;
-  login: boolean;
-  tty: boolean;
-  size: WindowSize;
-  env: Record<string, string>;
-  yieldMs: number;
-  maxOutputTokens: number;
-  until?: UntilPattern;
-  /** Return as soon as one of these holds (`until_idle_ms`, `until_port`, `until_input`). */
-  waits?: WaitConditions;
-  /** The sandbox the child runs under. */
-  sandbox: SandboxChoice;
-  /** Kill the session this long after it started. */
-  timeoutMs?: number;
-  /** Follow the session with a terminal emulator (tty only), for `screen` output. */
-  screen?: boolean;
-  outputMode?: OutputMode;
-  /** Told of each piece of output that arrives while this call waits. */
-  onOutput?: OutputWatcher;
-  /** The `exec_command` this run belongs to (a retry is a second run of the same one). */
-  execId?: string;
-  /**
-   * Aborts when the caller went away: the call then takes nothing from the session (its output
-   * and exit wait for the next call) and rejects with `CallAbandonedError`.
-   */
-  signal?: AbortSignal;
-  /**
-   * True once the owner's credential was revoked (the request was let in before): checked before
-   * anything starts and again when the session is about to be registered, so a start in flight
-   * during the revocation is killed instead of outliving it.
-   */
-  revoked?: () => boolean;
-}
-
-/** Hooks told of every session (history, metrics); they must not throw or block. */
-export interface SessionObserver {
-  /** A session was created, before any of its output is read. */
-  started(session: Session, execId: string | undefined): void;
-  /** The sandbox denied the session's command (told once, when its exit is reported). */
-  denied(session: Session, denial: Denial): void;
-}
-
-/** Told of output as it arrives during a call (progress reporting); it must not throw. */
-export type OutputWatcher = (bytes: Uint8Array) => void;
-
-/** A validated `write_stdin` request. */
-export interface WriteRequest {
-  /** The caller's owner name; another owner's session is unknown to it. */
-  owner?: string;
-  sessionId: number;
-  chars: string;
-  yieldMs: number;
-  maxOutputTokens: number;
-  until?: UntilPattern;
-  /** Return as soon as one of these holds (`until_idle_ms`, `until_port`, `until_input`). */
-  waits?: WaitConditions;
-  outputMode?: OutputMode;
-  /** Told of each piece of output that arrives while this call waits. */
-  onOutput?: OutputWatcher;
-  /** As in `ExecRequest`: aborts when the caller went away. */
-  signal?: AbortSignal;
-}
-
-/** The result of one tool call. */
-export interface CallResult {
-  chunk_id: string;
-  wall_time_seconds: number;
-  output: string;
-  session_id?: number;
-  exit_code?: number;
-  original_token_count: number;
-  truncated: boolean;
-  /** True when the session was killed because its `timeout_ms` expired. */
-  timed_out?: boolean;
-  sandbox: SandboxReport;
-  /** With `output_mode: "screen"`: the terminal now (`output` holds the lines scrolled off). */
-  screen?: ScreenView;
-  /** Once exited: what the command's whole process tree used (cgroup containment only). */
-  usage?: Usage;
-  /** PTY sessions still running: true when the foreground job is blocked reading the terminal. */
-  waiting_for_input?: boolean;
-  /** Beside `waiting_for_input`: false when what is typed is not shown (a password prompt). */
-  input_echo?: boolean;
-}
-
-/** What the sandbox did to a command, as reported to the caller. */
-export interface SandboxReport {
-  profile: string;
-  denied: boolean;
-  denial?: Denial;
-  /** Set when a denied command was rerun without the sandbox after approval. */
-  retried?: boolean;
-  /** Why a denied command was not rerun (the retry approval was denied or timed out). */
-  message?: string;
-}
-
-/** What killing a session returns. */
-export interface KillResult {
-  exit_code: number;
-  output: string;
-}
+} from "../errors.ts";
+import type { CallResult, ExecRequest, KillResult, OutputMode, WriteRequest } from "./calls.ts";
+import type { Session, SessionInfo } from "./session.ts";
+import {
+  DESCRIPTOR_RESERVE,
+  type EgressSessions,
+  type SessionObserver,
+  type StartDeps,
+  startSession,
+} from "./start.ts";
+import { checkWaits, inputState } from "./waits.ts";
 
 /** Settings of the manager. */
 export interface ManagerOptions {
@@ -187,14 +61,6 @@ export interface ManagerOptions {
   descriptors?: DescriptorReserve;
   /** The egress proxy: told whose connections are whose, and asked what it refused them. */
   egress?: EgressSessions;
-}
-
-/** What the manager needs of the egress gateway (src/egress/gateway.ts). */
-export interface EgressSessions {
-  /** Connections from `uid` are `sessionId`'s until the returned function is called. */
-  register(uid: number, session: { sessionId: number; agent: string }): () => void;
-  /** What the proxy refused `sessionId` so far (taken). */
-  takeRefusals(sessionId: number): { host: string; port: number; rule: string }[];
 }
 
 /** The egress proxy's rule for a host no allow pattern matches (src/egress/rules.ts). */
@@ -230,39 +96,6 @@ export function pickPruneVictim(sessions: Session[]): Session | undefined {
   return candidates.find((s) => s.exit !== undefined) ?? candidates[0];
 }
 
-/** Per-string limit of execve's argv and environment (MAX_ARG_STRLEN, with the NUL). */
-const MAX_ARG_STRLEN = 32 * 4096;
-
-/**
- * The 400 for a spawn that failed: E2BIG names the field that is too large for `execve` (a
- * single string over 128 KiB, or else the larger of `cmd` and `env`), anything else the workdir.
- */
-function spawnRefusal(err: SpawnFailure, req: ExecRequest): InvalidRequestError {
-  if (err.code !== E.E2BIG) {
-    return new InvalidRequestError(`workdir: ${err.message} in ${req.workdir}`);
-  }
-  const bytes = (s: string) => new TextEncoder().encode(s).length + 1;
-  const cmdBytes = bytes(req.cmd);
-  const entries = Object.entries(req.env).map(([k, v]) => [k, bytes(`${k}=${v}`)] as const);
-  const envBytes = entries.reduce((n, [, b]) => n + b, 0);
-  const long = entries.find(([, b]) => b > MAX_ARG_STRLEN);
-  const limits = `execve takes at most ${MAX_ARG_STRLEN} bytes per string and ` +
-    "about a quarter of the stack limit in all";
-  if (cmdBytes > MAX_ARG_STRLEN) {
-    return new InvalidRequestError(`cmd: ${cmdBytes} bytes is too large for execve; ${limits}`);
-  }
-  if (long) {
-    return new InvalidRequestError(
-      `env.${long[0]}: ${long[1]} bytes is too large for execve; ${limits}`,
-    );
-  }
-  const field = envBytes >= cmdBytes ? "env" : "cmd";
-  return new InvalidRequestError(
-    `${field}: cmd (${cmdBytes} bytes) and env (${envBytes} bytes) are too large together ` +
-      `for execve; ${limits}`,
-  );
-}
-
 /** The store of live sessions. */
 export class SessionManager {
   #opts: ManagerOptions;
@@ -282,13 +115,22 @@ export class SessionManager {
   #settling = new Map<Session, Promise<void>>();
   /** Sessions holding write grants (see sandbox/grants/write_grant.ts). */
   #granted = new WeakSet<Session>();
-  /** Descriptors kept for the runtime, given up when a start runs out (see DescriptorReserve). */
-  #descriptors: DescriptorReserve;
+  /** What each start is given: the settings, and the books above it enters sessions in. */
+  #startDeps: StartDeps;
 
   constructor(opts: ManagerOptions) {
     this.#opts = opts;
-    this.#descriptors = opts.descriptors ?? new DescriptorReserve(DESCRIPTOR_RESERVE);
     this.#screens = opts.screens ?? new ScreenHost();
+    this.#startDeps = {
+      ...opts,
+      // Descriptors kept for the runtime, given up when a start runs out (see DescriptorReserve).
+      descriptors: opts.descriptors ?? new DescriptorReserve(DESCRIPTOR_RESERVE),
+      screens: this.#screens,
+      sessionCgroups: this.#cgroups,
+      settling: this.#settling,
+      granted: this.#granted,
+      terminate: (sessions, reason) => this.#terminate(sessions, reason),
+    };
   }
 
   /** Sessions in the store, oldest first: all, or `owner`'s only. */
@@ -323,7 +165,7 @@ export class SessionManager {
     const starting = this.#reserve(req.owner, req.maxSessions).then(async (id) => {
       let session: Session;
       try {
-        session = await this.#start(id, req);
+        session = await startSession(this.#startDeps, id, req);
       } finally {
         this.#reserved.delete(id);
       }
@@ -518,178 +360,6 @@ export class SessionManager {
     return id;
   }
 
-  async #start(id: number, req: ExecRequest): Promise<Session> {
-    const { sandbox } = req;
-    const { cgroups } = this.#opts;
-    const limits = req.memoryBytes === undefined
-      ? sandbox.policy.limits
-      : { ...sandbox.policy.limits, memoryBytes: req.memoryBytes };
-    // Spare cgroups hold open files only to save a start time: when descriptors are short they
-    // go first, and this start makes none ahead; nor does the first start after (it took the
-    // reserve back), so that the process does not walk straight back to the edge.
-    const roomy = this.#descriptors.held;
-    const short = !this.#descriptors.replenish();
-    if (short) {
-      await cgroups?.shed();
-      if (!this.#descriptors.replenish()) {
-        throw outOfFiles(`fewer than ${2 * DESCRIPTOR_RESERVE} are free since a start ran out`);
-      }
-    }
-    let lease;
-    try {
-      lease = await this.#opts.pool.acquire(sandbox.domain, sandbox.restriction?.());
-    } catch (err) {
-      throw outOfDescriptors(err) ? this.#ranOut(err as Error) : diedOr(err);
-    }
-    let dir: SessionDir | undefined;
-    let pipes: ReturnType<typeof openPipes> | undefined;
-    let cgroup: SessionCgroup | undefined;
-    let gate: Gate | undefined;
-    let spawned: Spawned | undefined;
-    let screen: Screen | undefined;
-    try {
-      // First of all: its worker may be started now, which can fail short of descriptors.
-      if (req.screen || req.outputMode === "screen") screen = this.#screens.open(req.size);
-      dir = await sandbox.session();
-      if (dir.uid !== undefined && sandbox.policy.egress && this.#opts.egress) {
-        const unregister = this.#opts.egress.register(dir.uid, { sessionId: id, agent: req.owner });
-        const { release } = dir;
-        dir = { ...dir, release: () => (unregister(), release()) };
-      }
-      cgroup = cgroups && contain(() => cgroups.create(limits, req.owner, !short));
-      gate = cgroup && gateFor(cgroup);
-      pipes = req.tty ? undefined : openPipes();
-      const env = childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env });
-      spawned = await lease.spawner.spawn({
-        uid: dir.uid,
-        ...sandbox.launch(req, env, gate !== undefined),
-        cwd: req.workdir,
-        stdio: pipes ? { kind: "pipes", ...pipes.child } : { kind: "pty", size: req.size },
-        gate,
-      }, lease.slot);
-      if (spawned.unplaced) {
-        throw new SandboxUnavailableError("cannot put the session's child into its cgroup");
-      }
-    } catch (err) {
-      if (pipes) closeAll([pipes.parent.output, pipes.parent.input]);
-      if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
-      gate = undefined;
-      // A child let through nothing runs nothing of its command: it is killed with its group
-      // (alone in it: it never passed its gate), as is one a dying worker may have started
-      // (which may already run: it dies with its group and cgroup). Reap it.
-      const child = spawned ?? (err instanceof SpawnFailure ? err.orphan : undefined);
-      if (child && (!spawned || spawned.unplaced)) libc().kill(-child.pid, SIGKILL);
-      await cgroup?.kill();
-      if (child) {
-        libc().waitpid(child.pid, new Uint8Array(4), 0);
-        if (child.master !== undefined) closeAll([child.master]);
-      }
-      dir?.release();
-      screen?.close();
-      lease.release();
-      if (err instanceof SpawnFailure && err.kind === "spawn") {
-        if (noDescriptorFree(err.code ?? 0)) throw this.#ranOut(err);
-        if (err.code === E.ENOSPC && req.tty) throw noTerminalLeft();
-        throw spawnRefusal(err, req);
-      }
-      if (outOfDescriptors(err)) throw this.#ranOut(err as Error);
-      throw diedOr(err);
-    } finally {
-      if (pipes) closeAll([pipes.child.stdin, pipes.child.output]);
-      if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
-    }
-    if (roomy && cgroup) cgroups?.refill(limits);
-    const sessionDir = dir;
-    const sessionCgroup = cgroup;
-    const session = new Session(
-      {
-        id,
-        owner: req.owner,
-        command: req.cmd,
-        workdir: req.workdir,
-        tty: req.tty,
-        profile: sandbox.profile,
-        policy: sandbox.policy,
-        screen,
-      },
-      (s, status) => {
-        clearTimeout(timeout);
-        // Write access granted to its uid goes once nothing of it runs any more (its exit is
-        // reported after that); otherwise its directory and uid go now (the uid's next holder
-        // waits for the reaper, which kills whatever still runs as it).
-        const afterKill = sessionCgroup !== undefined && sessionDir.granted;
-        if (!afterKill) {
-          const released = sessionDir.release();
-          // Without a cgroup a grant goes now, and its exit waits for that too.
-          if (sessionDir.granted && released) {
-            this.#settling.set(s, released.finally(() => this.#settling.delete(s)));
-          }
-        }
-        if (sessionCgroup) {
-          // What its tree used, then (after this exit is reported, once this turn of the event
-          // loop is done: a zero-delay timer would put the kill and the cgroup's reuse a
-          // millisecond later, in the middle of the next command's start) whatever it left dies.
-          s.usage = sessionCgroup.usage();
-          const { promise, resolve } = Promise.withResolvers<void>();
-          this.#settling.set(s, promise);
-          setImmediate(() =>
-            sessionCgroup.kill()
-              .catch((err) => console.error(`uexec: cannot kill session ${s.id}'s cgroup: ${err}`))
-              .finally(async () => {
-                this.#cgroups.delete(s);
-                try {
-                  if (afterKill) await sessionDir.release();
-                } finally {
-                  this.#settling.delete(s);
-                  resolve();
-                }
-              })
-          );
-        }
-        lease.release();
-        this.#opts.bus.publish({
-          type: "end",
-          agent: s.owner,
-          session_id: s.id,
-          exit_code: status.code,
-          duration_seconds: (performance.now() - s.startedMs) / 1000,
-          reason: s.endReason,
-          ...(s.usage ? { usage: s.usage } : {}),
-        });
-      },
-    );
-    if (sessionCgroup) this.#cgroups.set(session, sessionCgroup);
-    if (sessionDir.granted) this.#granted.add(session);
-    this.#opts.observer?.started(session, req.execId);
-    const master = spawned.master!;
-    const fds = pipes
-      ? { pid: spawned.pid, tty: false, ...pipes.parent }
-      : { pid: spawned.pid, tty: true, output: master, input: master };
-    try {
-      session.attach(this.#opts.reactor, fds);
-    } catch (err) {
-      // Out of descriptors for its pidfd: the child runs but cannot be watched, so it dies now.
-      abandonChild(fds);
-      sessionDir.release();
-      lease.release();
-      throw outOfDescriptors(err) ? this.#ranOut(err as Error) : err;
-    }
-    const timeout = req.timeoutMs === undefined
-      ? undefined
-      : setTimeout(() => this.#terminate([session], "timeout"), req.timeoutMs);
-    return session;
-  }
-
-  /**
-   * A start ran out of descriptors: the reserve and the spare cgroups' files go back to the
-   * process, the caller gets 503.
-   */
-  #ranOut(err: Error): OutOfResourcesError {
-    this.#descriptors.spend();
-    this.#opts.cgroups?.makeRoom();
-    return outOfFiles(err.message);
-  }
-
   /** Collect the call's output, telling its watcher of output as it arrives. */
   async #collect(session: Session, req: ExecRequest | WriteRequest): Promise<Collected> {
     const unwatch = req.onOutput && session.listen({ output: req.onOutput });
@@ -837,78 +507,4 @@ function screenOf(session: Session) {
     `screen: session ${session.id} was started without screen: true, so no terminal emulator ` +
       "follows it; start it with screen: true, or use output_mode raw or plain",
   );
-}
-
-/**
- * Descriptors held back for the runtime's own needs when starts run out (it needs one or two at
- * a time); starts resume once twice as many are free, about what one start takes at its peak
- * (terminal or pipes, gate, cgroup files, pidfd).
- */
-export const DESCRIPTOR_RESERVE = 8;
-
-/** `err`, or the caller's 503 when it is a spawner worker's death. */
-function diedOr(err: unknown): unknown {
-  if (!(err instanceof SpawnFailure) || err.kind !== "died") return err;
-  return new SpawnerFailedError(
-    "the spawner worker of this command's sandbox died before the command started; nothing " +
-      "of it runs. Try again: the next command starts on a fresh spawner worker",
-  );
-}
-
-/** No pseudo-terminal left on the system: a 503 naming the limit, and the way around it. */
-function noTerminalLeft(): OutOfResourcesError {
-  const max = readSmallFile("/proc/sys/kernel/pty/max")?.trim();
-  return new OutOfResourcesError(
-    `no pseudo-terminal is left: the system's limit (kernel.pty.max${max ? ` = ${max}` : ""}), ` +
-      "or the terminals a session may hold (UEXEC_MAX_PTYS_PER_SESSION), is reached; nothing was started. End sessions and try again, or use tty: false (pipes " +
-      "need no terminal)",
-  );
-}
-
-function outOfFiles(why: string): OutOfResourcesError {
-  return new OutOfResourcesError(
-    `the server is out of file descriptors (${why}); ` +
-      "nothing was started, try again once sessions have ended",
-  );
-}
-
-/**
- * Kill a child that was started but could not be attached, with its whole session, reap it
- * (it was SIGKILLed just after its exec, so the wait is immediate) and close our descriptors.
- */
-function abandonChild(fds: { pid: number; output: number; input: number }): void {
-  // Just started, it is alone in its session and group: no /proc scan (which needs a descriptor).
-  libc().kill(-fds.pid, SIGKILL);
-  libc().waitpid(fds.pid, new Uint8Array(4), 0);
-  closeAll(fds.output === fds.input ? [fds.output] : [fds.output, fds.input]);
-}
-
-/** Run a cgroup step; any failure is the sandbox's (the session must not run uncontained). */
-function contain<T>(step: () => T): T {
-  try {
-    return step();
-  } catch (err) {
-    throw new SandboxUnavailableError(`cannot contain the session in a cgroup: ${err}`, {
-      cause: err,
-    });
-  }
-}
-
-/** A gate for a child of `cgroup`: the pipe, and its `cgroup.procs` files opened by us. */
-function gateFor(cgroup: SessionCgroup): Gate {
-  const procs = contain(() => cgroup.openProcs());
-  const [fd, release] = openPipe();
-  return { fd, release, procs };
-}
-
-/** Pipes for a child without a terminal: its stdin and merged stdout/stderr, and our ends. */
-function openPipes() {
-  const [stdinRead, stdinWrite] = openPipe();
-  const [outRead, outWrite] = openPipe();
-  setNonBlocking(stdinWrite);
-  setNonBlocking(outRead);
-  return {
-    child: { stdin: stdinRead, output: outWrite },
-    parent: { output: outRead, input: stdinWrite },
-  };
 }

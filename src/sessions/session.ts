@@ -1,7 +1,7 @@
 /**
  * One session: a child process plus the output waiting to be collected, its recent output by
  * offset, its live listeners and its metadata. Output is fanned out to the pending buffer (for
- * exec/write responses), the history (for readers that resume) and listeners alike, so no
+ * exec/write responses), the output ring (for readers that resume) and listeners alike, so no
  * consumer steals from another.
  *
  * It must never lose bytes between reads and responses: an incomplete UTF-8 sequence at the end
@@ -18,7 +18,7 @@ import { concat, HeadTailBuffer } from "../output/head_tail.ts";
 import { CharCarry } from "../output/carry.ts";
 import { PlainRenderer } from "../output/plain.ts";
 import type { Screen } from "../output/screen.ts";
-import { OutputHistory } from "../output/history.ts";
+import { OutputRing } from "../output/output_ring.ts";
 import type { ResolvedPolicy } from "../sandbox/policy/policy.ts";
 
 /** Public description of a live session. */
@@ -95,7 +95,7 @@ export class Session implements ChildSink {
   usage?: Usage;
   #child?: Child;
   #pending = new HeadTailBuffer();
-  #history = new OutputHistory();
+  #ring = new OutputRing();
   #carry = new CharCarry();
   /** Plain-mode state carried between calls (a split sequence, the line being drawn). */
   #plain?: PlainRenderer;
@@ -140,7 +140,7 @@ export class Session implements ChildSink {
 
   /** Output bytes the session printed so far (the offset of the next byte). */
   get offset(): number {
-    return this.#history.end;
+    return this.#ring.end;
   }
 
   /** Mark the session used now. */
@@ -217,15 +217,15 @@ export class Session implements ChildSink {
   }
 
   /** Recent output by offset, for readers that resume; reading it takes nothing away. */
-  get history(): OutputHistory {
-    return this.#history;
+  get ring(): OutputRing {
+    return this.#ring;
   }
 
   /** ChildSink: output arrived. */
   output(bytes: Uint8Array): void {
-    const offset = this.#history.end;
+    const offset = this.#ring.end;
     this.#pending.push(bytes);
-    this.#history.push(bytes);
+    this.#ring.push(bytes);
     // A screen that falls behind pauses the child (as a slow terminal does) until it caught up.
     if (this.#screen && !this.#screen.feed(bytes)) this.#child?.pause();
     for (const listener of this.#listeners) listener.output?.(bytes, offset);

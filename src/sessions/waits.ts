@@ -23,7 +23,7 @@
  */
 
 import { type Deadline, Deadlines } from "./deadlines.ts";
-import { InvalidRequestError } from "./errors.ts";
+import { InvalidRequestError } from "../errors.ts";
 import { sessionListens } from "./listening.ts";
 import type { Session } from "./session.ts";
 import { type TerminalInput, TerminalProbe } from "../pty/terminal_input.ts";

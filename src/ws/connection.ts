@@ -18,7 +18,7 @@ import type { z } from "zod";
 import type { Principal } from "../service/principal.ts";
 import { ExecBody, parseInput, WriteBody } from "../service/schemas.ts";
 import type { Service } from "../service/service.ts";
-import { InvalidRequestError } from "../sessions/errors.ts";
+import { ApiError, InvalidRequestError } from "../errors.ts";
 import { ResizeParams, SessionParams, SignalParams, SubscribeParams } from "./params.ts";
 import {
   errorFrame,
@@ -30,7 +30,7 @@ import {
   RPC,
   rpcError,
   type RpcId,
-} from "./protocol.ts";
+} from "./json_rpc.ts";
 import { type FrameSocket, OPEN } from "./socket.ts";
 import { subscribe } from "./subscription.ts";
 
@@ -43,8 +43,7 @@ export const MAX_IN_FLIGHT = 1024;
 export const MAX_MESSAGE = 1024 * 1024;
 
 /** More requests in flight on one connection than it may have (429). */
-class TooManyRequestsError extends Error {
-  readonly status = 429;
+class TooManyRequestsError extends ApiError {
   readonly code = "too_many_requests";
   constructor() {
     super(`at most ${MAX_IN_FLIGHT} requests may be in flight on one connection`);
@@ -147,7 +146,7 @@ export function serveSocket(
     } catch (err) {
       if (id === null && !(err instanceof ProtocolError)) id = idOf(frame);
       fail(id, err);
-      if (err instanceof Error && "status" in err && err.status === 401) {
+      if (err instanceof ApiError && err.status === 401) {
         socket.close(1008, "credential no longer valid");
       }
     }

@@ -17,7 +17,7 @@
 
 import { CharCarry } from "../output/carry.ts";
 import type { Session, SessionListener } from "../sessions/session.ts";
-import { notificationFrame } from "./protocol.ts";
+import { notificationFrame } from "./json_rpc.ts";
 
 /** Where notifications go, and how much is queued there. */
 export interface Outbox {

@@ -13,8 +13,8 @@
 
 import assert from "node:assert/strict";
 import { visible } from "../../src/approvals/visible.ts";
-import { visible as browserVisible } from "../../src/dashboard/static/dom.js";
-import { EventStreamParser, openEventStream } from "../../src/dashboard/static/api.js";
+import { visible as browserVisible } from "../../src/http/dashboard/static/dom.js";
+import { EventStreamParser, openEventStream } from "../../src/http/dashboard/static/api.js";
 import { SignInCodes } from "../../src/service/sign_in_codes.ts";
 import { WebSessions } from "../../src/service/web_sessions.ts";
 import { OPERATOR } from "../../src/service/principal.ts";
@@ -227,7 +227,20 @@ Deno.test("dashboard sign-in: a one-time code for a bearer session, never a cook
       );
       assert.equal(res.headers.get("referrer-policy"), "no-referrer");
       assert.equal(res.headers.get("x-frame-options"), "DENY");
+      assert.equal(res.headers.get("x-content-type-options"), "nosniff");
+      assert.equal(res.headers.get("cross-origin-opener-policy"), "same-origin");
+      assert.equal(res.headers.get("cross-origin-resource-policy"), "same-origin");
+      assert.equal(res.headers.get("cache-control"), "no-store");
+      // Plain HTTP: no HSTS a browser would ignore (or pin a name with).
+      assert.equal(res.headers.get("strict-transport-security"), null);
       assert.equal(res.headers.get("set-cookie"), null);
+      const file = await fetch(`${own}/dashboard/app.js`);
+      await file.body?.cancel();
+      assert.equal(
+        file.headers.get("content-security-policy"),
+        res.headers.get("content-security-policy"),
+      );
+      assert.equal(file.headers.get("cache-control"), "no-cache");
       const scripts = [...html.matchAll(/<script\b[^>]*>([\s\S]*?)<\/script>/g)];
       assert.deepEqual(scripts.map((m) => m[0]), [
         '<script type="module" src="/dashboard/app.js"></script>',

@@ -20,7 +20,7 @@ import {
   SessionScreenSchema,
 } from "../../src/service/results.ts";
 import { jsonSchema } from "../../src/service/tools.ts";
-import type { CallResult } from "../../src/sessions/manager.ts";
+import type { CallResult } from "../../src/sessions/calls.ts";
 import { startServer, type TestServer } from "../helpers/server.ts";
 
 const root = new URL("../../", import.meta.url).pathname;

@@ -9,7 +9,7 @@
  */
 
 import assert from "node:assert/strict";
-import { countTokens } from "../../src/output/tokens.ts";
+import { countTokens } from "../../src/output/token_count.ts";
 import { startServer, type TestServer } from "../helpers/server.ts";
 
 const SH = { login: false, yield_time_ms: 10_000 };

@@ -8,7 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { DESCRIPTOR_RESERVE } from "../../src/sessions/manager.ts";
+import { DESCRIPTOR_RESERVE } from "../../src/sessions/start.ts";
 import { fileLimit, limitFiles, limitLeaving, openFiles } from "../helpers/descriptors.ts";
 import { startServer, type TestServer } from "../helpers/server.ts";
 import { connectSse, type SseEvent } from "../helpers/sse.ts";

@@ -22,7 +22,7 @@
  *   or through a symlink, and a command started less than `maxAgeMs` after the socket appeared
  *   may still miss it. Churn costs at most one new worker per domain per `maxAgeMs`. The test
  *   that shows it is gated by `UEXEC_TEST_UNIX_SOCKET_RULE=1` in
- *   `tests/sandbox_sockets_http_test.ts`; the mechanisms that would make this a rule (Landlock
+ *   `tests/e2e/sandbox_sockets_http_test.ts`; the mechanisms that would make this a rule (Landlock
  *   ABI 9's `LANDLOCK_ACCESS_FS_RESOLVE_UNIX`; a seccomp supervisor below that; BPF LSM, whose
  *   programs this test host refuses to load) are weighed in `docs/isolation-unix-sockets.md`;
  * - hiding needs a root server (a mount namespace); a non-root server fails closed when there

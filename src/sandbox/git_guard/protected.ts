@@ -27,17 +27,16 @@ import { realPathOrSelf } from "../fs/fsinfo.ts";
 import { normalizeAbsolutePath } from "../policy/profiles.ts";
 import { checkedSyscall, closeFd, SYS } from "../syscalls.ts";
 import { AT, AT_FDCWD, cString, errno, libc, O, OsError, S_IF } from "../../ffi/libc.ts";
+import { ApiError } from "../../errors.ts";
 
 /** A workdir inside a protected directory the sandbox did not make (403 `protected_workdir`). */
-export class ProtectedWorkdirError extends Error {
-  readonly status = 403;
+export class ProtectedWorkdirError extends ApiError {
   readonly code = "protected_workdir";
   constructor(workdir: string, dir: string) {
     super(
       `workdir: ${workdir} is inside ${dir}, which stays read-only for sandboxed commands; ` +
         "run from the repository's working tree instead",
     );
-    this.name = "ProtectedWorkdirError";
   }
 }
 

@@ -8,20 +8,22 @@
 import assert from "node:assert/strict";
 import {
   APPROVAL_POLICIES,
-  ApprovalAlreadyDecidedError,
-  approvalDecisionSchema,
-  type ApprovalEvent,
-  ApprovalNotFoundError,
   type ApprovalPolicy,
-  type ApprovalRequest,
-  ApprovalStore,
   type ExecPlan,
-  isKnownSafeCommand,
   parseApprovalPolicy,
   planExecution,
   RETRY_REASON,
   type SandboxPermissions,
-} from "../../../src/approvals/mod.ts";
+} from "../../../src/approvals/policy.ts";
+import { isKnownSafeCommand } from "../../../src/approvals/safe_commands.ts";
+import {
+  ApprovalAlreadyDecidedError,
+  approvalDecisionSchema,
+  type ApprovalEvent,
+  ApprovalNotFoundError,
+  type ApprovalRequest,
+  ApprovalStore,
+} from "../../../src/approvals/store.ts";
 
 // ---------------------------------------------------------------------------------------------
 // planExecution: every branch

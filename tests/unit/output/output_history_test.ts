@@ -8,14 +8,14 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { outputTail } from "../../../src/history/recorder.ts";
-import { OutputHistory } from "../../../src/output/history.ts";
+import { OutputRing } from "../../../src/output/output_ring.ts";
 import { nextBoundary } from "../../../src/output/utf8.ts";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
 Deno.test("history: offsets count every byte; reads take nothing", () => {
-  const h = new OutputHistory(8);
+  const h = new OutputRing(8);
   h.push(enc.encode("abc"));
   h.push(enc.encode("def"));
   assert.equal(h.end, 6);
@@ -32,7 +32,7 @@ Deno.test("history: offsets count every byte; reads take nothing", () => {
 });
 
 Deno.test("history: a read after a loss starts on a character boundary", () => {
-  const h = new OutputHistory(5);
+  const h = new OutputRing(5);
   h.push(enc.encode("ab€€")); // 2 + 3 + 3 bytes; holds the last 5: a 1-byte tail of € then €
   const got = h.read(0);
   assert.equal(dec.decode(got.bytes), "€");
@@ -41,7 +41,7 @@ Deno.test("history: a read after a loss starts on a character boundary", () => {
 });
 
 Deno.test("history: storage grows with use up to the capacity", () => {
-  const h = new OutputHistory(1 << 20);
+  const h = new OutputRing(1 << 20);
   const chunk = new Uint8Array(100_000).fill(120);
   for (let i = 0; i < 30; i++) h.push(chunk);
   assert.equal(h.end, 3_000_000);
@@ -64,7 +64,7 @@ const capacity = fc.integer({ min: 1, max: 32 });
 
 Deno.test("history: any sequence of chunks reads back as the last bytes pushed", () => {
   fc.assert(fc.property(chunks, capacity, (chunks, cap) => {
-    const h = new OutputHistory(cap);
+    const h = new OutputRing(cap);
     for (const c of chunks) h.push(c);
     const all = concatAll(chunks);
     assert.equal(h.end, all.length);
@@ -78,7 +78,7 @@ Deno.test("history: any sequence of chunks reads back as the last bytes pushed",
 
 Deno.test("history tail: an earlier tail and any chunks keep the last bytes, from a character start", () => {
   fc.assert(fc.property(chunk, chunks, capacity, (earlier, chunks, cap) => {
-    const output = new OutputHistory(64);
+    const output = new OutputRing(64);
     for (const c of chunks) output.push(c);
     const all = concatAll([earlier, ...chunks]);
     const last = all.subarray(Math.max(0, all.length - cap));

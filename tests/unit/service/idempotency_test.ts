@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { IdempotencyConflictError, IdempotentCalls } from "../../../src/service/idempotency.ts";
-import { CallAbandonedError, InvalidRequestError } from "../../../src/sessions/errors.ts";
+import { CallAbandonedError, InvalidRequestError } from "../../../src/errors.ts";
 import { compileUntil } from "../../../src/sessions/until.ts";
 
 // Substring patterns: this process runs without the linear engine the others need.

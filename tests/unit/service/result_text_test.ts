@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { resultText } from "../../../src/service/results.ts";
-import type { CallResult } from "../../../src/sessions/manager.ts";
+import type { CallResult } from "../../../src/sessions/calls.ts";
 
 const base: CallResult = {
   chunk_id: "0".repeat(32),

@@ -6,7 +6,12 @@
  */
 
 import assert from "node:assert/strict";
-import { digestBytes, matchToken, newToken, tokenDigest } from "../../../src/service/tokens.ts";
+import {
+  digestBytes,
+  matchToken,
+  newToken,
+  tokenDigest,
+} from "../../../src/service/bearer_tokens.ts";
 
 Deno.test("tokens: a token matches the candidate with its digest, and only that one", () => {
   const [a, b, c] = [newToken(), newToken(), newToken()];

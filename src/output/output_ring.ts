@@ -12,10 +12,10 @@
 import { nextBoundary } from "./utf8.ts";
 
 /** Default capacity: 1 MiB. */
-export const HISTORY_CAPACITY = 1024 * 1024;
+export const RING_CAPACITY = 1024 * 1024;
 
 /** What a read returns: `bytes` start at offset `from`; `lost` bytes before it are gone. */
-export interface HistoryRead {
+export interface RingRead {
   from: number;
   bytes: Uint8Array;
   lost: number;
@@ -27,12 +27,12 @@ const INITIAL = 4096;
  * The ring of recent output with offsets. Storage grows by doubling up to the capacity (until
  * then nothing has wrapped), so a session with little output holds little memory.
  */
-export class OutputHistory {
+export class OutputRing {
   #capacity: number;
   #ring = new Uint8Array(0);
   #end = 0;
 
-  constructor(capacity = HISTORY_CAPACITY) {
+  constructor(capacity = RING_CAPACITY) {
     this.#capacity = capacity;
   }
 
@@ -67,7 +67,7 @@ export class OutputHistory {
    * than what is held, the read starts at the first character boundary held and `lost` counts
    * the bytes skipped.
    */
-  read(from: number, max = Infinity): HistoryRead {
+  read(from: number, max = Infinity): RingRead {
     if (from > this.#end) throw new RangeError(`offset ${from} is past the end ${this.#end}`);
     let start = Math.max(from, this.start);
     let bytes = this.#copy(start, Math.min(this.#end, start + max));

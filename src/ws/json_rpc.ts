@@ -10,6 +10,8 @@
  * @module
  */
 
+import { ApiError } from "../errors.ts";
+
 /** A request id (`null` answers a message whose id could not be read). */
 export type RpcId = string | number | null;
 
@@ -94,12 +96,12 @@ export function rpcError(err: unknown): RpcError | undefined {
   if (err instanceof ProtocolError) {
     return { code: err.rpcCode, message: err.message, data: { code: err.code, status: 400 } };
   }
-  if (err instanceof Error && "status" in err && "code" in err) {
-    const status = Number(err.status);
+  if (err instanceof ApiError) {
+    const status = err.status;
     return {
       code: status === 400 ? RPC.invalidParams : RPC.serverError,
       message: err.message,
-      data: { code: String(err.code), status },
+      data: { code: err.code, status },
     };
   }
   return undefined;

@@ -34,12 +34,6 @@ const ABOVE = [
   "server.ts",
 ];
 
-/**
- * Imports from above still allowed until their definition moves down: `InvalidRequestError`
- * goes to `src/errors.ts` (issue 30), then this set is empty.
- */
-const PENDING = new Set(["sessions/errors.ts"]);
-
 const SPECIFIER = /(?:\bfrom\s*|\bimport\s*\(\s*|new URL\(\s*)"(\.{1,2}\/[^"]+)"/g;
 
 function* sources(dir: string): Generator<string> {
@@ -78,7 +72,7 @@ function upwardImports(): string[] {
     for (const [, spec] of Deno.readTextFileSync(file).matchAll(SPECIFIER)) {
       const to = fromSrc(dir + spec);
       if (!to.startsWith("sandbox/")) {
-        if (ABOVE.some((up) => to.startsWith(up)) && !PENDING.has(to)) {
+        if (ABOVE.some((up) => to.startsWith(up))) {
           found.push(`${from} -> ${to}`);
         }
         continue;

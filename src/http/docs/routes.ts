@@ -1,17 +1,17 @@
 /**
- * `GET /openapi.json` (the API's OpenAPI 3.1 document, see openapi.ts) and `GET /docs` (Swagger
+ * `GET /openapi.json` (the API's OpenAPI 3.1 document, see ../openapi.ts) and `GET /docs` (Swagger
  * UI rendering it, every file served from here, so it works offline and behind a firewall).
  * Both are open like `/healthz`: they describe the API and hold nothing secret; the Host/Origin
- * guard still applies. The page runs under the dashboard's Content-Security-Policy (scripts only
+ * guard still applies. The page runs under the Content-Security-Policy of every page (page_headers.ts) (scripts only
  * from this server, no inline script). It must never serve data or a file not in the table.
  *
  * @module
  */
 
 import type { Env, Hono } from "hono";
-import { PAGE_HEADERS } from "../dashboard/routes.ts";
-import { DOCS_ASSETS, DOCS_HTML } from "../docs/assets.ts";
-import { apiDocument } from "./openapi.ts";
+import { apiDocument } from "../openapi.ts";
+import { pageHeaders } from "../page_headers.ts";
+import { DOCS_ASSETS, DOCS_HTML } from "./assets.ts";
 
 /** Register `/openapi.json`, `/docs` and its files on `app`. */
 export function docsRoutes<E extends Env>(app: Hono<E>): void {
@@ -20,15 +20,15 @@ export function docsRoutes<E extends Env>(app: Hono<E>): void {
     document ??= JSON.stringify(apiDocument());
     return c.body(document, 200, { "content-type": "application/json" });
   });
-  app.get("/docs", () =>
+  app.get("/docs", pageHeaders, () =>
     new Response(DOCS_HTML, {
-      headers: { ...PAGE_HEADERS, "content-type": "text/html; charset=utf-8" },
+      headers: { "cache-control": "no-store", "content-type": "text/html; charset=utf-8" },
     }));
-  app.get("/docs/:file", (c) => {
+  app.get("/docs/:file", pageHeaders, (c) => {
     const asset = DOCS_ASSETS.get(c.req.param("file"));
     if (!asset) return c.notFound();
     return new Response(asset.body, {
-      headers: { ...PAGE_HEADERS, "cache-control": "no-cache", "content-type": asset.type },
+      headers: { "cache-control": "no-cache", "content-type": asset.type },
     });
   });
 }

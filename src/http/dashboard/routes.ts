@@ -15,11 +15,13 @@
  */
 
 import type { Context, Hono } from "hono";
-import { bearerToken, SandboxedPeerError } from "../http/auth.ts";
-import { readJson } from "../http/body.ts";
-import { ForbiddenError, type Principal } from "../service/principal.ts";
-import { parseInput } from "../service/schemas.ts";
-import type { Service } from "../service/service.ts";
+import { ApiError } from "../../errors.ts";
+import { ForbiddenError, type Principal } from "../../service/principal.ts";
+import { parseInput } from "../../service/schemas.ts";
+import type { Service } from "../../service/service.ts";
+import { bearerToken, SandboxedPeerError } from "../auth.ts";
+import { readJson } from "../body.ts";
+import { pageHeaders } from "../page_headers.ts";
 import { ASSETS, INDEX_HTML, SIGNIN_HTML } from "./assets.ts";
 import { SignInBody, signInLink } from "./schemas.ts";
 
@@ -29,33 +31,6 @@ export interface DashboardDeps {
   /** True when the request's TCP peer is a sandboxed process. */
   fromSandbox?(info: Deno.ServeHandlerInfo | undefined): boolean;
 }
-
-/**
- * Scripts and connections only to this server, no inline script, no framing, no plugins.
- * Styles allow inline: xterm.js sizes and colours its rows through `<style>` elements it makes.
- */
-const CSP = [
-  "default-src 'self'",
-  "script-src 'self'",
-  "style-src 'self' 'unsafe-inline'",
-  "connect-src 'self'",
-  "img-src 'self' data:",
-  "font-src 'self'",
-  "object-src 'none'",
-  "base-uri 'none'",
-  "form-action 'self'",
-  "frame-ancestors 'none'",
-].join("; ");
-
-export const PAGE_HEADERS = {
-  "content-security-policy": CSP,
-  "referrer-policy": "no-referrer",
-  "x-content-type-options": "nosniff",
-  "x-frame-options": "DENY",
-  "cross-origin-opener-policy": "same-origin",
-  "cross-origin-resource-policy": "same-origin",
-  "cache-control": "no-store",
-};
 
 const HTML = "text/html; charset=utf-8";
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -67,13 +42,12 @@ function escapeHtml(text: string): string {
 function signInPage(message: string): Response {
   return new Response(SIGNIN_HTML.replace(/\{\{\s*message\s*\}\}/, escapeHtml(message)), {
     status: 400,
-    headers: { ...PAGE_HEADERS, "content-type": HTML },
+    headers: { "cache-control": "no-store", "content-type": HTML },
   });
 }
 
 /** A sign-in code that is unknown, already used or expired (401 `invalid_sign_in_code`). */
-export class SignInCodeError extends Error {
-  readonly status = 401;
+export class SignInCodeError extends ApiError {
   readonly code = "invalid_sign_in_code";
   constructor() {
     super(
@@ -92,7 +66,7 @@ export function dashboardRoutes(
 ): void {
   const { service } = deps;
 
-  app.get("/", (c) => {
+  app.get("/", pageHeaders, (c) => {
     // The old sign-in URL carried the operator's token; it opens nothing now, and says so.
     if (c.req.query("token") !== undefined) {
       return signInPage(
@@ -100,14 +74,16 @@ export function dashboardRoutes(
           "the link the server prints at start-up instead.",
       );
     }
-    return new Response(INDEX_HTML, { headers: { ...PAGE_HEADERS, "content-type": HTML } });
+    return new Response(INDEX_HTML, {
+      headers: { "cache-control": "no-store", "content-type": HTML },
+    });
   });
 
-  app.get("/dashboard/:file", (c) => {
+  app.get("/dashboard/:file", pageHeaders, (c) => {
     const asset = ASSETS.get(c.req.param("file"));
     if (!asset) return c.notFound();
     return new Response(asset.body, {
-      headers: { ...PAGE_HEADERS, "cache-control": "no-cache", "content-type": asset.type },
+      headers: { "cache-control": "no-cache", "content-type": asset.type },
     });
   });
 
