@@ -25,6 +25,7 @@ import { openPipe, setNonBlocking, type WindowSize } from "../pty/open.ts";
 import { whenGone } from "../pty/gone.ts";
 import { killSessions, SIGNALS } from "../pty/signals.ts";
 import type { Gate, Spawned } from "../pty/spawn.ts";
+import type { Placement } from "../pty/clone_into_cgroup.ts";
 import type { Truncator } from "../output/truncator.ts";
 import { type Screen, ScreenHost, type ScreenSnapshot, type ScreenView } from "../output/screen.ts";
 import type { SandboxChoice, SessionDir } from "../sandbox/domains.ts";
@@ -545,6 +546,7 @@ export class SessionManager {
     let pipes: ReturnType<typeof openPipes> | undefined;
     let cgroup: SessionCgroup | undefined;
     let gate: Gate | undefined;
+    let placement: Placement | undefined;
     let spawned: Spawned | undefined;
     let screen: Screen | undefined;
     try {
@@ -557,15 +559,25 @@ export class SessionManager {
         dir = { ...dir, release: () => (unregister(), release()) };
       }
       cgroup = cgroups && contain(() => cgroups.create(limits, req.owner, !short));
-      gate = cgroup && gateFor(cgroup);
-      pipes = req.tty ? undefined : openPipes();
       const env = childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env });
+      // Started inside its cgroups where the spawning thread can (no seccomp filter, no uid
+      // switch, a path to execute); else it waits at its gate until it is placed.
+      let launched = sandbox.launch(req, env, false);
+      const direct = cgroup?.placeable && !sandbox.restriction && dir.uid === undefined &&
+        launched.file.startsWith("/");
+      if (cgroup && direct) placement = contain(() => cgroup!.openPlacement());
+      else if (cgroup) {
+        gate = gateFor(cgroup);
+        launched = sandbox.launch(req, env, true);
+      }
+      pipes = req.tty ? undefined : openPipes();
       spawned = await lease.spawner.spawn({
         uid: dir.uid,
-        ...sandbox.launch(req, env, gate !== undefined),
+        ...launched,
         cwd: req.workdir,
         stdio: pipes ? { kind: "pipes", ...pipes.child } : { kind: "pty", size: req.size },
         gate,
+        placement,
       }, lease.slot);
       if (spawned.unplaced) {
         throw new SandboxUnavailableError("cannot put the session's child into its cgroup");
@@ -573,7 +585,8 @@ export class SessionManager {
     } catch (err) {
       if (pipes) closeAll([pipes.parent.output, pipes.parent.input]);
       if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
-      gate = undefined;
+      if (placement) closeAll([placement.cgroup, ...placement.tasks]);
+      gate = placement = undefined;
       // A child let through nothing runs nothing of its command: it is killed with its group
       // (alone in it: it never passed its gate), as is one a dying worker may have started
       // (which may already run: it dies with its group and cgroup). Reap it.
@@ -597,6 +610,7 @@ export class SessionManager {
     } finally {
       if (pipes) closeAll([pipes.child.stdin, pipes.child.output]);
       if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
+      if (placement) closeAll([placement.cgroup, ...placement.tasks]);
     }
     if (roomy && cgroup) cgroups?.refill(limits);
     const sessionDir = dir;
