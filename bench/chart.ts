@@ -108,8 +108,9 @@ export function chartSvg(rows: Row[], caption: string): string {
     parts.push(
       `<text x="${LEFT - 8}" y="${y + 14}" text-anchor="end">${escape(clip(g.label, 62))}</text>`,
       `<text x="${LEFT - 8}" y="${y + 27}" text-anchor="end" fill="#6b7280" font-size="9">` +
-        `1x = ${escape(clip(g.reference, 40))}; goal ${g.higher ? ">=" : "<="} ` +
-        `${ratioText(g.goal)}</text>`,
+        escape(
+          `1x = ${clip(g.reference, 40)}; goal ${g.higher ? ">=" : "<="} ${ratioText(g.goal)}`,
+        ) + "</text>",
       bar(y, g.uexec, COLORS.uexec, "uexec"),
       bar(y + BAR + 1, 1, COLORS.baseline, g.reference),
     );

@@ -73,6 +73,8 @@ Deno.test("bench chart: the SVG has a group, a goal line and a verdict per goal 
   const svg = chartSvg(ROWS, "caption <with> & marks");
   assert(svg.startsWith('<svg xmlns="http://www.w3.org/2000/svg"'));
   assert(svg.trimEnd().endsWith("</svg>"));
+  assert.doesNotMatch(svg, /<(?![a-zA-Z/])|&(?!(?:amp|lt|gt|quot);)/, "markup characters escaped");
+  assert(svg.includes("1x = sh -c true; goal &lt;= 1.30x"));
   assert(svg.includes("caption &lt;with&gt; &amp; marks"));
   assert.deepEqual(svg.match(/stroke-dasharray="4 2"/g)?.length, 3 + 1); // three goals, the legend
   assert.deepEqual(svg.match(/>PASS</g)?.length, 2);
