@@ -561,10 +561,11 @@ export class SessionManager {
       cgroup = cgroups && contain(() => cgroups.create(limits, req.owner, !short));
       const env = childEnv(this.#opts.baseEnv, req.workdir, { ...dir.env, ...req.env });
       // Started inside its cgroups where the spawning thread can (no seccomp filter, no uid
-      // switch, a path to execute); else it waits at its gate until it is placed.
+      // switch, a path to execute, room in `pids.max` for the thread while it is there); else
+      // it waits at its gate until it is placed.
       let launched = sandbox.launch(req, env, false);
       const direct = cgroup?.placeable && !sandbox.restriction && dir.uid === undefined &&
-        launched.file.startsWith("/");
+        launched.file.startsWith("/") && (limits.maxProcesses ?? Infinity) >= 2;
       if (cgroup && direct) placement = contain(() => cgroup!.openPlacement());
       else if (cgroup) {
         gate = gateFor(cgroup);
