@@ -2,7 +2,8 @@
  * `deno task bench`: issue 4's workloads against a uexec server this bench starts itself, over
  * real HTTP on loopback, each next to its baseline measured in the same run (raw spawn, the
  * kernel PTY under `script`, the Codex peer when CODEX_PEER_DIR is set). Prints the table on
- * stdout, progress on stderr, and writes the same to bench/results/latest.json.
+ * stdout, progress on stderr, and writes the same to bench/results/latest.json, and the goal rows
+ * as a chart of ratios (bench/chart.ts) to bench/results/bench-<time>.svg and latest.svg.
  *
  * Flags: `--quick` (small sizes, a smoke run), `--only <name part>` (run matching workloads
  * only), `--fetch` (HTTP through fetch instead of the lean
@@ -17,7 +18,8 @@ import { fetchTransport, rawTransport } from "./http1.ts";
 import { log } from "./log.ts";
 import { type PeerFigures, runPeer } from "./peer.ts";
 import { readProcText } from "./procfs.ts";
-import { formatTable, noFigure, type Row, writeJson } from "./report.ts";
+import { chartSvg } from "./chart.ts";
+import { formatTable, noFigure, type Row, writeJson, writeText } from "./report.ts";
 import { shutdownRows, type Stop } from "./shutdown.ts";
 import { type Context, FULL, type Outcome, QUICK } from "./workload.ts";
 import { echoLatency } from "./workloads/echo.ts";
@@ -209,8 +211,9 @@ async function main(): Promise<number> {
       `${loadAtStart} (other work on the machine skews absolute figures: compare ratios)`,
   );
   await Deno.mkdir(resultsDir, { recursive: true });
+  const generatedAt = new Date().toISOString();
   await writeJson(`${resultsDir}latest.json`, {
-    generated_at: new Date().toISOString(),
+    generated_at: generatedAt,
     quick,
     http_client: fetch ? "fetch" : "raw HTTP/1.1 keep-alive",
     seconds,
@@ -221,6 +224,15 @@ async function main(): Promise<number> {
     details,
   });
   log(`wrote ${resultsDir}latest.json`);
+  const svg = chartSvg(
+    rows,
+    `${generatedAt.slice(0, 16).replace("T", " ")} UTC, ${quick ? "quick" : "full"} run, ` +
+      `${host.cpus} x ${host.cpu_model}, load average at start ${loadAtStart}`,
+  );
+  const stamped = `${resultsDir}bench-${generatedAt.replaceAll(":", "").slice(0, 17)}Z.svg`;
+  await writeText(stamped, svg);
+  await writeText(`${resultsDir}latest.svg`, svg);
+  log(`wrote ${stamped} and ${resultsDir}latest.svg`);
   return failed ? 1 : 0;
 }
 

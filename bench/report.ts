@@ -28,6 +28,8 @@ export interface Row {
   /** The Codex peer's figure, null when it has none for this metric, "skipped" without the peer. */
   peer: number | null | "skipped";
   goal: string;
+  /** The goal as a figure, for the chart (absent without a numeric goal). */
+  target?: { op: Goal["op"]; value: number; on?: "ratio" };
   status: Status;
   note?: string;
 }
@@ -78,6 +80,9 @@ export function row(spec: RowSpec): Row {
     ratio,
     peer: spec.peer ?? null,
     goal: spec.goal?.text ?? "",
+    ...(spec.goal && typeof spec.goal.value === "number"
+      ? { target: { op: spec.goal.op, value: spec.goal.value, on: spec.goal.on } }
+      : {}),
     status,
     ...(spec.note ? { note: spec.note } : {}),
   };
@@ -146,7 +151,12 @@ export function formatTable(rows: Row[]): string {
 
 /** Writes `data` as JSON to `path` atomically (temporary file, then rename). */
 export async function writeJson(path: string, data: unknown): Promise<void> {
+  await writeText(path, JSON.stringify(data, null, 2) + "\n");
+}
+
+/** Writes `text` to `path` atomically (temporary file, then rename). */
+export async function writeText(path: string, text: string): Promise<void> {
   const tmp = `${path}.tmp`;
-  await Deno.writeTextFile(tmp, JSON.stringify(data, null, 2) + "\n");
+  await Deno.writeTextFile(tmp, text);
   await Deno.rename(tmp, path);
 }

@@ -4,7 +4,8 @@
  * reach stderr in order, in batches written at most `LOG_DELAY_MS` after their first line (see
  * io/batched_writer.ts: each write to a pipe wakes its reader, which cost a sequential
  * `write_stdin` round trip a third of its time), at once where it cannot block (see
- * io/stderr_writer.ts).
+ * io/stderr_writer.ts). A line is formatted when its batch goes out, not when it is logged (its
+ * time is taken then), so that no request waits for its own log line's formatting.
  * `close` (and `flush`) writes them, so a server that shuts down loses none; so does a process
  * exiting otherwise (an uncaught error, `Deno.exit`), where stderr takes them without waiting.
  *
@@ -40,7 +41,8 @@ export type LogValue = string | number | boolean | null | undefined;
 /** Writes log lines to stderr (or `sink`). */
 export class Logger {
   #format: LogFormat;
-  #sink: (line: string) => void;
+  /** An injected sink (tests), which gets each line formatted at once. */
+  #sink?: (line: string) => void;
   #stderr?: BatchedWriter;
   /** Writes the waiting lines at once: the process is about to exit. */
   #dying?: () => void;
@@ -48,11 +50,9 @@ export class Logger {
   constructor(format: LogFormat, sink?: (line: string) => void) {
     this.#format = format;
     if (sink) this.#sink = sink;
-    else if (format === "off") this.#sink = () => {};
-    else {
+    else if (format !== "off") {
       const write = stderrWriter();
       const stderr = this.#stderr = new BatchedWriter(write, { delayMs: LOG_DELAY_MS });
-      this.#sink = (line) => stderr.write(line);
       this.#dying = () => {
         const text = stderr.takeQueued();
         // Where the write would wait it is left to Deno, which may not get to it.
@@ -123,7 +123,21 @@ export class Logger {
 
   #write(level: string, msg: string, fields: Record<string, LogValue>): void {
     if (this.#format === "off") return;
-    const time = new Date().toISOString();
+    const at = Date.now();
+    if (this.#stderr) {
+      this.#stderr.write(() => this.#line(at, level, msg, fields));
+      return;
+    }
+    try {
+      this.#sink?.(this.#line(at, level, msg, fields));
+    } catch {
+      // stderr is gone (closed pipe): nowhere left to log to.
+    }
+  }
+
+  /** The line for an entry logged at `at` (milliseconds since the epoch). */
+  #line(at: number, level: string, msg: string, fields: Record<string, LogValue>): string {
+    const time = new Date(at).toISOString();
     const line = this.#format === "json"
       ? JSON.stringify({ time, level, msg, ...fields })
       : `${time} ${level.toUpperCase()} ${msg}` +
@@ -131,10 +145,6 @@ export class Logger {
           .filter(([, v]) => v !== undefined)
           .map(([k, v]) => ` ${k}=${typeof v === "string" ? JSON.stringify(v) : v}`)
           .join("");
-    try {
-      this.#sink(`${line}\n`);
-    } catch {
-      // stderr is gone (closed pipe): nowhere left to log to.
-    }
+    return `${line}\n`;
   }
 }

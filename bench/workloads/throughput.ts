@@ -67,7 +67,7 @@ export async function ptyThroughput(ctx: Context): Promise<Outcome> {
       uexec: mbps(best),
       baseline: { value: mbps(scriptBest), label: "script" },
       peer: peerFigure(ctx, (p) => p.throughputMBps),
-      goal: { op: ">=", value: 0.9, on: "ratio", text: ">= 0.9x script" },
+      goal: { op: ">=", value: 1, on: "ratio", text: ">= 1.0x script" },
       note: `${(bytes / 1e6).toFixed(1)} MB through the PTY (counted under script, CRLF ` +
         `included); best of ${uexecRuns.length} uexec run(s) and of script run before and after`,
     })],

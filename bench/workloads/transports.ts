@@ -26,6 +26,11 @@ const LABEL: Record<Transport, string> = {
   ws: "Node ws",
   http: "Node http (JSON API)",
 };
+/** Issue 34's goals: round trips/s as a multiple of the peer's, and server CPU per round trip. */
+const RATE_GOAL: Record<Transport, number> = { "deno-ws": 1.5, ws: 1.5, http: 1.2 };
+const CPU_GOAL_MS: Record<Transport, number> = { "deno-ws": 0.05, ws: 0.05, http: 0.08 };
+/** Sequential round trips of the one-session WebSocket figure. */
+const ONE_SESSION_ROUNDS = 500;
 
 async function hasNode(): Promise<boolean> {
   try {
@@ -141,10 +146,11 @@ export async function stockClients(ctx: Context): Promise<Outcome> {
           uexec: Math.round(median.latencies_ms.length / median.wall_s),
           ...peerColumns(ctx, (p) =>
             p.concurrentRoundTripsPerS),
-          goal: transport === "http" || ctx.peer === "skipped" ? undefined : {
+          goal: ctx.peer === "skipped" ? undefined : {
             op: ">=",
-            value: 1.3 * ctx.peer.concurrentRoundTripsPerS,
-            text: ">= 1.3x peer",
+            value: RATE_GOAL[transport],
+            on: "ratio",
+            text: `>= ${RATE_GOAL[transport]}x codex`,
           },
         }),
         row({
@@ -154,12 +160,58 @@ export async function stockClients(ctx: Context): Promise<Outcome> {
           uexec: s.p99,
           ...peerColumns(ctx, (p) => p.concurrentP99),
         }),
-        row({ workload, metric: "server CPU per round trip", unit: "ms", uexec: cpuMs }),
+        row({
+          workload,
+          metric: "server CPU per round trip",
+          unit: "ms",
+          uexec: cpuMs,
+          goal: {
+            op: "<=",
+            value: CPU_GOAL_MS[transport],
+            text: `<= ${CPU_GOAL_MS[transport]} ms`,
+          },
+        }),
       );
       details[transport] = { passes: rates, round_trip_ms: s, server_cpu_s: got.cpuS };
     } finally {
       await closeSessions(client, ids);
     }
   }
+  rows.push(await oneSessionOverWebSocket(ctx, server, wsUrl, client));
   return { rows, details };
+}
+
+/**
+ * The write -> echo round trip of one session over Deno's WebSocket (the write workload's
+ * figure over HTTP has its own row), next to the peer's one-session figure (over stdio).
+ */
+async function oneSessionOverWebSocket(
+  ctx: Context,
+  server: Awaited<ReturnType<typeof startServer>>,
+  wsUrl: string,
+  client: ReturnType<typeof connect>,
+): Promise<Row> {
+  const id = await openCat(client);
+  try {
+    log(`Deno WebSocket: one session x ${ONE_SESSION_ROUNDS} round trips`);
+    const got = await drive("deno-ws", {
+      url: server.url,
+      wsUrl,
+      token: server.token,
+      ids: [id],
+      rounds: ONE_SESSION_ROUNDS,
+      passes: 1,
+    }, () => server.cpuSeconds());
+    return row({
+      workload: "write_stdin ping -> cat, one session, Deno WebSocket",
+      metric: "p50",
+      unit: "ms",
+      uexec: summarize(got.passes[0].latencies_ms).p50,
+      ...peerColumns(ctx, (p) => p.catP50),
+      goal: { op: "<=", value: 1, on: "ratio", text: "<= 1.0x codex" },
+      note: "pushed output over the session's subscribed WebSocket; the peer over stdio",
+    });
+  } finally {
+    await closeSessions(client, [id]);
+  }
 }

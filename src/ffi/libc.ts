@@ -33,6 +33,8 @@ const symbols = {
   open: { parameters: ["buffer", "i32"], result: "i32" },
   mkdir: { parameters: ["buffer", "u32"], result: "i32" },
   rmdir: { parameters: ["buffer"], result: "i32" },
+  mmap: { parameters: ["pointer", "usize", "i32", "i32", "i32", "i64"], result: "pointer" },
+  mprotect: { parameters: ["pointer", "usize", "i32"], result: "i32" },
   opendir: { parameters: ["buffer"], result: "pointer" },
   readdir: { parameters: ["pointer"], result: "pointer" },
   closedir: { parameters: ["pointer"], result: "i32" },

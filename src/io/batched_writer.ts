@@ -8,7 +8,9 @@
  * ends early when the batch reaches `maxChars`, and on `flush`. What arrives while a write is
  * in flight waits for it and then goes out as one write. `flush` resolves once everything
  * written so far is out (or cannot be written); `takeQueued` hands over what has not started
- * out, for a process about to die, whose timers will never fire.
+ * out, for a process about to die, whose timers will never fire. Text may be given as a
+ * function that makes it, called only when its batch goes out (a log line is then formatted off
+ * the path of the request it logs).
  *
  * It must never throw at a caller, never reorder text, never have two writes in flight, and
  * never hold more than about `maxChars` waiting on a timer. A stream that fails (a closed pipe)
@@ -20,6 +22,12 @@
 import { setImmediate } from "node:timers";
 
 const encoder = new TextEncoder();
+
+/** Text made when its batch goes out; it must not throw. */
+export type DeferredText = () => string;
+
+/** What a deferred text counts for against `maxChars` before it is made (a log line's size). */
+const DEFERRED_CHARS = 200;
 
 /** Writes `bytes` (possibly only part of them); resolves to how many it wrote. */
 export type WriteBytes = (bytes: Uint8Array) => Promise<number>;
@@ -40,7 +48,7 @@ export class BatchedWriter {
   readonly #write: WriteBytes;
   readonly #delayMs: number;
   readonly #maxChars: number;
-  #queue: string[] = [];
+  #queue: (string | DeferredText)[] = [];
   #chars = 0;
   #draining?: Promise<void>;
   /** Ends the current batch's wait, while it waits. */
@@ -53,11 +61,11 @@ export class BatchedWriter {
     this.#maxChars = limits.maxChars ?? MAX_CHARS;
   }
 
-  /** Queue `text`; it goes out after everything written before it. */
-  write(text: string): void {
+  /** Queue `text` (or what makes it); it goes out after everything written before it. */
+  write(text: string | DeferredText): void {
     if (this.#failed) return;
     this.#queue.push(text);
-    this.#chars += text.length;
+    this.#chars += typeof text === "string" ? text.length : DEFERRED_CHARS;
     if (this.#chars >= this.#maxChars) this.#hurry?.();
     this.#draining ??= this.#drain();
   }
@@ -73,7 +81,7 @@ export class BatchedWriter {
    * completes): for whoever must write it synchronously now.
    */
   takeQueued(): string {
-    const text = this.#queue.join("");
+    const text = this.#queue.map((t) => typeof t === "string" ? t : t()).join("");
     this.#queue = [];
     this.#chars = 0;
     return text;

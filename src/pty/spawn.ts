@@ -1,7 +1,9 @@
 /**
  * Starting a child with `posix_spawnp`: a new session, default signal dispositions, an empty
- * signal mask, a working directory, an explicit environment, and a new PTY or pipes as stdio.
- * No descriptor of the server leaks into the child but the cgroup gate it is given as fd 3. The PTY is opened on the calling thread,
+ * signal mask, a working directory, an explicit environment, and a new PTY or pipes as stdio;
+ * or, given a {@link Placement}, the same started straight inside its cgroups
+ * (clone_into_cgroup.ts). No descriptor of the server leaks into the child but the cgroup gate
+ * it is given as fd 3. The PTY is opened on the calling thread,
  * so it belongs to that thread's devpts instance (a sandbox domain has its own), and the child
  * opens the slave by path, which makes it its controlling terminal.
  *
@@ -12,6 +14,7 @@
  */
 
 import { cString, E, errnoName, libc, O, OsError } from "../ffi/libc.ts";
+import { cloneIntoCgroup, type Placement } from "./clone_into_cgroup.ts";
 import { openPty, type WindowSize } from "./open.ts";
 
 const POSIX_SPAWN_SETSIGDEF = 0x04;
@@ -43,6 +46,8 @@ export interface SpawnSpec {
   stdio: Stdio;
   /** The child's cgroup gate (see {@link Gate}). */
   gate?: Gate;
+  /** Start the child inside its cgroups instead (an absolute `file`; no `gate` then). */
+  placement?: Placement;
 }
 
 /**
@@ -108,6 +113,16 @@ function spawnWith(
   spec: SpawnSpec,
   stdio: { path: string } | { stdin: number; output: number },
 ): number {
+  if (spec.placement) {
+    const file = spec.file ?? spec.argv[0];
+    if (!file.startsWith("/") || spec.gate) throw new Error("a placed child needs no gate, a path");
+    try {
+      return cloneIntoCgroup({ ...spec, file }, stdio, spec.placement);
+    } catch (err) {
+      if (err instanceof OsError) throw new SpawnError(spec.argv[0], err.errno);
+      throw err;
+    }
+  }
   const c = libc();
   const actions = new Uint8Array(256);
   const attr = new Uint8Array(512);

@@ -3,7 +3,8 @@
  * output is read), the deadline passes, the `until` pattern matches what this call saw, or one
  * of the call's `waits` holds (./waits.ts). It wakes only on output (when it has a pattern to
  * match or waits to tell), close, its deadline (one shared timer serves every call) or the
- * waits' own timers; it never sleeps or polls.
+ * waits' own timers; it never sleeps or polls. With no time to wait (a yield of 0) it takes what
+ * is pending at once.
  *
  * @module
  */
@@ -49,7 +50,9 @@ export function collect(session: Session, opts: CollectOptions): Promise<Collect
   const { signal } = opts;
   if (signal?.aborted) return Promise.reject(new CallAbandonedError());
   const matcher = opts.until ? new UntilMatcher(opts.until, () => finish()) : undefined;
-  if (session.exit || matcher?.feed(session.peekBytes())) {
+  // A yield of 0 (a front door that pushes output, see the service's `writeStreaming`) takes
+  // what is pending now: no deadline, whose timer would hold the answer a millisecond or more.
+  if (session.exit || matcher?.feed(session.peekBytes()) || opts.yieldMs <= 0) {
     matcher?.close();
     return Promise.resolve(taken(session));
   }

@@ -33,6 +33,7 @@ import type { Screen, ScreenHost } from "../output/screen.ts";
 import { openPipe, setNonBlocking } from "../pty/open.ts";
 import { SIGNALS } from "../pty/signals.ts";
 import type { Gate, Spawned } from "../pty/spawn.ts";
+import type { Placement } from "../pty/clone_into_cgroup.ts";
 import type { CgroupHost, SessionCgroup } from "../sandbox/containment/cgroups.ts";
 import type { Denial } from "../sandbox/policy/denial.ts";
 import type { SessionDir } from "../sandbox/domains.ts";
@@ -152,6 +153,7 @@ export async function startSession(
   let pipes: ReturnType<typeof openPipes> | undefined;
   let cgroup: SessionCgroup | undefined;
   let gate: Gate | undefined;
+  let placement: Placement | undefined;
   let spawned: Spawned | undefined;
   let screen: Screen | undefined;
   try {
@@ -164,15 +166,26 @@ export async function startSession(
       dir = { ...dir, release: () => (unregister(), release()) };
     }
     cgroup = cgroups && contain(() => cgroups.create(limits, req.owner, !short));
-    gate = cgroup && gateFor(cgroup);
-    pipes = req.tty ? undefined : openPipes();
     const env = childEnv(deps.baseEnv, req.workdir, { ...dir.env, ...req.env });
+    // Started inside its cgroups where the spawning thread can (no seccomp filter, no uid
+    // switch, a path to execute, room in `pids.max` for the thread while it is there); else
+    // it waits at its gate until it is placed.
+    let launched = sandbox.launch(req, env, false);
+    const direct = cgroup?.placeable && !sandbox.restriction && dir.uid === undefined &&
+      launched.file.startsWith("/") && (limits.maxProcesses ?? Infinity) >= 2;
+    if (cgroup && direct) placement = contain(() => cgroup!.openPlacement());
+    else if (cgroup) {
+      gate = gateFor(cgroup);
+      launched = sandbox.launch(req, env, true);
+    }
+    pipes = req.tty ? undefined : openPipes();
     spawned = await lease.spawner.spawn({
       uid: dir.uid,
-      ...sandbox.launch(req, env, gate !== undefined),
+      ...launched,
       cwd: req.workdir,
       stdio: pipes ? { kind: "pipes", ...pipes.child } : { kind: "pty", size: req.size },
       gate,
+      placement,
     }, lease.slot);
     if (spawned.unplaced) {
       throw new SandboxUnavailableError("cannot put the session's child into its cgroup");
@@ -180,7 +193,8 @@ export async function startSession(
   } catch (err) {
     if (pipes) closeAll([pipes.parent.output, pipes.parent.input]);
     if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
-    gate = undefined;
+    if (placement) closeAll([placement.cgroup, ...placement.tasks]);
+    gate = placement = undefined;
     // A child let through nothing runs nothing of its command: it is killed with its group
     // (alone in it: it never passed its gate), as is one a dying worker may have started
     // (which may already run: it dies with its group and cgroup). Reap it.
@@ -204,6 +218,7 @@ export async function startSession(
   } finally {
     if (pipes) closeAll([pipes.child.stdin, pipes.child.output]);
     if (gate) closeAll([gate.fd, gate.release, ...gate.procs]);
+    if (placement) closeAll([placement.cgroup, ...placement.tasks]);
   }
   if (roomy && cgroup) cgroups?.refill(limits);
   const sessionDir = dir;

@@ -2,13 +2,15 @@
  * The spawner worker's entry point. Its thread is the one whose sandbox children inherit: it
  * restricts itself at most once (through synchronous calls only) and then starts children with
  * `posix_spawnp` on this same thread, switched to the session's uid when the server is root,
- * and lets a gated child run once it put it into its cgroups (no trip through the main thread).
+ * and lets a gated child run once it put it into its cgroups (no trip through the main thread),
+ * or starts it inside them where it is given a placement (pty/clone_into_cgroup.ts).
  * Each child of a switching spawner gets a System V IPC namespace of its own (made for it after
  * the previous spawn, see identity.ts freshIpcNamespace), never one another session used.
  * An unrestricted worker may instead reap uids (kill what is left of one before its reuse, and
  * take back the files a uid handed out before owns).
  *
  * It must never spawn before a requested restriction succeeded, never restrict twice, never
+ * spawn again once it could not return to the server's own cgroups after a placement, never
  * spawn as its resting uid when it switches uids, never spawn two sessions into one IPC
  * namespace, and never reap once restricted.
  *
@@ -18,6 +20,7 @@
 /// <reference lib="deno.worker" />
 
 import { openGate, spawnChild, SpawnError } from "../pty/spawn.ts";
+import { PlacementError } from "../pty/clone_into_cgroup.ts";
 import { type Applied, applySandbox, SandboxUnavailableError } from "../sandbox/enforce/apply.ts";
 import {
   freshIpcNamespace,
@@ -93,6 +96,10 @@ function handle(req: WorkerRequest): WorkerReply {
         }
         return { id: req.id, type: "spawned", ...spawned };
       } catch (err) {
+        if (err instanceof PlacementError) {
+          if (err.stuck) broken = err.message;
+          return { id: req.id, type: "failed", kind: "sandbox", message: err.message };
+        }
         if (err instanceof SpawnError) {
           return {
             id: req.id,

@@ -26,6 +26,9 @@ import {
 
 const ENOENT = 2;
 const EBUSY = 16;
+const EINTR = 4;
+/** How often a cgroup file write interrupted by a signal is tried (see writeFile). */
+const EINTR_TRIES = 8;
 
 /** What making one session's cgroups takes. */
 export interface CgroupPlan {
@@ -174,8 +177,12 @@ export function writeFile(path: string, text: string, ifPresent = false, room?: 
   }
   try {
     const bytes = new TextEncoder().encode(text);
-    if (c.write(fd, bytes, BigInt(bytes.length)) !== bytes.length) {
-      throw new OsError(`write(${path})`, errno());
+    // A limit the kernel must reclaim down to (memory.limit_in_bytes, memsw) gives up with EINTR
+    // when a signal arrives meanwhile (a profiler's SIGPROF did): the write is tried again.
+    for (let tries = 1;; tries++) {
+      if (c.write(fd, bytes, BigInt(bytes.length)) === bytes.length) break;
+      const code = errno();
+      if (code !== EINTR || tries >= EINTR_TRIES) throw new OsError(`write(${path})`, code);
     }
   } finally {
     c.close(fd);

@@ -10,8 +10,10 @@
  * its limits and its memory peak; the v2 cgroup still does the killing and the CPU accounting
  * (`cpu.stat` needs no controller).
  *
- * A child is put in its cgroups by pid while it waits at a gate (see `limits.ts`), before the
- * command's first instruction. Session cgroups are made ahead, a few per set of limits, by the
+ * A child is started inside its cgroups where the spawning thread can (see
+ * `pty/clone_into_cgroup.ts`: this host's kernel takes `CLONE_INTO_CGROUP`, and the thread has
+ * no seccomp filter and no uid switch); elsewhere it is put in them by pid while it waits at a
+ * gate (see `limits.ts`). Either way nothing of the command runs outside them. Session cgroups are made ahead, a few per set of limits, by the
  * cgroup janitor's thread (`cgroup_janitor.ts`), so that no `mkdir` runs on the path of a
  * request. Once a session's cgroups are empty they are reused by a later session of the same
  * agent with the same limits (its usage counted from what the one before left), else removed,
@@ -25,8 +27,18 @@
  * @module
  */
 
-import { closeAll, libc, listDir, readSmallFile } from "../../ffi/libc.ts";
+import {
+  closeAll,
+  errno,
+  libc,
+  listDir,
+  O,
+  openFile,
+  OsError,
+  readSmallFile,
+} from "../../ffi/libc.ts";
 import { INSTANCE_NAME, instanceName, instanceRuns } from "../instance.ts";
+import { cloneIntoCgroupWorks, type Placement } from "../../pty/clone_into_cgroup.ts";
 import type { DescriptorReserve } from "../../io/descriptor_reserve.ts";
 import type { Reactor } from "../../io/reactor.ts";
 import {
@@ -94,6 +106,8 @@ interface V1 {
   controller: "pids" | "memory";
   /** `<mount><our cgroup>/uexec/<instance>`. */
   dir: string;
+  /** `<mount><our cgroup>`: where a spawning thread returns to (see {@link Placement}). */
+  home: string;
 }
 
 /**
@@ -104,6 +118,8 @@ interface Spare {
   name: string;
   /** Its `cgroup.procs` files, opened for writing. */
   procs: number[];
+  /** Its v2 cgroup was killed once (`cgroup.kill`): see {@link SessionCgroup.placeable}. */
+  killed?: boolean;
   baseline: Baseline;
   owner?: string;
 }
@@ -123,6 +139,15 @@ export class SessionCgroup {
   #procs?: number[];
   /** What sessions before this one left in its counters. */
   #baseline: Baseline;
+  /**
+   * Whether a child can be started inside it (see {@link openPlacement}): its host can, and it
+   * was never killed. Linux 6.18 SIGKILLs at once a child that `clone3` puts into a cgroup that
+   * was killed before with `cgroup.kill` (seen here: a reused cgroup killed every first command
+   * of its next session; the fork appears to compare the target's kill sequence number with the
+   * parent cgroup's). A reused cgroup that was killed gets its children through the gate, which
+   * is not affected.
+   */
+  readonly placeable: boolean;
 
   constructor(
     host: CgroupHost,
@@ -131,7 +156,9 @@ export class SessionCgroup {
     owner: string,
     procs: number[],
     baseline = FRESH,
+    killed = false,
   ) {
+    this.placeable = host.direct && !killed;
     this.#host = host;
     this.name = name;
     this.limits = limits;
@@ -154,6 +181,18 @@ export class SessionCgroup {
     const held = this.#procs;
     this.#procs = undefined;
     return held ?? makeCgroups({ dirs: [], writes: [], procs: this.#host.procsOf(this.name) });
+  }
+
+  /**
+   * What a child needs to be started inside the session's cgroups (see
+   * `pty/clone_into_cgroup.ts`): its v2 directory and v1 `tasks` files, opened now (close them
+   * after use), and the server's own `tasks` files, which the host keeps. The `cgroup.procs`
+   * files opened ahead are closed: nothing is written there.
+   */
+  openPlacement(): Placement {
+    closeAll(this.#procs ?? []);
+    this.#procs = undefined;
+    return this.#host.placementOf(this.name);
   }
 
   /** What the session's tree used so far (exited processes included). */
@@ -190,7 +229,9 @@ export class SessionCgroup {
       closeAll(this.#procs ?? []);
       this.#procs = undefined;
       const killed = killTree(this.#host.reactor, this.dir, () => this.#host.makeRoom())
-        .then(() => this.#host.retire(this.name, this.limits, this.owner));
+        .then((wrote) =>
+          this.#host.retire(this.name, this.limits, this.owner, wrote || !this.placeable)
+        );
       // One that failed (no descriptor even then) is tried again by the next kill.
       killed.catch(() => {
         if (this.#killed === killed) this.#killed = undefined;
@@ -220,6 +261,13 @@ export class CgroupHost {
   #forgotten = new Map<string, number>();
   #janitor = new CgroupJanitor();
   #closed = false;
+  /** This server's own v1 `tasks` files, opened for the first placement (see placementOf). */
+  #home?: number[];
+  /**
+   * Whether children can be started inside their cgroups on this host (`CLONE_INTO_CGROUP`);
+   * else they wait at a gate.
+   */
+  readonly direct = cloneIntoCgroupWorks();
   /** Descriptors ran short: no spare is kept or made until a start finds enough again. */
   #short = false;
   /** The memory cap of all sessions together, in bytes (see {@link open}). */
@@ -271,13 +319,19 @@ export class CgroupHost {
       const vdir = `${own}/${PARENT}/${instance}`;
       try {
         mkdirs(vdir);
-        v1.push({ controller, dir: vdir });
+        v1.push({ controller, dir: vdir, home: own });
       } catch {
         // Not writable here: that limit falls back to its rlimit.
       }
     }
     const host = new CgroupHost(reactor, dir, v2, v1, descriptors);
     if (memoryMax !== undefined) host.#capMemory(memoryMax);
+    if (!host.direct) {
+      console.error(
+        "uexec: this host cannot start a child inside its cgroup (clone3 with CLONE_INTO_CGROUP " +
+          "needs Linux 5.7 on x86-64): each child waits at a gate until it is placed",
+      );
+    }
     return host;
   }
 
@@ -304,6 +358,29 @@ export class CgroupHost {
     }
     for (const w of writes) writeFile(w.path, w.text, w.ifPresent);
     this.memoryMax = bytes;
+  }
+
+  /** See {@link SessionCgroup.openPlacement}. */
+  placementOf(name: string): Placement {
+    const room = () => this.makeRoom();
+    const opened: number[] = [];
+    const open = (path: string, flags: number) => {
+      const fd = openFile(path, flags | O.CLOEXEC, room);
+      if (fd < 0) {
+        const code = errno();
+        closeAll(opened);
+        throw new OsError(`open(${path})`, code);
+      }
+      opened.push(fd);
+      return fd;
+    };
+    if (this.#home === undefined) {
+      this.#home = this.#v1.map((v) => open(`${v.home}/tasks`, O.WRONLY));
+      opened.length = 0;
+    }
+    const cgroup = open(`${this.dir}/${name}`, O.PATH | O.DIRECTORY);
+    const tasks = this.#v1.map((v) => open(`${v.dir}/${name}/tasks`, O.WRONLY));
+    return { cgroup, tasks, home: this.#home };
   }
 
   /** Every directory of session `name`: the v2 one first. */
@@ -342,7 +419,15 @@ export class CgroupHost {
     if (at < 0) at = ready.findIndex((s) => s.owner === undefined);
     const spare = at < 0 ? undefined : ready.splice(at, 1)[0];
     const cgroup = spare
-      ? new SessionCgroup(this, spare.name, limits, owner, spare.procs, spare.baseline)
+      ? new SessionCgroup(
+        this,
+        spare.name,
+        limits,
+        owner,
+        spare.procs,
+        spare.baseline,
+        spare.killed,
+      )
       : this.#make(limits, owner);
     return cgroup;
   }
@@ -357,12 +442,13 @@ export class CgroupHost {
   }
 
   /**
-   * Take back the emptied cgroups of session `name` of `owner` (limited by `limits`): kept for
+   * Take back the emptied cgroups of session `name` of `owner` (limited by `limits`; `killed`
+   * once with `cgroup.kill`, which the next session's cgroup remembers): kept for
    * the next session of that owner with the same limits while fewer than {@link KEPT} wait and
    * nothing of the session is left in them (see `reuseCgroups`), else removed; both off the main
    * thread. Where memory is accounted by v2, whose peak cannot be reset, they are always removed.
    */
-  retire(name: string, limits: ResourceLimits, owner: string): Promise<void> {
+  retire(name: string, limits: ResourceLimits, owner: string, killed = false): Promise<void> {
     const key = keyOf(limits);
     const ready = this.#ready(key);
     const waiting = ready.length + (this.#reusing.get(key) ?? 0);
@@ -382,7 +468,7 @@ export class CgroupHost {
         if (this.#closed || this.#short || (this.#forgotten.get(owner) ?? 0) !== forgotten) {
           return this.#discard({ name, procs: reused.procs });
         }
-        ready.push({ name, ...reused, owner });
+        ready.push({ name, ...reused, owner, killed });
       },
       () => this.remove(this.dirsOf(name)),
     ).finally(() => add(this.#reusing, key, -1));
@@ -532,6 +618,8 @@ export class CgroupHost {
   /** Remove this instance's (empty) directories (server shutdown, after every session). */
   async close(): Promise<void> {
     this.#closed = true;
+    closeAll(this.#home ?? []);
+    this.#home = undefined;
     await this.#janitor.close();
     await this.shed();
     for (const d of [this.dir, ...this.#v1.map((v) => v.dir)]) {

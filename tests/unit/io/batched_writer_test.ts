@@ -1,7 +1,7 @@
 /**
  * The log's writer: text goes out in order, one write in flight at a time, what arrives
  * meanwhile in the next write; with a delay a batch waits for it unless it grows past its limit
- * or is flushed; `flush` waits for all of it; a failed stream is dropped without an error. And
+ * or is flushed; text given as a function is made only when it goes out; `flush` waits for all of it; a failed stream is dropped without an error. And
  * the server's logger on a real stderr: every line out before exit after `flush`, and before an
  * exit without it (an uncaught error, `Deno.exit`), and a closed stderr does not crash it.
  *
@@ -146,6 +146,27 @@ Deno.test("batched writer: a partial write is continued before anything newer", 
   stream.complete();
   await out.flush();
   assert.equal(stream.inFlight, 0);
+});
+
+Deno.test("batched writer: deferred text is made when its batch goes out, in order", async () => {
+  const stream = heldStream();
+  const out = new BatchedWriter(stream.write);
+  const made: string[] = [];
+  const deferred = (text: string) => () => (made.push(text), text);
+  out.write("a");
+  out.write(deferred("b"));
+  out.write("c");
+  assert.deepEqual(made, [], "nothing is made when it is written");
+  await stream.started();
+  assert.deepEqual(made, ["b"]);
+  out.write(deferred("d"));
+  assert.deepEqual(made, ["b"], "what waits behind a write in flight is made when it goes out");
+  stream.complete();
+  await stream.started();
+  stream.complete();
+  await out.flush();
+  assert.deepEqual(stream.writes, ["abc", "d"]);
+  assert.deepEqual(made, ["b", "d"]);
 });
 
 Deno.test("batched writer: a failed stream drops its text and never throws", async () => {

@@ -1,5 +1,6 @@
 /**
- * Pure pieces of the session layer, tested directly: Codex's pruning cases, the base
+ * Pure pieces of the session layer, tested directly: a call with no time to wait, Codex's
+ * pruning cases, the base
  * environment, wait-status decoding, and truncation's exact format.
  *
  * @module
@@ -12,6 +13,7 @@ import type { ResolvedPolicy } from "../../../src/sandbox/policy/policy.ts";
 import { baseEnv, childEnv, FORCED_ENV, isSecretName } from "../../../src/sessions/env.ts";
 import { chunkId, pickPruneVictim } from "../../../src/sessions/manager.ts";
 import { Session } from "../../../src/sessions/session.ts";
+import { collect } from "../../../src/sessions/collect.ts";
 import { countLines, truncateToTokens } from "../../../src/output/truncate.ts";
 
 const policy = { profile: "p", enforce: false } as ResolvedPolicy;
@@ -29,6 +31,22 @@ function sessions(exited: number[]): Session[] {
     return s;
   });
 }
+
+Deno.test("a call with no time to wait (yield 0) takes what is pending without a timer", async () => {
+  const [live] = sessions([]);
+  let done = false;
+  const call = collect(live, { yieldMs: 0 }).then((got) => {
+    done = true;
+    return got;
+  });
+  // Answered within the microtasks of this turn: no deadline's timer between call and answer.
+  for (let i = 0; i < 5 && !done; i++) await Promise.resolve();
+  assert.equal(done, true);
+  assert.deepEqual({ text: (await call).text, exited: (await call).exited }, {
+    text: "",
+    exited: false,
+  });
+});
 
 Deno.test("pruning prefers an exited session outside the 8 most recently used", () => {
   assert.equal(pickPruneVictim(sessions([2]))?.id, 2);
