@@ -15,7 +15,8 @@ import { EventBus } from "./events/bus.ts";
 import { Reactor } from "./io/reactor.ts";
 import { Truncator } from "./output/truncator.ts";
 import { SandboxDomains } from "./sandbox/domains.ts";
-import { AgentRegistry, type TokenSources } from "./service/agents.ts";
+import { type AgentBackend, AgentRegistry, type TokenSources } from "./service/agents.ts";
+import { type FleetMember, openFleet } from "./fleet/fleet.ts";
 import { OPERATOR_OWNER } from "./service/principal.ts";
 import { Service } from "./service/service.ts";
 import { StateDir, StateDirError } from "./service/state_dir.ts";
@@ -49,6 +50,10 @@ export interface Runtime {
   log: Logger;
   /** How sessions are contained and limited, for `/healthz`. */
   containment: ContainmentReport;
+  /** This node's membership of a fleet (`UEXEC_STORE`); absent on one host. */
+  fleet?: FleetMember;
+  /** Where the shared state is kept, for `/healthz`. */
+  storeHealth(): Promise<Record<string, unknown>>;
   /** Whether the history can be written, for `/healthz`. */
   historyHealth(): Promise<Record<string, unknown>>;
   /** Deny pending approvals and kill every session; the calls waiting on them return. */
@@ -73,9 +78,15 @@ export interface RuntimeParts {
 
 /** Start the service described by `config`; resolves once its spawners are ready. */
 export async function startRuntime(config: Config, parts: RuntimeParts = {}): Promise<Runtime> {
-  const { state, agents } = openState(config);
+  const state = openStateDir(config);
+  const preLog = new Logger(config.log);
+  const fleet = config.store ? await openFleet(config, state, preLog) : undefined;
+  const agents = openAgents(config, state, fleet?.agents);
   const reactor = new Reactor();
   const bus = new EventBus();
+  const nodes = await fleet?.join((node) =>
+    bus.publish({ type: "node_lost", agent: OPERATOR_OWNER, node })
+  );
   let metrics: Metrics | undefined = undefined;
   const egress = new EgressGateway({
     hostsFile: config.egress.hostsFile,
@@ -119,6 +130,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     truncator,
     baseEnv: baseEnv(Deno.env.toObject()),
     egress,
+    node: { id: nodes?.id ?? config.node.id, idBase: nodes?.idBase ?? 0 },
     observer: {
       started(session, execId) {
         history?.recorder?.watch(session, execId);
@@ -191,8 +203,12 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     signInCodes: config.dashboard ? new SignInCodes({ ttlMs: config.dashboardCodeMs }) : undefined,
   });
   await pool.warmedUp();
+  const member = fleet && nodes
+    ? await fleet.member(nodes, (stored) => service.adoptAgents(stored))
+    : undefined;
   return {
     service,
+    fleet: member,
     tokens: agents.sources,
     get sessions() {
       return manager.size;
@@ -200,6 +216,8 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     log,
     containment: containment.report,
     historyHealth: async () => await history?.health() ?? { ok: true, enabled: false },
+    storeHealth: async () =>
+      fleet ? { node: config.node.id, ...await fleet.store.health() } : { kind: "local" },
     async stopSessions() {
       approvals.close();
       await manager.shutdown();
@@ -215,26 +233,37 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
       await leftovers;
       metrics.close();
       await history?.recorder?.close();
+      await fleet?.close(nodes);
       await log.close();
+      await preLog.close();
     },
   };
 }
 
 /**
- * The state directory and the credentials in it; any problem with them (modes, a malformed
- * registry) is a {@link StateDirError} that says what to fix, and nothing starts.
+ * The state directory and the credentials in it (or, in a fleet, in the store: `backend`); any
+ * problem with them (modes, a malformed registry) is a {@link StateDirError} that says what to
+ * fix, and nothing starts.
  */
-function openState(config: Config): { state: StateDir; agents: AgentRegistry } {
+function openStateDir(config: Config): StateDir {
   try {
-    const state = new StateDir(config.stateDir);
-    const agents = new AgentRegistry({
-      state,
-      operatorToken: config.operatorToken,
-      agentToken: config.agentToken,
-    });
-    return { state, agents };
+    return new StateDir(config.stateDir);
   } catch (err) {
     if (err instanceof StateDirError) throw err;
+    throw new StateDirError(`state directory ${config.stateDir}: ${(err as Error).message}`);
+  }
+}
+
+function openAgents(config: Config, state: StateDir, backend?: AgentBackend): AgentRegistry {
+  try {
+    return new AgentRegistry({
+      state,
+      backend,
+      operatorToken: config.operatorToken,
+      // In a fleet the default agent's token is the store's (claimed in openFleet).
+      agentToken: backend ? undefined : config.agentToken,
+    });
+  } catch (err) {
     throw new StateDirError(`state directory ${config.stateDir}: ${(err as Error).message}`);
   }
 }

@@ -15,6 +15,7 @@ import {
 } from "./http/listener.ts";
 import { peerClassifier } from "./http/sandbox_peer.ts";
 import { createApp } from "./http/routes.ts";
+import { fleetFront } from "./http/forward.ts";
 import { WS_PATH } from "./http/ws_routes.ts";
 import { probeSandbox } from "./sandbox/apply.ts";
 import { deniedByProfile } from "./sandbox/confinement.ts";
@@ -82,6 +83,7 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
       sandbox,
       ...runtime.containment,
       history: await runtime.historyHealth(),
+      store: await runtime.storeHealth(),
       websocket,
     }),
     // Sandboxed peers are refused at accept (listener.ts): a request the listener served passed
@@ -92,15 +94,20 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
   });
   const guard = requestGuard(config);
   const cors = config.allowedOrigins.length > 0;
+  const { fleet } = runtime;
+  const appFetch = fleet
+    ? fleetFront(runtime.service, fleet, (req, info) => app.fetch(req, info))
+    : (req: Request, info?: Deno.ServeHandlerInfo) => app.fetch(req, info);
   const handler: Deno.ServeHandler = (req, info) => {
     const refused = guard(req);
     if (refused) return refused;
-    if (!cors) return app.fetch(req, info);
-    return Promise.resolve(app.fetch(req, info)).then((res) => withCors(req, res, config));
+    if (!cors) return appFetch(req, info);
+    return Promise.resolve(appFetch(req, info)).then((res) => withCors(req, res, config));
   };
   const http = listen(config, handler, { peers: peerCheck(), upgradePath: WS_PATH });
   const addr = http.addr;
   websocket = webSocketUrl(addr);
+  if (fleet && addr.transport === "tcp") await fleet.listening(origin(addr));
   return {
     addr,
     tokens: runtime.tokens,

