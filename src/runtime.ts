@@ -17,6 +17,7 @@ import { Truncator } from "./output/truncator.ts";
 import { SandboxDomains } from "./sandbox/domains.ts";
 import { type AgentBackend, AgentRegistry, type TokenSources } from "./service/agents.ts";
 import { type FleetMember, openFleet } from "./fleet/fleet.ts";
+import { FleetApprovals } from "./fleet/approvals.ts";
 import { OPERATOR_OWNER } from "./service/principal.ts";
 import { Service } from "./service/service.ts";
 import { StateDir, StateDirError } from "./service/state_dir.ts";
@@ -148,6 +149,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     workers: () => pool.workers(),
     agents: () => [OPERATOR_OWNER, ...agents.list().map((agent) => agent.name)],
     profiles: [...config.profiles.keys()],
+    node: nodes?.id,
   });
   const domains = new SandboxDomains({
     profiles: config.profiles,
@@ -167,7 +169,14 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
   const grants = await domains.takeBackDeadGrants();
   if (grants.takenBack > 0) log.warn("dead_grants_taken_back", { grants: grants.takenBack });
   for (const error of grants.failed) log.warn("dead_grant_failed", { error });
-  const approvals = new ApprovalStore({ onEvent: (event) => bus.publish(event) });
+  // In a fleet an approval's event is told once the store holds it (any node lists it then).
+  const fleetApprovals = fleet && nodes ? new FleetApprovals(fleet.store, nodes.id) : undefined;
+  const approvals = new ApprovalStore({
+    onEvent: (event) =>
+      fleetApprovals
+        ? fleetApprovals.record(event).then(() => bus.publish(event))
+        : bus.publish(event),
+  });
   const supervisor = new Supervisor({
     manager,
     domains,
@@ -177,6 +186,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     approvalTimeoutMs: config.approvalTimeoutMs,
   });
   const service = new Service({
+    node: nodes?.id,
     manager,
     supervisor,
     approvals,
@@ -203,8 +213,8 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     signInCodes: config.dashboard ? new SignInCodes({ ttlMs: config.dashboardCodeMs }) : undefined,
   });
   await pool.warmedUp();
-  const member = fleet && nodes
-    ? await fleet.member(nodes, (stored) => service.adoptAgents(stored))
+  const member = fleet && nodes && fleetApprovals
+    ? await fleet.member(nodes, fleetApprovals, (stored) => service.adoptAgents(stored))
     : undefined;
   return {
     service,

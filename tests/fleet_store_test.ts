@@ -194,15 +194,77 @@ Deno.test({
 });
 
 Deno.test({
+  name: "fleet: an approval raised on node 1 is listed and decided on node 2 and runs the command",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const fleet = await startFleet(3, { UEXEC_APPROVAL_POLICY: "untrusted" });
+    try {
+      const [n1, n2, n3] = fleet.nodes;
+      const events = await connectSse(`${n1.url}/v1/events`, n1.operator.auth);
+      const asked = n1.post("/v1/exec_command", {
+        cmd: "touch decided-elsewhere && echo ran-after-approval",
+        login: false,
+        yield_time_ms: 10000,
+      });
+      const all = await events.until((all) => all.some((e) => e.event === "approval_requested"));
+      await events.close();
+      const raised = all.find((e) => e.event === "approval_requested")!.data;
+      assert.equal(raised.node, "n1");
+      // Listed on every node, to the operator and to the agent that asked; not to another agent.
+      for (const node of [n2, n3]) {
+        const listed = await node.operator.get("/v1/approvals");
+        assert.deepEqual(listed.body.approvals.map((a: { id: string }) => a.id), [
+          raised.approval.id,
+        ]);
+        const own = await node.get("/v1/approvals");
+        assert.equal(own.body.approvals.length, 1);
+      }
+      const other = (await n3.operator.post("/v1/agents", { name: "other" })).body.token;
+      assert.deepEqual((await n2.as(other).get("/v1/approvals")).body.approvals, []);
+      // An agent cannot decide, on any node.
+      const byAgent = await n2.post(`/v1/approvals/${raised.approval.id}`, {
+        decision: "approved",
+      });
+      assert.equal(byAgent.status, 403);
+      const decided = await n2.operator.post(`/v1/approvals/${raised.approval.id}`, {
+        decision: "approved",
+      });
+      assert.equal(decided.status, 200, JSON.stringify(decided.body));
+      assert.equal(decided.body.status, "approved");
+      const ran = await asked;
+      assert.equal(ran.status, 200, JSON.stringify(ran.body));
+      assert.match(ran.body.output, /ran-after-approval/);
+      await Deno.stat(`${n1.workspace}/decided-elsewhere`);
+      // Decided: no longer pending anywhere, and a second decision is refused.
+      assert.deepEqual((await n3.operator.get("/v1/approvals")).body.approvals, []);
+      const twice = await n3.operator.post(`/v1/approvals/${raised.approval.id}`, {
+        decision: "denied",
+      });
+      assert.equal(twice.status, 409, JSON.stringify(twice.body));
+    } finally {
+      await fleet.stop();
+    }
+  },
+});
+
+Deno.test({
   name: "fleet: a node killed with SIGKILL is lost; its sessions answer 410 node_lost elsewhere",
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
-    const fleet = await startFleet();
+    const fleet = await startFleet(3, { UEXEC_APPROVAL_POLICY: "untrusted" });
     try {
       const [n1, n2, n3] = fleet.nodes;
       const id = await catSession(n3, fleet.agentToken);
       const events = await connectSse(`${n1.url}/v1/events`, n1.operator.auth);
+      // An approval pending on node 3 when it dies.
+      const n3events = await connectSse(`${n3.url}/v1/events`, n3.operator.auth);
+      const asking = n3.post("/v1/exec_command", { cmd: "touch never", yield_time_ms: 10000 });
+      asking.catch(() => {}); // Its connection dies with the node.
+      await n3events.until((all) => all.some((e) => e.event === "approval_requested"));
+      await n3events.close().catch(() => {});
+      assert.equal((await n1.operator.get("/v1/approvals")).body.approvals.length, 1);
       Deno.kill(n3.pid, "SIGKILL");
       // Woken by node 1's lease timer for node 3 (no polling here).
       await events.until((all) => all.some((e) => e.event === "node_lost" && e.data.node === "n3"));
@@ -213,6 +275,12 @@ Deno.test({
         assert.equal(res.body.error.code, "node_lost");
         assert.match(res.body.error.message, /\bn3\b/);
       }
+      // Its pending approval ended with it.
+      assert.deepEqual((await n2.operator.get("/v1/approvals")).body.approvals, []);
+      assert.equal(
+        (await fleet.pg.sql("SELECT status FROM uexec_approvals WHERE node = 'n3'")).trim(),
+        "node_lost",
+      );
       // Nothing else is disturbed: the other nodes run commands as before.
       const ok = await n2.post("/v1/exec_command", { cmd: "echo still-here", yield_time_ms: 5000 });
       assert.match(ok.body.output, /still-here/);

@@ -15,6 +15,7 @@ import { newToken, tokenDigest } from "../service/tokens.ts";
 import { AGENTS_CHANNEL, claimFleetTokens, loadAgents, storeAgents } from "./agents.ts";
 import { type FleetNode, NodeRegistry } from "./nodes.ts";
 import { FleetStore } from "./store.ts";
+import type { FleetApprovals } from "./approvals.ts";
 
 /** What the rest of the server uses of the fleet. */
 export interface FleetMember {
@@ -28,6 +29,10 @@ export interface FleetMember {
   ownerOf(id: number): Promise<FleetNode | undefined>;
   /** The peers whose lease holds. */
   livePeers(): FleetNode[];
+  /** The peer `id` (lost or not), or undefined. */
+  peer(id: string): Promise<FleetNode | undefined>;
+  /** The fleet's approvals in the store. */
+  readonly approvals: FleetApprovals;
   /** Reload the agents from the store (a token this node does not know yet). */
   reloadAgents(): Promise<void>;
   /** The URL the peers reach this node at, once it listens (unless `UEXEC_NODE_URL` said). */
@@ -45,9 +50,11 @@ export interface Fleet {
    * Follow the agents in the store: `adopt` is given them after every change (and on a miss).
    * Returns the member the front door uses.
    */
-  member(nodes: NodeRegistry, adopt: (agents: StoredAgent[]) => Promise<void>): Promise<
-    FleetMember
-  >;
+  member(
+    nodes: NodeRegistry,
+    approvals: FleetApprovals,
+    adopt: (agents: StoredAgent[]) => Promise<void>,
+  ): Promise<FleetMember>;
   close(nodes?: NodeRegistry): Promise<void>;
 }
 
@@ -92,7 +99,7 @@ export async function openFleet(config: Config, state: StateDir, log: Logger): P
         onLost,
       });
     },
-    async member(nodes, adopt) {
+    async member(nodes, approvals, adopt) {
       let reloading: Promise<void> | undefined;
       const reloadAgents = () => {
         reloading ??= loadAgents(store).then(adopt).finally(() => reloading = undefined);
@@ -109,6 +116,8 @@ export async function openFleet(config: Config, state: StateDir, log: Logger): P
         peerOf: (token) => nodes.peerOf(token),
         ownerOf: (id) => nodes.ownerOf(id),
         livePeers: () => nodes.livePeers(),
+        peer: (id) => nodes.peer(id),
+        approvals,
         reloadAgents,
         listening: (url) => config.node.url ? Promise.resolve() : nodes.setUrl(url),
       };

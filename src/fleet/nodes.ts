@@ -133,6 +133,13 @@ export class NodeRegistry {
     return node && { id: node.id, ordinal: node.ordinal, url: node.url, lostAt: node.lostAt };
   }
 
+  /** The peer `id`, lost or not (the registry reloaded once when it is not known). */
+  async peer(id: string): Promise<FleetNode | undefined> {
+    if (!this.#peers.has(id)) await this.refresh();
+    const node = this.#peers.get(id);
+    return node && { id: node.id, ordinal: node.ordinal, url: node.url, lostAt: node.lostAt };
+  }
+
   /** The peers whose lease holds (not this node). */
   livePeers(): FleetNode[] {
     return [...this.#peers.values()]

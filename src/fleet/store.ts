@@ -146,22 +146,18 @@ export class FleetStore {
 
   /**
    * Queue a write that nobody waits for (approval records), in order; retried within the bound,
-   * then logged as lost and reported by {@link health}.
+   * then logged as lost and reported by {@link health}. Resolves once written or given up.
    */
-  background(what: string, write: () => Promise<unknown>): void {
+  background(what: string, write: () => Promise<unknown>): Promise<void> {
     if (this.#queued >= BACKGROUND_LIMIT) {
       this.#gaveUp(what, new Error(`more than ${BACKGROUND_LIMIT} writes waiting for the store`));
-      return;
+      return Promise.resolve();
     }
     this.#queued++;
     this.#queue = this.#queue
       .then(() => this.retry(what, write))
       .then(() => {}, (err) => this.#gaveUp(what, err))
       .finally(() => this.#queued--);
-  }
-
-  /** Every background write queued so far is written (or given up). */
-  flushed(): Promise<void> {
     return this.#queue;
   }
 

@@ -70,6 +70,24 @@ export function fleetFront(service: Service, fleet: FleetMember, next: Handler):
     if (req.method === "GET" && url.pathname === "/v1/sessions") {
       return listFleet(req, info, principal, fleet, next);
     }
+    if (req.method === "GET" && url.pathname === "/v1/approvals") {
+      const agent = principal.role === "operator" ? undefined : principal.name;
+      // Checked by the app as ever (a revoked agent, a sandboxed peer), then the fleet's list.
+      const own = await next(req, info);
+      if (own.status !== 200) return own;
+      await own.body?.cancel();
+      return Response.json({ approvals: await fleet.approvals.pending(agent) });
+    }
+    const decided = /^\/v1\/approvals\/([^/]+)$/.exec(url.pathname);
+    if (req.method === "POST" && decided && principal.role === "operator") {
+      const place = await fleet.approvals.place(decodeURIComponent(decided[1]));
+      if (place === undefined || place.node === fleet.node) return next(req, info);
+      const node = fleet.livePeers().find((peer) => peer.id === place.node) ??
+        await fleet.peer(place.node);
+      if (node === undefined) return next(req, info);
+      if (node.lostAt !== null) return failure(new NodeLostError(node.id, node.lostAt));
+      return forward(req, url, node, principal, fleet);
+    }
     const id = await sessionOf(req, url);
     if (id === undefined) return next(req, info);
     const owner = await fleet.ownerOf(id.id);

@@ -86,6 +86,11 @@ export class DashboardOffError extends Error {
 
 /** What the core is built from. */
 export interface ServiceDeps {
+  /**
+   * A fleet node's id (`UEXEC_NODE_ID` with `UEXEC_STORE`): every event a subscriber is told
+   * carries it as `node` (absent on one host: its events are as they were).
+   */
+  node?: string;
   manager: SessionManager;
   supervisor: Supervisor;
   approvals: ApprovalStore;
@@ -346,7 +351,7 @@ export class Service {
    */
   subscribe(
     principal: Principal,
-    listener: (event: LifecycleEvent) => void,
+    listener: (event: LifecycleEvent & { node?: string }) => void,
     ended?: () => void,
   ): () => void {
     const owner = this.#scope(principal);
@@ -365,7 +370,10 @@ export class Service {
     };
     unsubscribe = this.#deps.bus.subscribe((event) => {
       if (!this.isCurrent(principal)) end();
-      else if (owner === undefined || event.agent === owner) listener(event);
+      else if (owner === undefined || event.agent === owner) {
+        const { node } = this.#deps;
+        listener(node === undefined ? event : { node, ...event });
+      }
     });
     // A dashboard browser session's stream ends as soon as the session does (sign-out).
     unwatch = this.#deps.webSessions?.onEnd(principal, end) ?? unwatch;
