@@ -18,6 +18,8 @@ import { SandboxDomains } from "./sandbox/domains.ts";
 import { type AgentBackend, AgentRegistry, type TokenSources } from "./service/agents.ts";
 import { type FleetMember, openFleet } from "./fleet/fleet.ts";
 import { FleetApprovals } from "./fleet/approvals.ts";
+import { FleetHistory } from "./fleet/history.ts";
+import type { FleetStore } from "./fleet/store.ts";
 import { OPERATOR_OWNER } from "./service/principal.ts";
 import { Service } from "./service/service.ts";
 import { StateDir, StateDirError } from "./service/state_dir.ts";
@@ -101,7 +103,8 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
   const truncator = new Truncator();
   const log = new Logger(config.log);
   bus.subscribe((event) => log.event(event));
-  const history = config.history ? openHistory(config, state, bus, log) : undefined;
+  const shared = fleet && nodes ? { store: fleet.store, node: nodes.id } : undefined;
+  const history = config.history ? openHistory(config, state, bus, log, shared) : undefined;
   // One reserve for the process: starts spend it when they run out, kills when they cannot open.
   const descriptors = new DescriptorReserve(DESCRIPTOR_RESERVE);
   const containment = await openContainment(
@@ -279,13 +282,25 @@ function openAgents(config: Config, state: StateDir, backend?: AgentBackend): Ag
 }
 
 /** The history in the state directory; a database that cannot be opened is a warning. */
-function openHistory(config: Config, state: StateDir, bus: EventBus, log: Logger) {
+function openHistory(
+  config: Config,
+  state: StateDir,
+  bus: EventBus,
+  log: Logger,
+  fleet?: { store: FleetStore; node: string },
+) {
   const path = state.file("history.db");
   const retention = {
     days: config.historyDays,
     maxRows: config.historyMaxRows,
     maxBytes: config.historyMaxBytes,
   };
+  if (fleet) {
+    // In a fleet every node's commands are in the store, where any node reads them.
+    const shared = new FleetHistory(fleet.store, fleet.node, retention);
+    const recorder = new HistoryRecorder(shared, shared, bus, log);
+    return { recorder, health: async () => ({ ...await recorder.health(), enabled: true }) };
+  }
   let store: HistoryStore;
   try {
     store = new HistoryStore(path, retention);

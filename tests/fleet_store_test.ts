@@ -94,6 +94,18 @@ Deno.test({
       // Session ids are unique across the fleet: each node hands out its own ordinal's span.
       assert.equal(ordinals.size, 3);
       assert.ok(![...ordinals].includes(0));
+      // The history on any node covers every node, each command with the node it ran on.
+      for (const node of [n1, n2, n3]) {
+        const page = await node.as(minted.body.token).get("/v1/history?q=fleet-ok");
+        assert.equal(page.status, 200, JSON.stringify(page.body));
+        assert.deepEqual(
+          page.body.items.map((i: { node: string }) => i.node).sort(),
+          ["n1", "n2", "n3"],
+        );
+        assert.ok(page.body.items.every((i: { status: string }) => i.status === "exited"));
+        const detail = await node.operator.get(`/v1/history/${page.body.items[0].id}`);
+        assert.match(detail.body.output_tail, /fleet-ok/);
+      }
       // The minting node refuses the same name again, and so does every other node.
       const again = await n3.operator.post("/v1/agents", { name: "alice" });
       assert.equal(again.status, 409);
@@ -275,6 +287,12 @@ Deno.test({
         assert.equal(res.body.error.code, "node_lost");
         assert.match(res.body.error.message, /\bn3\b/);
       }
+      // Its running command is marked killed in the history, by the node that found it lost.
+      const history = await n2.operator.get("/v1/history?q=cat");
+      const row = history.body.items.find((i: { session_id: number }) => i.session_id === id);
+      assert.equal(row.node, "n3");
+      assert.equal(row.status, "killed");
+      assert.equal(row.end_reason, "node_lost");
       // Its pending approval ended with it.
       assert.deepEqual((await n2.operator.get("/v1/approvals")).body.approvals, []);
       assert.equal(

@@ -8,7 +8,8 @@
  * announces it (`NOTIFY uexec_nodes`); every node keeps one timer per peer, re-armed by that
  * peer's announcements, so a silent peer is looked at once, when its lease runs out, not
  * polled. The first node to see a lease run out marks the peer lost (one `UPDATE ... WHERE
- * lost_at IS NULL` decides who), ends its pending approvals and announces it; every node then
+ * lost_at IS NULL` decides who), ends its pending approvals, marks its running history rows
+ * killed (`end_reason` `node_lost`) and announces it; every node then
  * tells its own event streams (`node_lost`).
  *
  * It must never hand out, log or store a node's credential in clear.
@@ -234,6 +235,10 @@ export class NodeRegistry {
         await tx`UPDATE uexec_approvals SET status = 'node_lost',
                    record = record || jsonb_build_object('status', 'node_lost')
                  WHERE node = ${id} AND status = 'pending'`;
+        await tx`UPDATE uexec_history SET status = 'killed',
+                   row = row || jsonb_build_object('status', 'killed', 'end_reason', 'node_lost',
+                     'ended_ms', (extract(epoch FROM now()) * 1000)::bigint)
+                 WHERE node = ${id} AND status = 'running'`;
         await tx`SELECT pg_notify(${NODES_CHANNEL}, ${`lost:${id}`})`;
         return true;
       });

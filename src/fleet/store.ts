@@ -59,6 +59,25 @@ const MIGRATIONS: string[] = [
      created_at timestamptz NOT NULL DEFAULT now()
    );
    CREATE INDEX uexec_approvals_pending ON uexec_approvals (node) WHERE status = 'pending';`,
+  `CREATE TABLE uexec_history (
+     id text PRIMARY KEY,
+     node text NOT NULL,
+     agent text NOT NULL,
+     command text NOT NULL,
+     status text NOT NULL,
+     started_ms bigint NOT NULL,
+     row jsonb NOT NULL,
+     output_tail bytea
+   );
+   CREATE INDEX uexec_history_by_time ON uexec_history (started_ms, id);
+   CREATE INDEX uexec_history_by_agent ON uexec_history (agent, started_ms, id);
+   CREATE INDEX uexec_history_running ON uexec_history (node) WHERE status = 'running';
+   CREATE TABLE uexec_history_approvals (
+     id text PRIMARY KEY,
+     command_id text NOT NULL REFERENCES uexec_history (id) ON DELETE CASCADE,
+     row jsonb NOT NULL
+   );
+   CREATE INDEX uexec_history_approvals_by_command ON uexec_history_approvals (command_id);`,
 ];
 
 /** Store settings. */

@@ -303,6 +303,9 @@ export const HistoryItemSchema = z.object({
     ),
     granted: z.unknown(),
   })).describe("The approvals this command asked for."),
+  node: z.string().optional().describe(
+    "The fleet node it ran on (with UEXEC_STORE; absent on one host).",
+  ),
 });
 
 /** A page of history, newest first. */
