@@ -20,7 +20,7 @@ import { type FleetMember, openFleet } from "./fleet/fleet.ts";
 import { FleetApprovals } from "./fleet/approvals.ts";
 import { FleetHistory } from "./fleet/history.ts";
 import type { FleetStore } from "./fleet/store.ts";
-import { OPERATOR_OWNER } from "./service/principal.ts";
+import { OPERATOR, OPERATOR_OWNER } from "./service/principal.ts";
 import { Service } from "./service/service.ts";
 import { StateDir, StateDirError } from "./service/state_dir.ts";
 import { WebSessions } from "./service/web_sessions.ts";
@@ -219,6 +219,10 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
   const member = fleet && nodes && fleetApprovals
     ? await fleet.member(nodes, fleetApprovals, (stored) => service.adoptAgents(stored))
     : undefined;
+  // Decisions posted on other nodes for approvals raised here (the operator's, checked there).
+  await fleetApprovals?.follow((id, decision, unsandboxed) =>
+    service.decide(OPERATOR, id, { decision, unsandboxed })
+  );
   return {
     service,
     fleet: member,

@@ -239,6 +239,11 @@ Deno.test({
         decision: "approved",
       });
       assert.equal(byAgent.status, 403);
+      const malformed = await n2.operator.post(`/v1/approvals/${raised.approval.id}`, {
+        decision: "maybe",
+      });
+      assert.equal(malformed.status, 400);
+      assert.equal(malformed.body.error.code, "invalid_request");
       const decided = await n2.operator.post(`/v1/approvals/${raised.approval.id}`, {
         decision: "approved",
       });

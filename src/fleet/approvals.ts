@@ -2,15 +2,53 @@
  * The fleet's approvals in the store (`uexec_approvals`): each node writes a record of every
  * approval it raises and of its decision (the approval store on the node that raised it stays
  * the one that decides and wakes the waiting command), so the operator lists the fleet's pending
- * approvals on any node and a decision posted on any node is passed to the one that raised it.
- * A lost node's pending approvals end with it (see nodes.ts). It must never decide an approval.
+ * approvals on any node. A decision posted on another node is passed to the raising node with
+ * `NOTIFY uexec_decide`; that node decides (waking the command) and answers on
+ * `uexec_decided` once the decided record is in the store, where the posting node reads it.
+ * A lost node's pending approvals end with it (see nodes.ts). Only the operator's decision,
+ * checked by the posting node, is ever passed on.
  *
  * @module
  */
 
 import type postgres from "postgres";
-import type { ApprovalEvent, ApprovalRecord } from "../approvals/store.ts";
+import type { ApprovalDecision, ApprovalEvent, ApprovalRecord } from "../approvals/store.ts";
 import type { FleetStore } from "./store.ts";
+
+const DECIDE_CHANNEL = "uexec_decide";
+const DECIDED_CHANNEL = "uexec_decided";
+/** How long a decision waits for the raising node's answer before 503 `node_unreachable`. */
+const ANSWER_MS = 15_000;
+/** NOTIFY payloads are at most 8000 bytes: an error's message is cut well below that. */
+const MESSAGE_CHARS = 2000;
+
+/** A decision passed to the raising node. */
+interface DecideRequest {
+  id: string;
+  to: string;
+  reply: string;
+  decision: ApprovalDecision;
+  unsandboxed: boolean;
+}
+
+/** The raising node's answer: decided (the record is in the store), or the error it gave. */
+interface DecideAnswer {
+  reply: string;
+  error?: { status: number; code: string; message: string };
+}
+
+/** An error the raising node answered a passed decision with (its status and code). */
+export class RemoteDecisionError extends Error {
+  constructor(readonly status: number, readonly code: string, message: string) {
+    super(message);
+  }
+}
+
+/** The raising node did not answer a passed decision in time (503 `node_unreachable`). */
+export class DecisionUnansweredError extends Error {
+  readonly status = 503;
+  readonly code = "node_unreachable";
+}
 
 /** Where an approval was raised, and where it stands. */
 export interface ApprovalPlace {
@@ -22,10 +60,93 @@ export interface ApprovalPlace {
 export class FleetApprovals {
   readonly #store: FleetStore;
   readonly #node: string;
+  /** Decisions passed to other nodes, waiting for their answer, by reply id. */
+  readonly #waiting = new Map<string, (answer: DecideAnswer) => void>();
 
   constructor(store: FleetStore, node: string) {
     this.#store = store;
     this.#node = node;
+  }
+
+  /**
+   * Take the decisions other nodes pass to this one: `decide` decides on this node's approval
+   * store (it throws its usual errors). Also follows the answers to the ones this node passes.
+   */
+  async follow(decide: (id: string, decision: ApprovalDecision, unsandboxed: boolean) => void) {
+    await this.#store.listen(DECIDED_CHANNEL, (payload) => {
+      const answer = JSON.parse(payload) as DecideAnswer;
+      this.#waiting.get(answer.reply)?.(answer);
+    });
+    await this.#store.listen(DECIDE_CHANNEL, (payload) => {
+      const asked = JSON.parse(payload) as DecideRequest;
+      if (asked.to !== this.#node) return;
+      let answer: DecideAnswer = { reply: asked.reply };
+      try {
+        decide(asked.id, asked.decision, asked.unsandboxed);
+      } catch (err) {
+        const e = err as Error & { status?: number; code?: string };
+        answer = {
+          reply: asked.reply,
+          error: {
+            status: typeof e.status === "number" ? e.status : 500,
+            code: typeof e.code === "string" ? e.code : "internal",
+            message: String(e.message).slice(0, MESSAGE_CHARS),
+          },
+        };
+      }
+      // Queued behind the decided record's write, so the asker reads it from the store.
+      this.#store.background(
+        `answer decision ${asked.id}`,
+        () => this.#store.sql`SELECT pg_notify(${DECIDED_CHANNEL}, ${JSON.stringify(answer)})`,
+      );
+    });
+  }
+
+  /**
+   * Pass the operator's decision on approval `id` to `node`, which raised it; resolves with the
+   * decided record, or throws the error that node answered.
+   */
+  async decideOn(
+    node: string,
+    id: string,
+    decision: ApprovalDecision,
+    unsandboxed: boolean,
+  ): Promise<ApprovalRecord> {
+    const request: DecideRequest = {
+      id,
+      to: node,
+      reply: crypto.randomUUID(),
+      decision,
+      unsandboxed,
+    };
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const answered = new Promise<DecideAnswer | undefined>((resolve) => {
+      this.#waiting.set(request.reply, resolve);
+      timer = setTimeout(() => resolve(undefined), ANSWER_MS);
+    });
+    try {
+      await this.#store.retry(
+        "pass a decision",
+        () => this.#store.sql`SELECT pg_notify(${DECIDE_CHANNEL}, ${JSON.stringify(request)})`,
+      );
+      const answer = await answered;
+      if (answer === undefined) {
+        throw new DecisionUnansweredError(
+          `node ${node}, which raised approval ${id}, did not answer within ${ANSWER_MS} ms`,
+        );
+      }
+      if (answer.error) {
+        throw new RemoteDecisionError(answer.error.status, answer.error.code, answer.error.message);
+      }
+      const [row] = await this.#store.retry(
+        "read a decided approval",
+        () => this.#store.sql`SELECT record FROM uexec_approvals WHERE id = ${id}`,
+      );
+      return row.record as ApprovalRecord;
+    } finally {
+      clearTimeout(timer);
+      this.#waiting.delete(request.reply);
+    }
   }
 
   /**

@@ -18,12 +18,14 @@ import type { Service } from "../service/service.ts";
 import type { FleetMember } from "../fleet/fleet.ts";
 import { type FleetNode, NodeLostError, NodeUnreachableError } from "../fleet/nodes.ts";
 import { bearerToken, UnauthorizedError } from "./auth.ts";
+import { readJson } from "./body.ts";
+import { DecisionBody, parseInput } from "../service/schemas.ts";
 
 /** The header a node names the caller in when it forwards a call. */
 export const AGENT_HEADER = "x-uexec-agent";
 
-/** A forwarded call's answer for a session of this node only (no further forwarding). */
-const LOCAL_HEADER = "x-uexec-local";
+/** The largest body read here, as the app reads (1 MiB). */
+const MAX_BODY = 1024 * 1024;
 
 type Handler = (req: Request, info?: Deno.ServeHandlerInfo) => Response | Promise<Response>;
 
@@ -80,13 +82,23 @@ export function fleetFront(service: Service, fleet: FleetMember, next: Handler):
     }
     const decided = /^\/v1\/approvals\/([^/]+)$/.exec(url.pathname);
     if (req.method === "POST" && decided && principal.role === "operator") {
-      const place = await fleet.approvals.place(decodeURIComponent(decided[1]));
+      const id = decodeURIComponent(decided[1]);
+      const place = await fleet.approvals.place(id);
       if (place === undefined || place.node === fleet.node) return next(req, info);
-      const node = fleet.livePeers().find((peer) => peer.id === place.node) ??
-        await fleet.peer(place.node);
+      const node = await fleet.peer(place.node);
       if (node === undefined) return next(req, info);
       if (node.lostAt !== null) return failure(new NodeLostError(node.id, node.lostAt));
-      return forward(req, url, node, principal, fleet);
+      try {
+        const body = parseInput(DecisionBody, await readJson(req, MAX_BODY, "body exceeds 1 MiB"));
+        return Response.json(
+          await fleet.approvals.decideOn(node.id, id, body.decision, body.unsandboxed),
+        );
+      } catch (err) {
+        if (err instanceof Error && "status" in err && "code" in err) {
+          return failure(err as Error & { status: number; code: string });
+        }
+        throw err;
+      }
     }
     const id = await sessionOf(req, url);
     if (id === undefined) return next(req, info);
@@ -137,7 +149,6 @@ async function forward(
   }
   headers.set("authorization", `Bearer ${fleet.credential}`);
   headers.set(AGENT_HEADER, principal.role === "operator" ? OPERATOR_OWNER : principal.name);
-  headers.set(LOCAL_HEADER, fleet.node);
   let answer: Response;
   try {
     answer = await fetch(`${node.url}${url.pathname}${url.search}`, {
