@@ -214,7 +214,8 @@ export function loadConfig(
     stateDir: stateDirFrom(env, env.HOME || "/root"),
     operatorToken,
     agentToken,
-    allowedHosts: list(env.UEXEC_ALLOWED_HOSTS, ","),
+    // A fleet node's own URL is a name its peers call it by.
+    allowedHosts: [...list(env.UEXEC_ALLOWED_HOSTS, ","), ...urlHost(env.UEXEC_NODE_URL)],
     allowedOrigins: list(env.UEXEC_ALLOWED_ORIGINS, ","),
     allowedRoots: list(env.UEXEC_ALLOWED_ROOTS, ":").map((root) => {
       try {
@@ -254,6 +255,15 @@ export function loadConfig(
     ...boundsSettings(env),
     ...fleetSettings(env),
   };
+}
+
+/** The host (with its port) of `url`, when it is one. */
+function urlHost(url: string | undefined): string[] {
+  try {
+    return url ? [new URL(url).host] : [];
+  } catch {
+    return []; // fleetSettings says what is wrong with it.
+  }
 }
 
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;

@@ -109,8 +109,13 @@ Deno.test({
       // The minting node refuses the same name again, and so does every other node.
       const again = await n3.operator.post("/v1/agents", { name: "alice" });
       assert.equal(again.status, 409);
-      // Revoked on node 2: refused on node 3 at once.
+      // Revoked on node 2: node 3 hears it from the store (its own streams say so), and refuses.
+      const n3events = await connectSse(`${n3.url}/v1/events`, n3.operator.auth);
       assert.equal((await n2.operator.del("/v1/agents/alice")).status, 200);
+      await n3events.until((all) =>
+        all.some((e) => e.event === "agent_revoked" && e.data.agent === "alice")
+      );
+      await n3events.close();
       const revoked = await n3.as(minted.body.token).post("/v1/exec_command", { cmd: "true" });
       assert.equal(revoked.status, 401);
     } finally {
@@ -352,6 +357,21 @@ Deno.test({
       }
       const names = (await fleet.pg.sql("SELECT name FROM uexec_agents ORDER BY name")).trim();
       assert.deepEqual(names.split("\n"), ["before", "default", "during"]);
+      // The nodes listen again: a revocation on node 1 reaches node 3 through the store.
+      const n3events = await connectSse(`${n3.url}/v1/events`, n3.operator.auth);
+      assert.equal((await n1.operator.del("/v1/agents/before")).status, 200);
+      await n3events.until((all) =>
+        all.some((e) => e.event === "agent_revoked" && e.data.agent === "before")
+      );
+      await n3events.close();
+      assert.equal((await n3.as(before).post("/v1/exec_command", { cmd: "true" })).status, 401);
+      // The history written under load is all there, from every node.
+      const loaded = await n2.operator.get("/v1/history?q=under-load&limit=100");
+      assert.equal(loaded.body.items.length, 9);
+      assert.deepEqual(
+        new Set(loaded.body.items.map((i: { node: string }) => i.node)),
+        new Set(["n1", "n2", "n3"]),
+      );
       const lost =
         (await fleet.pg.sql("SELECT count(*) FROM uexec_nodes WHERE lost_at IS NOT NULL"))
           .trim();

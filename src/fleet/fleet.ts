@@ -29,8 +29,8 @@ export interface FleetMember {
   ownerOf(id: number): Promise<FleetNode | undefined>;
   /** The peers whose lease holds. */
   livePeers(): FleetNode[];
-  /** The peer `id` (lost or not), or undefined. */
-  peer(id: string): Promise<FleetNode | undefined>;
+  /** The peer `id` (lost or not), or undefined; `fresh`: as the store says now. */
+  peer(id: string, fresh?: boolean): Promise<FleetNode | undefined>;
   /** The fleet's approvals in the store. */
   readonly approvals: FleetApprovals;
   /** Reload the agents from the store (a token this node does not know yet). */
@@ -116,7 +116,7 @@ export async function openFleet(config: Config, state: StateDir, log: Logger): P
         peerOf: (token) => nodes.peerOf(token),
         ownerOf: (id) => nodes.ownerOf(id),
         livePeers: () => nodes.livePeers(),
-        peer: (id) => nodes.peer(id),
+        peer: (id, fresh) => nodes.peer(id, fresh),
         approvals,
         reloadAgents,
         listening: (url) => config.node.url ? Promise.resolve() : nodes.setUrl(url),

@@ -134,9 +134,12 @@ export class NodeRegistry {
     return node && { id: node.id, ordinal: node.ordinal, url: node.url, lostAt: node.lostAt };
   }
 
-  /** The peer `id`, lost or not (the registry reloaded once when it is not known). */
-  async peer(id: string): Promise<FleetNode | undefined> {
-    if (!this.#peers.has(id)) await this.refresh();
+  /**
+   * The peer `id`, lost or not (the registry reloaded first when it is not known, or when
+   * `fresh`: what the store says now).
+   */
+  async peer(id: string, fresh = false): Promise<FleetNode | undefined> {
+    if (fresh || !this.#peers.has(id)) await this.refresh();
     const node = this.#peers.get(id);
     return node && { id: node.id, ordinal: node.ordinal, url: node.url, lostAt: node.lostAt };
   }

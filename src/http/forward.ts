@@ -158,6 +158,9 @@ async function forward(
       signal: req.signal,
     });
   } catch (err) {
+    // Found lost meanwhile by another node (its notice may not have reached this one yet)?
+    const now = await fleet.peer(node.id, true).catch(() => undefined);
+    if (now?.lostAt) return failure(new NodeLostError(now.id, now.lostAt));
     return failure(new NodeUnreachableError(node.id, (err as Error).message));
   }
   const out = new Headers();
