@@ -15,7 +15,7 @@ import {
 } from "./http/listener.ts";
 import { peerClassifier } from "./http/sandbox_peer.ts";
 import { createApp } from "./http/routes.ts";
-import { fleetFront } from "./http/forward.ts";
+import { fleetFront, remoteSessions } from "./http/forward.ts";
 import { WS_PATH } from "./http/ws_routes.ts";
 import { probeSandbox } from "./sandbox/apply.ts";
 import { deniedByProfile } from "./sandbox/confinement.ts";
@@ -91,6 +91,7 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
     fromSandbox: (info) => connectionOf(info) === undefined && info?.remoteAddr.transport === "tcp",
     log: runtime.log,
     dashboard: config.dashboard,
+    remoteSessions: runtime.fleet && remoteSessions(runtime.fleet),
   });
   const guard = requestGuard(config);
   const cors = config.allowedOrigins.length > 0;

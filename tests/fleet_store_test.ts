@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { startPostgres, type TestPostgres } from "./helpers/postgres.ts";
 import { randomToken, startServer, type TestServer } from "./helpers/server.ts";
 import { connectSse } from "./helpers/sse.ts";
+import { RpcSocket, wsUrl } from "./helpers/ws.ts";
 
 const SPAN = 100_000;
 
@@ -204,6 +205,53 @@ Deno.test({
           assert.ok(!digests.has(await sha256(token)), "a node credential in an answer");
         }
       }
+    } finally {
+      await fleet.stop();
+    }
+  },
+});
+
+Deno.test({
+  name: "fleet: the WebSocket on node 2 subscribes to, writes to and kills node 1's session",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const fleet = await startFleet(2);
+    try {
+      const [n1, n2] = fleet.nodes;
+      const alice = (await n1.operator.post("/v1/agents", { name: "alice" })).body.token;
+      const bob = (await n1.operator.post("/v1/agents", { name: "bob" })).body.token;
+      const id = await catSession(n1, alice);
+      const auth = { authorization: `Bearer ${alice}` };
+      const ws = await RpcSocket.open(await wsUrl(n2.url, auth), auth);
+      const subscribed = await ws.call("subscribe", { session_id: id });
+      assert.equal(subscribed.result.session_id, id, JSON.stringify(subscribed));
+      const wrote = await ws.call("write_stdin", {
+        session_id: id,
+        chars: "over-the-socket\n",
+        yield_time_ms: 1000,
+      });
+      assert.equal(wrote.error, undefined, JSON.stringify(wrote));
+      // The notifications name the session and give offsets from where the subscription began.
+      const seen = await ws.wait((f) =>
+        f.method === "output" && String(f.params.text).includes("over-the-socket")
+      );
+      assert.equal(seen.params.session_id, id);
+      assert.ok(seen.params.offset >= subscribed.result.offset);
+      const resized = await ws.call("resize", { session_id: id, cols: 100, rows: 30 });
+      assert.deepEqual(resized.result, { ok: true });
+      // Another agent's socket on node 2 cannot reach it.
+      const bobAuth = { authorization: `Bearer ${bob}` };
+      const other = await RpcSocket.open(await wsUrl(n2.url, bobAuth), bobAuth);
+      const refused = await other.call("kill", { session_id: id });
+      assert.equal(refused.error.data.code, "unknown_session", JSON.stringify(refused));
+      const notSubscribed = await other.call("subscribe", { session_id: id });
+      assert.equal(notSubscribed.error.data.code, "unknown_session");
+      await other.close();
+      const killed = await ws.call("kill", { session_id: id });
+      assert.equal(killed.error, undefined, JSON.stringify(killed));
+      await ws.wait((f) => f.method === "exit" && f.params.session_id === id);
+      await ws.close();
     } finally {
       await fleet.stop();
     }

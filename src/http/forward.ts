@@ -18,6 +18,9 @@ import type { Service } from "../service/service.ts";
 import type { FleetMember } from "../fleet/fleet.ts";
 import { type FleetNode, NodeLostError, NodeUnreachableError } from "../fleet/nodes.ts";
 import { bearerToken, UnauthorizedError } from "./auth.ts";
+import type { RemoteSessions } from "../ws/connection.ts";
+import { type Outbox, QUEUE_BOUND } from "../ws/subscription.ts";
+import { notificationFrame } from "../ws/protocol.ts";
 import { readJson } from "./body.ts";
 import { DecisionBody, parseInput } from "../service/schemas.ts";
 
@@ -204,4 +207,142 @@ async function listFleet(
     }),
   );
   return Response.json({ sessions: [...sessions, ...peers.flat()] });
+}
+
+/** An error another node answered with (its status and code, as the app gives them). */
+class NodeAnswerError extends Error {
+  constructor(readonly status: number, readonly code: string, message: string) {
+    super(message);
+  }
+}
+
+/** The WebSocket's way to other nodes' sessions (see src/ws/connection.ts). */
+export function remoteSessions(fleet: FleetMember): RemoteSessions {
+  /** The live node owning session `id`; 410 for a lost one. */
+  const ownerOf = async (id: number) => {
+    const node = await fleet.ownerOf(id);
+    if (node === undefined) throw new Error(`session ${id} is this node's`);
+    if (node.lostAt !== null) throw new NodeLostError(node.id, node.lostAt);
+    return node;
+  };
+  /** `method path` on the node owning session `id`, for `who`; its JSON answer. */
+  const call = async (who: Principal, id: number, method: string, path: string, body?: unknown) => {
+    const node = await ownerOf(id);
+    const url = new URL(`${node.url}${path}`);
+    const req = new Request(url, {
+      method,
+      headers: { "content-type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const res = await forward(req, url, node, who, fleet);
+    const answer = await res.json();
+    if (res.status !== 200) {
+      const error = answer?.error ?? {};
+      throw new NodeAnswerError(res.status, String(error.code), String(error.message));
+    }
+    return answer;
+  };
+  return {
+    elsewhere: async (id) => (await fleet.ownerOf(id)) !== undefined,
+    call(who, method, id, params) {
+      const { session_id: _, ...rest } = params as Record<string, unknown>;
+      switch (method) {
+        case "write_stdin":
+          return call(who, id, "POST", "/v1/write_stdin", params);
+        case "kill":
+          return call(who, id, "DELETE", `/v1/sessions/${id}`);
+        case "resize":
+          return call(who, id, "POST", `/v1/sessions/${id}/resize`, rest);
+        case "signal":
+          return call(who, id, "POST", `/v1/sessions/${id}/signal`, rest);
+      }
+      throw new Error(`${method}: not a session method`);
+    },
+    async subscribe(who, id, encoding, outbox, onEnd) {
+      // From the output's end now, as a local subscription starts from its session's offset.
+      const now = await call(who, id, "GET", `/v1/sessions/${id}/output?encoding=base64`) as {
+        end: number;
+      };
+      const node = await ownerOf(id);
+      const url = new URL(`${node.url}/v1/sessions/${id}/stream`);
+      if (encoding === "base64") url.searchParams.set("encoding", "base64");
+      const stopped = new AbortController();
+      const req = new Request(url, {
+        headers: { "last-event-id": String(now.end) },
+        signal: stopped.signal,
+      });
+      const res = await forward(req, url, node, who, fleet);
+      if (res.status !== 200 || !res.body) {
+        const error = (await res.json().catch(() => ({})))?.error ?? {};
+        throw new NodeAnswerError(res.status, String(error.code), String(error.message));
+      }
+      // Its events become the notifications a local subscription sends; the stream is read only
+      // as fast as the socket drains (that node's stream then waits: nothing is dropped here).
+      // Its first read waits on the network, so the answer goes out before any notification.
+      relay(res.body, id, outbox, stopped.signal).finally(onEnd);
+      return { offset: now.end, stop: () => stopped.abort() };
+    },
+  };
+}
+
+/** Turn output-stream events (SSE) of session `id` into WebSocket notifications. */
+async function relay(
+  body: ReadableStream<Uint8Array>,
+  id: number,
+  outbox: Outbox,
+  stopped: AbortSignal,
+): Promise<void> {
+  let event = "message";
+  let eventId: number | undefined;
+  const encoder = new TextEncoder();
+  try {
+    for await (const line of linesOf(body)) {
+      if (line.startsWith("event: ")) event = line.slice(7);
+      else if (line.startsWith("id: ")) eventId = Number(line.slice(4));
+      else if (line.startsWith("data: ")) {
+        const data = JSON.parse(line.slice(6));
+        if (event === "output" && eventId !== undefined) {
+          const bytes = data.base64 !== undefined
+            ? atob(data.base64).length
+            : encoder.encode(data.text).length;
+          outbox.send(
+            notificationFrame("output", { session_id: id, offset: eventId - bytes, ...data }),
+          );
+        } else if (event === "gap" && eventId !== undefined) {
+          outbox.send(notificationFrame("gap", {
+            session_id: id,
+            offset: eventId - data.bytes,
+            bytes: data.bytes,
+          }));
+        } else if (event === "exit") {
+          outbox.send(notificationFrame("exit", { session_id: id, exit_code: data.exit_code }));
+        }
+        event = "message";
+        eventId = undefined;
+        while (outbox.bufferedAmount > QUEUE_BOUND && !stopped.aborted) {
+          await new Promise<void>((resolve) => {
+            const done = () => {
+              stop();
+              stopped.removeEventListener("abort", done);
+              resolve();
+            };
+            const stop = outbox.onDrain(done);
+            stopped.addEventListener("abort", done, { once: true });
+          });
+        }
+      }
+    }
+  } catch {
+    // Stopped (unsubscribed, the socket closed) or that node went away: the subscription ends.
+  }
+}
+
+/** The lines of a UTF-8 stream (an SSE stream's lines end with `\n`). */
+async function* linesOf(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
+  let rest = "";
+  for await (const text of body.pipeThrough(new TextDecoderStream())) {
+    const lines = (rest + text).split("\n");
+    rest = lines.pop()!;
+    yield* lines;
+  }
 }
