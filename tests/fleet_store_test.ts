@@ -107,6 +107,13 @@ Deno.test({
         const detail = await node.operator.get(`/v1/history/${page.body.items[0].id}`);
         assert.match(detail.body.output_tail, /fleet-ok/);
       }
+      // Each node's /metrics labels its series with its node; /healthz names the store.
+      const metrics = await fetch(`${n2.url}/metrics`, { headers: n2.operator.auth });
+      assert.match(await metrics.text(), /^uexec_build_info\{[^}]*node="n2"/m);
+      const health = await n3.operator.get("/healthz");
+      assert.equal(health.body.store.kind, "postgres");
+      assert.equal(health.body.store.ok, true);
+      assert.equal(health.body.store.node, "n3");
       // The minting node refuses the same name again, and so does every other node.
       const again = await n3.operator.post("/v1/agents", { name: "alice" });
       assert.equal(again.status, 409);
@@ -424,6 +431,39 @@ Deno.test({
         (await fleet.pg.sql("SELECT count(*) FROM uexec_nodes WHERE lost_at IS NOT NULL"))
           .trim();
       assert.equal(lost, "0");
+    } finally {
+      await fleet.stop();
+    }
+  },
+});
+
+Deno.test({
+  name: "fleet: a write the store cannot take within UEXEC_STORE_RETRY_MS is 503 store_unavailable",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const fleet = await startFleet(1, { UEXEC_STORE_RETRY_MS: "300" });
+    try {
+      const [n1] = fleet.nodes;
+      // Migrated once, though the nodes of the other tests start at once (advisory lock).
+      assert.equal(
+        (await fleet.pg.sql("SELECT string_agg(version::text, ',') FROM uexec_schema"))
+          .trim(),
+        "1,2",
+      );
+      await fleet.pg.stop();
+      const refused = await n1.operator.post("/v1/agents", { name: "late" });
+      assert.equal(refused.status, 503, JSON.stringify(refused.body));
+      assert.equal(refused.body.error.code, "store_unavailable");
+      assert.ok(!JSON.stringify(refused.body).includes(fleet.pg.url));
+      // Commands still run on the node meanwhile (they need no store to start).
+      const ran = await n1.post("/v1/exec_command", { cmd: "echo alone", yield_time_ms: 5000 });
+      assert.match(ran.body.output, /alone/);
+      await fleet.pg.start();
+      assert.equal((await n1.operator.post("/v1/agents", { name: "late" })).status, 201);
+      // The history the node wrote while the store was away got there once it came back.
+      const page = await n1.operator.get("/v1/history?q=alone");
+      assert.equal(page.body.items.length, 1, JSON.stringify(page.body));
     } finally {
       await fleet.stop();
     }

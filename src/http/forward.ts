@@ -18,6 +18,7 @@ import type { Service } from "../service/service.ts";
 import type { FleetMember } from "../fleet/fleet.ts";
 import { type FleetNode, NodeLostError, NodeUnreachableError } from "../fleet/nodes.ts";
 import { bearerToken, UnauthorizedError } from "./auth.ts";
+import { connectionOf } from "./listener.ts";
 import type { RemoteSessions } from "../ws/connection.ts";
 import { type Outbox, QUEUE_BOUND } from "../ws/subscription.ts";
 import { notificationFrame } from "../ws/protocol.ts";
@@ -58,17 +59,24 @@ export function fleetFront(service: Service, fleet: FleetMember, next: Handler):
       if (peer === undefined) {
         return failure(new ForgedNodeHeaderError());
       }
-      const principal = named === OPERATOR_OWNER ? OPERATOR : service.registeredAgent(named);
+      let principal = named === OPERATOR_OWNER ? OPERATOR : service.registeredAgent(named);
+      if (principal === undefined) {
+        // Minted a moment ago on the forwarding node: its NOTIFY may not have landed here yet.
+        await fleet.reloadAgents();
+        principal = service.registeredAgent(named);
+      }
       if (principal === undefined) return failure(new UnauthorizedError());
       service.vouch(req, principal);
       return next(req, info);
     }
     if (token === undefined) return next(req, info);
-    let principal = service.authenticate(token) ?? service.authenticateWebSession(token);
+    const connection = connectionOf(info);
+    let principal = service.authenticate(token, connection) ??
+      service.authenticateWebSession(token);
     if (principal === undefined) {
       // Minted a moment ago on another node? Its NOTIFY may not have landed yet.
       await fleet.reloadAgents();
-      principal = service.authenticate(token) ?? service.authenticateWebSession(token);
+      principal = service.authenticate(token, connection) ?? service.authenticateWebSession(token);
       if (principal === undefined) return next(req, info);
     }
     const url = new URL(req.url);
