@@ -49,9 +49,18 @@ function failure(err: Error & { status: number; code: string }): Response {
   });
 }
 
-/** `next` behind the fleet's forwarding. */
-export function fleetFront(service: Service, fleet: FleetMember, next: Handler): Handler {
+/**
+ * `next` behind the fleet's forwarding; a request `fromSandbox` says came from a sandboxed
+ * command goes straight to `next`, which refuses it.
+ */
+export function fleetFront(
+  service: Service,
+  fleet: FleetMember,
+  next: Handler,
+  fromSandbox: (info: Deno.ServeHandlerInfo | undefined) => boolean,
+): Handler {
   return async (req, info) => {
+    if (fromSandbox(info)) return next(req, info);
     const token = bearerToken(req.headers.get("authorization"));
     const named = req.headers.get(AGENT_HEADER);
     if (named !== null) {
@@ -93,7 +102,12 @@ export function fleetFront(service: Service, fleet: FleetMember, next: Handler):
     }
     const decided = /^\/v1\/approvals\/([^/]+)$/.exec(url.pathname);
     if (req.method === "POST" && decided && principal.role === "operator") {
-      const id = decodeURIComponent(decided[1]);
+      let id: string;
+      try {
+        id = decodeURIComponent(decided[1]);
+      } catch {
+        return next(req, info); // Not an id any approval has: the app answers.
+      }
       const place = await fleet.approvals.place(id);
       if (place === undefined || place.node === fleet.node) return next(req, info);
       const node = await fleet.peer(place.node);
