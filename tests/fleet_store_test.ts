@@ -487,6 +487,35 @@ Deno.test({
   },
 });
 
+Deno.test("fleet settings: a bad store URL (never echoed), node id or unix socket stops the server", async () => {
+  const secret = "hunter2-not-to-be-echoed";
+  await assert.rejects(
+    startServer({ UEXEC_STORE: `mysql://u:${secret}@127.0.0.1/x` }),
+    (err: Error) => {
+      assert.match(err.message, /UEXEC_STORE must be a postgres:\/\/ or postgresql:\/\/ URL/);
+      assert.ok(!err.message.includes(secret), err.message);
+      return true;
+    },
+  );
+  await assert.rejects(startServer({ UEXEC_NODE_ID: "../n1" }), /UEXEC_NODE_ID must match/);
+  await assert.rejects(
+    startServer({ UEXEC_NODE_URL: "http://127.0.0.1:1/path" }),
+    /UEXEC_NODE_URL must be http\(s\):\/\/host:port/,
+  );
+  const dir = await Deno.makeTempDir();
+  try {
+    await assert.rejects(
+      startServer({
+        UEXEC_STORE: "postgres://postgres@127.0.0.1:1/postgres",
+        UEXEC_LISTEN: `unix:${dir}/sock`,
+      }),
+      /UEXEC_NODE_URL: a fleet node on a unix socket/,
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 async function sha256(text: string): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
   return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
