@@ -75,6 +75,7 @@ export class NodeRegistry {
   readonly #peers = new Map<string, FleetNode & { digest: Uint8Array }>();
   readonly #leases = new Map<string, ReturnType<typeof setTimeout>>();
   #beat: ReturnType<typeof setInterval> | undefined;
+  #beating = false;
   #refreshing: Promise<void> | undefined;
   /** Peers found lost whose loss was told (`onLost`). */
   readonly #told = new Set<string>();
@@ -273,6 +274,9 @@ export class NodeRegistry {
 
   /** Renew this node's lease and announce it (a store that is away: the next beat tries again). */
   async #heartbeat(): Promise<void> {
+    // One at a time: beats do not pile up on a store that is slow or away.
+    if (this.#beating) return;
+    this.#beating = true;
     try {
       await this.#store.sql.begin(async (tx) => {
         const [row] = await tx`UPDATE uexec_nodes SET heartbeat_at = now(),
@@ -283,6 +287,8 @@ export class NodeRegistry {
       });
     } catch (err) {
       this.#opts.log.warn("node_heartbeat_failed", { error: (err as Error).message });
+    } finally {
+      this.#beating = false;
     }
   }
 

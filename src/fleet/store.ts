@@ -129,6 +129,10 @@ export class FleetStore {
       // A connection attempt gets no longer than a whole write may wait (1 s to 10 s).
       connect_timeout: Math.min(10, Math.max(1, opts.retryMs / 1000)),
       connection: { application_name: "uexec" },
+      // postgres.js waits before reconnecting a pool connection, growing with the failures of
+      // every connection up to 20 s: a store that came back would stay unused that long. Writes
+      // are paced by `retry` here, so its pause stays short (at most 1 s).
+      backoff: (retries: number) => Math.min(0.05 * 2 ** retries, 1),
     });
     const store = new FleetStore(sql, opts);
     try {
