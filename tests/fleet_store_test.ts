@@ -114,6 +114,18 @@ Deno.test({
       assert.equal(health.body.store.kind, "postgres");
       assert.equal(health.body.store.ok, true);
       assert.equal(health.body.store.node, "n3");
+      // Its caps hold on every node: minted read-only on node 1, refused wider on node 3.
+      const capped = await n1.operator.post("/v1/agents", {
+        name: "capped",
+        max_profile: "read-only",
+      });
+      assert.equal(capped.status, 201, JSON.stringify(capped.body));
+      const wider = await n3.as(capped.body.token).post("/v1/exec_command", {
+        cmd: "true",
+        profile: "workspace-write",
+      });
+      assert.equal(wider.status, 403, JSON.stringify(wider.body));
+      assert.equal(wider.body.error.code, "forbidden");
       // The minting node refuses the same name again, and so does every other node.
       const again = await n3.operator.post("/v1/agents", { name: "alice" });
       assert.equal(again.status, 409);
