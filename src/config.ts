@@ -110,6 +110,20 @@ export interface Config {
    * directory's file system, a start is refused with 507 (default 100 MiB; 0 turns it off).
    */
   diskFloorBytes: number;
+  // The fleet (issue 33).
+  /** This node: `UEXEC_NODE_ID` (default the host name) and `UEXEC_NODE_URL`. */
+  node: FleetNodeSettings;
+  /** `UEXEC_STORE=postgres://...`: the fleet's shared store; absent: one host, as ever. */
+  store?: { url: string; retryMs: number };
+}
+
+/** This node's identity in a fleet. */
+export interface FleetNodeSettings {
+  id: string;
+  /** Where the other nodes reach it; absent: its listening address. */
+  url?: string;
+  /** `UEXEC_NODE_LEASE_MS`: a node silent this long is lost (default 15000). */
+  leaseMs: number;
 }
 
 const SHIPPED_PROFILES = new URL("../sandbox-profiles", import.meta.url).pathname;
@@ -204,7 +218,8 @@ export function loadConfig(
     stateDir: stateDirFrom(env, env.HOME || "/root"),
     operatorToken,
     agentToken,
-    allowedHosts: list(env.UEXEC_ALLOWED_HOSTS, ","),
+    // A fleet node's own URL is a name its peers call it by.
+    allowedHosts: [...list(env.UEXEC_ALLOWED_HOSTS, ","), ...urlHost(env.UEXEC_NODE_URL)],
     allowedOrigins: list(env.UEXEC_ALLOWED_ORIGINS, ","),
     allowedRoots: list(env.UEXEC_ALLOWED_ROOTS, ":").map((root) => {
       try {
@@ -242,6 +257,62 @@ export function loadConfig(
     ...dashboardSettings(env),
     ...containmentSettings(env),
     ...boundsSettings(env),
+    ...fleetSettings(env),
+  };
+}
+
+/** The host (with its port) of `url`, when it is one. */
+function urlHost(url: string | undefined): string[] {
+  try {
+    return url ? [new URL(url).host] : [];
+  } catch {
+    return []; // fleetSettings says what is wrong with it.
+  }
+}
+
+const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
+
+/** The fleet's settings: the store and this node. */
+function fleetSettings(env: Record<string, string | undefined>) {
+  const id = env.UEXEC_NODE_ID || Deno.hostname();
+  if (!NODE_ID.test(id)) {
+    throw new ConfigError(`UEXEC_NODE_ID must match ${NODE_ID}, got ${JSON.stringify(id)}`);
+  }
+  const url = env.UEXEC_NODE_URL || undefined;
+  if (url !== undefined && !/^https?:\/\/[^/\s]+\/?$/.test(url)) {
+    throw new ConfigError(
+      `UEXEC_NODE_URL must be http(s)://host:port with no path, got ${JSON.stringify(url)}`,
+    );
+  }
+  const store = env.UEXEC_STORE || undefined;
+  if (store !== undefined && !/^postgres(ql)?:\/\//.test(store)) {
+    // Never echo it: it may hold a password.
+    throw new ConfigError("UEXEC_STORE must be a postgres:// or postgresql:// URL");
+  }
+  if (store !== undefined && env.UEXEC_LISTEN && url === undefined) {
+    throw new ConfigError(
+      "UEXEC_NODE_URL: a fleet node on a unix socket must say where its peers reach it",
+    );
+  }
+  return {
+    node: {
+      id,
+      ...(url ? { url: url.replace(/\/$/, "") } : {}),
+      leaseMs: integer("UEXEC_NODE_LEASE_MS", env.UEXEC_NODE_LEASE_MS ?? "15000", 300, 3_600_000),
+    },
+    ...(store
+      ? {
+        store: {
+          url: store,
+          retryMs: integer(
+            "UEXEC_STORE_RETRY_MS",
+            env.UEXEC_STORE_RETRY_MS ?? "30000",
+            0,
+            3_600_000,
+          ),
+        },
+      }
+      : {}),
   };
 }
 

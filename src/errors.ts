@@ -64,6 +64,10 @@ export const ERRORS = {
     "The dashboard is off on this server (UEXEC_DASHBOARD=off); only its routes answer it.",
   ],
   idempotency_conflict: [422, "The Idempotency-Key was used with a different body."],
+  forbidden_node_header: [403, "X-Uexec-Agent was sent with a credential that is no fleet node's."],
+  node_lost: [410, "The fleet node that held the session is lost; the message names it."],
+  node_unreachable: [503, "The fleet node that holds the session cannot be reached now."],
+  store_unavailable: [503, "The fleet's store (UEXEC_STORE) was away longer than its retry bound."],
   too_many_requests: [
     429,
     "Over the WebSocket: more requests in flight on one connection than it may have.",
@@ -96,6 +100,18 @@ export abstract class ApiError extends Error {
   /** The HTTP status of {@link code}. */
   get status(): ErrorStatus {
     return ERRORS[this.code][0];
+  }
+}
+
+/**
+ * An error another fleet node answered a forwarded call with, passed on with its code (a code
+ * this node does not know is `internal`, so nothing unlisted reaches a caller).
+ */
+export class RelayedError extends ApiError {
+  readonly code: ErrorCode;
+  constructor(code: string, message: string) {
+    super(message);
+    this.code = Object.hasOwn(ERRORS, code) ? code as ErrorCode : "internal";
   }
 }
 

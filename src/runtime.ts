@@ -15,8 +15,13 @@ import { EventBus } from "./events/bus.ts";
 import { Reactor } from "./io/reactor.ts";
 import { Truncator } from "./output/truncator.ts";
 import { SandboxDomains } from "./sandbox/domains.ts";
-import { AgentRegistry, type TokenSources } from "./service/agents.ts";
-import { OPERATOR_OWNER } from "./service/principal.ts";
+import { type AgentBackend, AgentRegistry, type TokenSources } from "./service/agents.ts";
+import { type FleetMember, openFleet } from "./fleet/fleet.ts";
+import { FleetApprovals } from "./fleet/approvals.ts";
+import { FleetHistory } from "./fleet/history.ts";
+import { type FleetStore, StoreUnavailableError } from "./fleet/store.ts";
+import { FleetTokenError } from "./fleet/agents.ts";
+import { OPERATOR, OPERATOR_OWNER } from "./service/principal.ts";
 import { Service } from "./service/service.ts";
 import { StateDir, StateDirError } from "./service/state_dir.ts";
 import { WebSessions } from "./service/web_sessions.ts";
@@ -51,6 +56,10 @@ export interface Runtime {
   log: Logger;
   /** How sessions are contained and limited, for `/healthz`. */
   containment: ContainmentReport;
+  /** This node's membership of a fleet (`UEXEC_STORE`); absent on one host. */
+  fleet?: FleetMember;
+  /** Where the shared state is kept, for `/healthz`. */
+  storeHealth(): Promise<Record<string, unknown>>;
   /** Whether the history can be written, for `/healthz`. */
   historyHealth(): Promise<Record<string, unknown>>;
   /** Deny pending approvals and kill every session; the calls waiting on them return. */
@@ -75,9 +84,15 @@ export interface RuntimeParts {
 
 /** Start the service described by `config`; resolves once its spawners are ready. */
 export async function startRuntime(config: Config, parts: RuntimeParts = {}): Promise<Runtime> {
-  const { state, agents } = openState(config);
+  const state = openStateDir(config);
+  const log = new Logger(config.log);
+  const fleet = config.store ? await joinStore(config, state, log) : undefined;
+  const agents = openAgents(config, state, fleet?.agents);
   const reactor = new Reactor();
   const bus = new EventBus();
+  const nodes = await fleet?.join((node) =>
+    bus.publish({ type: "node_lost", agent: OPERATOR_OWNER, node })
+  );
   let metrics: Metrics | undefined = undefined;
   const egress = new EgressGateway({
     hostsFile: config.egress.hostsFile,
@@ -89,9 +104,9 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     egress: (netns, restriction) => egress.open(netns, restriction.policy.egress!),
   });
   const truncator = new Truncator();
-  const log = new Logger(config.log);
   bus.subscribe((event) => log.event(event));
-  const history = config.history ? openHistory(config, state, bus, log) : undefined;
+  const shared = fleet && nodes ? { store: fleet.store, node: nodes.id } : undefined;
+  const history = config.history ? openHistory(config, state, bus, log, shared) : undefined;
   // One reserve for the process: starts spend it when they run out, kills when they cannot open.
   const descriptors = new DescriptorReserve(DESCRIPTOR_RESERVE);
   const containment = await openContainment(
@@ -121,6 +136,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     truncator,
     baseEnv: baseEnv(Deno.env.toObject()),
     egress,
+    node: { id: nodes?.id ?? config.node.id, idBase: nodes?.idBase ?? 0 },
     observer: {
       started(session, execId) {
         history?.recorder?.watch(session, execId);
@@ -138,6 +154,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     workers: () => pool.workers(),
     agents: () => [OPERATOR_OWNER, ...agents.list().map((agent) => agent.name)],
     profiles: [...config.profiles.keys()],
+    node: nodes?.id,
   });
   const domains = new SandboxDomains({
     profiles: config.profiles,
@@ -159,7 +176,14 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
   const grants = await domains.takeBackDeadGrants();
   if (grants.takenBack > 0) log.warn("dead_grants_taken_back", { grants: grants.takenBack });
   for (const error of grants.failed) log.warn("dead_grant_failed", { error });
-  const approvals = new ApprovalStore({ onEvent: (event) => bus.publish(event) });
+  // In a fleet an approval's event is told once the store holds it (any node lists it then).
+  const fleetApprovals = fleet && nodes ? new FleetApprovals(fleet.store, nodes.id) : undefined;
+  const approvals = new ApprovalStore({
+    onEvent: (event) =>
+      fleetApprovals
+        ? fleetApprovals.record(event).then(() => bus.publish(event))
+        : bus.publish(event),
+  });
   const supervisor = new Supervisor({
     manager,
     domains,
@@ -169,6 +193,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     approvalTimeoutMs: config.approvalTimeoutMs,
   });
   const service = new Service({
+    node: nodes?.id,
     manager,
     supervisor,
     approvals,
@@ -195,8 +220,16 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     signInCodes: config.dashboard ? new SignInCodes({ ttlMs: config.dashboardCodeMs }) : undefined,
   });
   await pool.warmedUp();
+  const member = fleet && nodes && fleetApprovals
+    ? await fleet.member(nodes, fleetApprovals, (stored) => service.adoptAgents(stored))
+    : undefined;
+  // Decisions posted on other nodes for approvals raised here (the operator's, checked there).
+  await fleetApprovals?.follow((id, decision, unsandboxed) =>
+    service.decide(OPERATOR, id, { decision, unsandboxed })
+  );
   return {
     service,
+    fleet: member,
     tokens: agents.sources,
     get sessions() {
       return manager.size;
@@ -204,6 +237,8 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     log,
     containment: containment.report,
     historyHealth: async () => await history?.health() ?? { ok: true, enabled: false },
+    storeHealth: async () =>
+      fleet ? { node: config.node.id, ...await fleet.store.health() } : { kind: "local" },
     async stopSessions() {
       approvals.close();
       await manager.shutdown();
@@ -219,38 +254,75 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
       await leftovers;
       metrics.close();
       await history?.recorder?.close();
+      await fleet?.close(nodes);
       await log.close();
     },
   };
 }
 
 /**
- * The state directory and the credentials in it; any problem with them (modes, a malformed
- * registry) is a {@link StateDirError} that says what to fix, and nothing starts.
+ * The fleet's store (`UEXEC_STORE`); one that stays unreachable past its retry bound, or holds
+ * other tokens than this node's, is a {@link StateDirError} that says so, and nothing starts.
  */
-function openState(config: Config): { state: StateDir; agents: AgentRegistry } {
+async function joinStore(config: Config, state: StateDir, log: Logger) {
   try {
-    const state = new StateDir(config.stateDir);
-    const agents = new AgentRegistry({
-      state,
-      operatorToken: config.operatorToken,
-      agentToken: config.agentToken,
-    });
-    return { state, agents };
+    return await openFleet(config, state, log);
+  } catch (err) {
+    if (err instanceof FleetTokenError || err instanceof StoreUnavailableError) {
+      throw new StateDirError(err.message);
+    }
+    throw err;
+  }
+}
+
+/**
+ * The state directory and the credentials in it (or, in a fleet, in the store: `backend`); any
+ * problem with them (modes, a malformed registry) is a {@link StateDirError} that says what to
+ * fix, and nothing starts.
+ */
+function openStateDir(config: Config): StateDir {
+  try {
+    return new StateDir(config.stateDir);
   } catch (err) {
     if (err instanceof StateDirError) throw err;
     throw new StateDirError(`state directory ${config.stateDir}: ${(err as Error).message}`);
   }
 }
 
+function openAgents(config: Config, state: StateDir, backend?: AgentBackend): AgentRegistry {
+  try {
+    return new AgentRegistry({
+      state,
+      backend,
+      operatorToken: config.operatorToken,
+      // In a fleet the default agent's token is the store's (claimed in openFleet).
+      agentToken: backend ? undefined : config.agentToken,
+    });
+  } catch (err) {
+    throw new StateDirError(`state directory ${config.stateDir}: ${(err as Error).message}`);
+  }
+}
+
 /** The history in the state directory; a database that cannot be opened is a warning. */
-function openHistory(config: Config, state: StateDir, bus: EventBus, log: Logger) {
+function openHistory(
+  config: Config,
+  state: StateDir,
+  bus: EventBus,
+  log: Logger,
+  fleet?: { store: FleetStore; node: string },
+) {
   const path = state.file("history.db");
   const retention = {
     days: config.historyDays,
     maxRows: config.historyMaxRows,
     maxBytes: config.historyMaxBytes,
   };
+  if (fleet) {
+    // In a fleet every node's commands are in the store, where any node reads them.
+    const shared = new FleetHistory(fleet.store, fleet.node, retention);
+    const recorder = new HistoryRecorder(shared, shared, bus, log);
+    return { recorder, health: async () => ({ ...await recorder.health(), enabled: true }) };
+  }
   let store: HistoryStore;
   try {
     store = new HistoryStore(path, retention);

@@ -11,6 +11,7 @@ import { type HttpListener, type ListenOptions, serveLimited } from "./http/list
 import { connectionOf } from "./http/connection_relay.ts";
 import { peerClassifier } from "./http/sandbox_peer.ts";
 import { createApp } from "./http/routes.ts";
+import { fleetFront, remoteSessions } from "./http/forward.ts";
 import { WS_PATH } from "./http/ws_routes.ts";
 import { probeSandbox } from "./sandbox/enforce/apply.ts";
 import { deniedByProfile } from "./sandbox/enforce/confinement.ts";
@@ -70,6 +71,10 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
   const sandbox = sandboxHealth(config);
   // The WebSocket's URL on the listening port, once it is known.
   let websocket: string | null = null;
+  // Sandboxed peers are refused at accept (listener.ts): a request the listener served passed
+  // that check; any other TCP request is taken for sandboxed (fail closed).
+  const fromSandbox = (info: Deno.ServeHandlerInfo | undefined) =>
+    connectionOf(info) === undefined && info?.remoteAddr.transport === "tcp";
   const app = createApp({
     service: runtime.service,
     health: async () => ({
@@ -78,30 +83,35 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
       sandbox,
       ...runtime.containment,
       history: await runtime.historyHealth(),
+      store: await runtime.storeHealth(),
       websocket,
     }),
-    // Sandboxed peers are refused at accept (listener.ts): a request the listener served passed
-    // that check; any other TCP request is taken for sandboxed (fail closed).
-    fromSandbox: (info) => connectionOf(info) === undefined && info?.remoteAddr.transport === "tcp",
+    fromSandbox,
     log: runtime.log,
     dashboard: config.dashboard,
+    remoteSessions: runtime.fleet && remoteSessions(runtime.fleet),
   });
   const guard = requestGuard(config);
   const cors = config.allowedOrigins.length > 0;
+  const { fleet } = runtime;
+  const appFetch = fleet
+    ? fleetFront(runtime.service, fleet, (req, info) => app.fetch(req, info), fromSandbox)
+    : (req: Request, info?: Deno.ServeHandlerInfo) => app.fetch(req, info);
   const handler: Deno.ServeHandler = (req, info) => {
     const refused = guard(req);
     if (refused) return refused;
-    if (!cors) return app.fetch(req, info);
-    return Promise.resolve(app.fetch(req, info)).then((res) => withCors(req, res, config));
+    if (!cors) return appFetch(req, info);
+    return Promise.resolve(appFetch(req, info)).then((res) => withCors(req, res, config));
   };
   const http = listen(config, handler, { peers: peerCheck(), upgradePath: WS_PATH });
   const addr = http.addr;
   websocket = webSocketUrl(addr);
+  if (fleet && addr.transport === "tcp") await fleet.listening(origin(addr));
   return {
     addr,
     tokens: runtime.tokens,
     dashboardUrl: config.dashboard && addr.transport === "tcp"
-      ? signInLink(origin(addr), runtime.service.mintSignInCode(OPERATOR).code)
+      ? signInLink(origin(addr), runtime.service.dashboard.mintCode(OPERATOR).code)
       : undefined,
     uids: startUids(),
     async shutdown() {

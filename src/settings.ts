@@ -230,6 +230,31 @@ export const SETTINGS: readonly Setting[] = [
     default: "unset",
     description: "comma-separated CIDRs the egress proxy may dial although private or loopback",
   },
+  {
+    name: "UEXEC_STORE",
+    default: "unset (one host: state dir and SQLite)",
+    description: "`postgres://...`: the fleet's shared store (docs/fleet-store.md)",
+  },
+  {
+    name: "UEXEC_STORE_RETRY_MS",
+    default: "30000",
+    description: "how long a write waits for a store that is away, then 503 `store_unavailable`",
+  },
+  {
+    name: "UEXEC_NODE_ID",
+    default: "the host name",
+    description: "this node's id in the fleet; every session carries it as `node`",
+  },
+  {
+    name: "UEXEC_NODE_URL",
+    default: "its listening address",
+    description: "`http(s)://host:port` other nodes forward calls for its sessions to",
+  },
+  {
+    name: "UEXEC_NODE_LEASE_MS",
+    default: "15000",
+    description: "a node silent this long is lost: its sessions answer 410 `node_lost`",
+  },
 ];
 
 /** The setting's first column in the docs' table: its flag, its name and its aliases. */

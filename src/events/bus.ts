@@ -42,6 +42,8 @@ export type LifecycleEvent =
   }
   | { type: "approval_requested"; agent: string; approval: unknown }
   | { type: "approval_decided"; agent: string; approval: unknown }
+  /** A fleet node's lease ran out (told to the operator): its sessions are gone. */
+  | { type: "node_lost"; agent: string; node: string }
   /** The operator revoked the agent: its token, streams and sessions end. */
   | { type: "agent_revoked"; agent: string }
   /**

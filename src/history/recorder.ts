@@ -28,10 +28,10 @@ import type {
   HistoryDetail,
   HistoryFilter,
   HistoryItem,
+  HistoryReads,
   HistoryScope,
-  HistoryStore,
+  HistoryWrites,
 } from "./store.ts";
-import type { HistoryWriter } from "./writer.ts";
 
 /** What a command is started with. */
 export interface CommandStart {
@@ -96,8 +96,10 @@ export function outputTail(
 
 /** Records commands into a {@link HistoryStore}. */
 export class HistoryRecorder {
-  #store: HistoryStore;
-  #writer: HistoryWriter;
+  #store: HistoryReads;
+  /** Orphans closed and old rows pruned, once at start-up (before the first read). */
+  #startedUp: Promise<void>;
+  #writer: HistoryWrites;
   #log: Logger;
   #entries = new Map<string, Entry>();
   #bySession = new WeakMap<Session, Entry>();
@@ -120,7 +122,7 @@ export class HistoryRecorder {
    * Record through `writer`, reading through `store` (opened here on the server's thread, where
    * it also closes what a previous server left running and prunes, once at start-up).
    */
-  constructor(store: HistoryStore, writer: HistoryWriter, bus: EventBus, log: Logger) {
+  constructor(store: HistoryReads, writer: HistoryWrites, bus: EventBus, log: Logger) {
     this.#store = store;
     this.#writer = writer;
     this.#log = log;
@@ -140,13 +142,11 @@ export class HistoryRecorder {
         this.#queue(entry.row);
       }
     });
-    try {
-      const now = Date.now();
-      store.closeOrphans(now);
-      store.prune(now);
-    } catch (err) {
-      this.#failed(err);
-    }
+    const now = Date.now();
+    this.#startedUp = (async () => {
+      await store.closeOrphans(now);
+      await store.prune(now);
+    })().catch((err) => this.#failed(err));
   }
 
   /** An `exec_command` was accepted: its row appears, running. */
@@ -251,13 +251,13 @@ export class HistoryRecorder {
     filter: HistoryFilter,
   ): Promise<{ items: HistoryItem[]; next?: { startedMs: number; id: string } }> {
     await this.#written();
-    return this.#store.list(filter);
+    return await this.#store.list(filter);
   }
 
   /** One command with its output tail (the live tail while it runs). */
   async get(id: string, scope?: HistoryScope): Promise<HistoryDetail | undefined> {
     await this.#written();
-    const found = this.#store.get(id, scope);
+    const found = await this.#store.get(id, scope);
     const entry = this.#entries.get(id);
     if (!found || !entry?.session) return found;
     const tail = outputTail(entry.tail, entry.session.ring);
@@ -337,11 +337,12 @@ export class HistoryRecorder {
     this.#unsubscribe();
     await this.#written();
     await this.#writer.close();
-    this.#store.close();
+    await this.#store.close();
   }
 
   /** Flush, and wait until every write handed over so far has settled. */
   async #written(): Promise<void> {
+    await this.#startedUp;
     this.flush();
     await this.#writer.idle();
   }

@@ -85,6 +85,8 @@ export interface HistoryItem {
   denial: Denial | null;
   egress: EgressConnection[];
   approvals: HistoryApproval[];
+  /** The fleet node it ran on (with `UEXEC_STORE`; absent on one host). */
+  node?: string;
 }
 
 /** One connection through the egress proxy, as the history keeps it. */
@@ -105,6 +107,38 @@ export interface EgressConnection {
 export interface HistoryDetail extends HistoryItem {
   /** The last 64 KiB of its output, decoded as UTF-8. */
   output_tail: string;
+}
+
+/** Where the history is read from: this host's database, or the fleet's store. */
+export interface HistoryReads {
+  /** Where it is, for a warning (never a secret). */
+  readonly path: string;
+  /** Mark commands a previous run of this server (node) left running as killed. */
+  closeOrphans(nowMs: number): void | Promise<void>;
+  /** Delete what is past the retention. */
+  prune(nowMs: number): unknown;
+  list(filter: HistoryFilter): Page | Promise<Page>;
+  get(id: string, scope?: HistoryScope):
+    | HistoryDetail
+    | undefined
+    | Promise<
+      HistoryDetail | undefined
+    >;
+  close(): void | Promise<void>;
+}
+
+/** Where the history is written: this host's writer thread, or the fleet's store. */
+export interface HistoryWrites {
+  write(commands: CommandRow[], approvals: ApprovalRow[]): Promise<void>;
+  /** Resolves once every write handed over so far has settled. */
+  idle(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** One page of commands, newest first, and the position after its last one if more remain. */
+export interface Page {
+  items: HistoryItem[];
+  next?: { startedMs: number; id: string };
 }
 
 /** What of the history an agent may read: what it ran itself, from its minting on. */
@@ -424,41 +458,64 @@ export class HistoryStore {
        ORDER BY created_at, id`,
     ).all(...rows.map((r) => r.id)) as unknown as StoredApproval[];
     const byCommand = Map.groupBy(approvals, (a) => a.command_id);
-    return rows.map((r) => ({
-      id: r.id,
-      agent: r.agent,
-      command: r.command,
-      workdir: r.workdir,
-      profile: r.profile,
-      tty: r.tty === 1,
-      session_id: r.session_id,
-      status: r.status,
-      started_at: new Date(r.started_ms).toISOString(),
-      ended_at: r.ended_ms === null ? null : new Date(r.ended_ms).toISOString(),
-      exit_code: r.exit_code,
-      end_reason: r.end_reason,
-      duration_seconds: r.duration_ms === null ? null : r.duration_ms / 1000,
-      output_bytes: r.output_bytes,
-      usage: {
-        cpu_seconds: r.cpu_ms === null ? null : r.cpu_ms / 1000,
-        peak_memory_bytes: r.peak_memory_bytes,
-      },
-      denial: r.denial === null ? null : JSON.parse(r.denial),
-      egress: r.egress === null ? [] : JSON.parse(r.egress),
-      approvals: (byCommand.get(r.id) ?? []).map((a) => ({
-        id: a.id,
-        status: a.status,
-        reason: a.reason,
-        runs: a.runs,
-        escalation: JSON.parse(a.escalation),
-        denial: a.denial === null ? null : JSON.parse(a.denial),
-        created_at: a.created_at,
-        decided_at: a.decided_at,
-        decided_by: a.decided_by,
-        granted: a.granted === null ? null : JSON.parse(a.granted),
-      })),
-    }));
+    return rows.map((r) =>
+      historyItem(
+        {
+          ...r,
+          tty: r.tty === 1,
+          denial: r.denial === null ? null : JSON.parse(r.denial),
+          egress: r.egress === null ? [] : JSON.parse(r.egress),
+        },
+        (byCommand.get(r.id) ?? []).map((a) => ({
+          ...a,
+          escalation: JSON.parse(a.escalation),
+          denial: a.denial === null ? null : JSON.parse(a.denial),
+          granted: a.granted === null ? null : JSON.parse(a.granted),
+        })),
+      )
+    );
   }
+}
+
+/**
+ * A command as the history API shows it, from its row and its approvals' rows (whichever store
+ * kept them: this host's database or the fleet's).
+ */
+export function historyItem(r: Omit<CommandRow, "tail">, approvals: ApprovalRow[]): HistoryItem {
+  return {
+    id: r.id,
+    agent: r.agent,
+    command: r.command,
+    workdir: r.workdir,
+    profile: r.profile,
+    tty: r.tty,
+    session_id: r.session_id,
+    status: r.status,
+    started_at: new Date(r.started_ms).toISOString(),
+    ended_at: r.ended_ms === null ? null : new Date(r.ended_ms).toISOString(),
+    exit_code: r.exit_code,
+    end_reason: r.end_reason,
+    duration_seconds: r.duration_ms === null ? null : r.duration_ms / 1000,
+    output_bytes: r.output_bytes,
+    usage: {
+      cpu_seconds: r.cpu_ms === null ? null : r.cpu_ms / 1000,
+      peak_memory_bytes: r.peak_memory_bytes,
+    },
+    denial: r.denial,
+    egress: r.egress,
+    approvals: approvals.map((a) => ({
+      id: a.id,
+      status: a.status,
+      reason: a.reason,
+      runs: a.runs,
+      escalation: a.escalation,
+      denial: a.denial,
+      created_at: a.created_at,
+      decided_at: a.decided_at,
+      decided_by: a.decided_by,
+      granted: a.granted,
+    })),
+  };
 }
 
 interface StoredCommand {

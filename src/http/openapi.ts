@@ -36,6 +36,11 @@ export function operationErrors(op: Operation): ErrorCode[] {
   if (op.method === "post") codes.push("unsupported_media_type");
   if (op.body) codes.push("invalid_request", "payload_too_large");
   if (op.params || op.query) codes.push("invalid_request");
+  if (op.caller !== "anyone") codes.push("forbidden_node_header", "store_unavailable");
+  // In a fleet, a call for another node's session is forwarded there (src/http/forward.ts).
+  if (op.path.startsWith("/v1/sessions/:id") || op.path === "/v1/write_stdin") {
+    codes.push("node_lost", "node_unreachable");
+  }
   codes.push(...op.errors ?? [], "internal", "overloaded");
   return [...new Set(codes)];
 }

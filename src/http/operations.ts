@@ -166,7 +166,7 @@ const DocumentSchema = z.looseObject({ openapi: z.literal("3.1.0") })
   .describe("This document.");
 
 type _CreatedAgentMatches = Assert<
-  Same<z.output<typeof CreatedAgentSchema>, ReturnType<Service["createAgent"]>>
+  Same<z.output<typeof CreatedAgentSchema>, Awaited<ReturnType<Service["createAgent"]>>>
 >;
 
 const EXEC_TEXT = "With Accept: text/plain, the result as Codex shows it to a model.";

@@ -41,6 +41,7 @@ import { screenRoutes } from "./screen_routes.ts";
 import { sseResponse } from "./sse.ts";
 import { registerHistoryRoutes } from "./history_routes.ts";
 import { wsRoutes } from "./ws_routes.ts";
+import type { RemoteSessions } from "../ws/connection.ts";
 import { noteCaller, requestIdOf, requestLog } from "./request_log.ts";
 import type { Logger } from "../log.ts";
 
@@ -58,6 +59,8 @@ export interface AppDeps {
   log?: Logger;
   /** Serve the web dashboard at `/` (`UEXEC_DASHBOARD`). */
   dashboard?: boolean;
+  /** A fleet node's way to other nodes' sessions, for the WebSocket (src/http/forward.ts). */
+  remoteSessions?: RemoteSessions;
 }
 
 const MAX_BODY_BYTES = 1024 * 1024;
@@ -211,7 +214,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
   app.get("/v1/agents", (c) => c.json({ agents: service.agents(who(c)) }));
   app.post("/v1/agents", async (c) => {
     const principal = who(c);
-    return c.json(service.createAgent(principal, await parseBody(c, AgentBody)), 201);
+    return c.json(await service.createAgent(principal, await parseBody(c, AgentBody)), 201);
   });
   app.delete("/v1/agents/:name", async (c) => {
     const principal = who(c);
@@ -221,7 +224,7 @@ export function createApp(deps: AppDeps): Hono<{ Bindings: Deno.ServeHandlerInfo
   mcpRoutes(app, service, who, readBody);
   registerHistoryRoutes(app, service, who);
   docsRoutes(app);
-  wsRoutes(app, service, who);
+  wsRoutes(app, service, who, deps.remoteSessions);
 
   if (deps.dashboard) dashboardRoutes(app, deps, who);
   return app;
@@ -237,7 +240,9 @@ function authenticate(
   req: Request,
   connection: object | undefined,
 ): Principal | undefined {
+  const vouched = service.vouchedFor(req);
+  if (vouched) return vouched;
   const token = bearerToken(req.headers.get("authorization"));
   if (token === undefined) return undefined;
-  return service.authenticate(token, connection) ?? service.authenticateWebSession(token);
+  return service.authenticate(token, connection) ?? service.dashboard.authenticate(token);
 }

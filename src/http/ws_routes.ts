@@ -12,7 +12,7 @@ import type { Context, Hono } from "hono";
 import type { Principal } from "../service/principal.ts";
 import type { Service } from "../service/service.ts";
 import { ApiError, InvalidRequestError } from "../errors.ts";
-import { MAX_MESSAGE, serveSocket } from "../ws/connection.ts";
+import { MAX_MESSAGE, type RemoteSessions, serveSocket } from "../ws/connection.ts";
 import { CrossSiteError, UnauthorizedError } from "./auth.ts";
 import { OPEN } from "../ws/socket.ts";
 import type { ConnectionInfo } from "./connection_relay.ts";
@@ -33,6 +33,7 @@ export function wsRoutes(
   app: Hono<{ Bindings: Deno.ServeHandlerInfo | undefined }>,
   service: Service,
   who: (c: Context) => Principal,
+  remote?: RemoteSessions,
 ): void {
   app.get(WS_PATH, (c) => {
     const origin = c.req.header("origin");
@@ -59,7 +60,7 @@ export function wsRoutes(
       serveSocket(socket, service, () => {
         if (!service.isCurrent(principal)) throw new UnauthorizedError();
         return principal;
-      });
+      }, remote);
       // And it is closed as soon as the credential is revoked, even while the client is silent.
       const unsubscribe = service.subscribe(principal, () => {}, () => {
         if (socket.readyState === OPEN) socket.close(1008, "credential no longer valid");

@@ -33,6 +33,10 @@ async function main(): Promise<void> {
   try {
     // `deno task` runs in uexec's directory; the workspace defaults to where it was started.
     config = loadConfig(flags, Deno.env.toObject(), Deno.env.get("INIT_CWD") ?? Deno.cwd());
+    if (config.store) {
+      // It would register as a node no other node can reach, under the server's node id.
+      throw new ConfigError("UEXEC_STORE: the MCP stdio server cannot be a fleet node; unset it");
+    }
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     console.error(`uexec: ${err.message}`);

@@ -35,6 +35,8 @@ export interface MetricsSources {
   agents(): string[];
   /** The sandbox profiles a command can run under. */
   profiles: readonly string[];
+  /** A fleet node's id: every series is labelled `node` with it (absent on one host). */
+  node?: string;
 }
 
 /** Every value of a label, as the keys of a record of them all (the compiler checks it). */
@@ -86,6 +88,7 @@ export class Metrics {
 
   constructor(sources: MetricsSources) {
     const registers = [this.registry];
+    if (sources.node !== undefined) this.registry.setDefaultLabels({ node: sources.node });
     registerProcessMetrics(this.registry);
     new Gauge({
       name: "uexec_build_info",

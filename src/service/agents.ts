@@ -43,8 +43,41 @@ export interface AgentInfo {
   created_at: string;
 }
 
-interface Stored extends AgentInfo {
+/** An agent as stored: its public record and its token's digest. */
+export interface StoredAgent extends AgentInfo {
   token_sha256: string;
+}
+type Stored = StoredAgent;
+
+/**
+ * Where the registry is kept: the state directory's `agents.json` (the default, one host), or
+ * the fleet's shared store (src/fleet/agents.ts). A change is written there before it takes
+ * effect here, so an agent minted on one node is known to the store before its token is shown.
+ */
+export interface AgentBackend {
+  /** Every stored agent, or undefined when none was ever stored. */
+  load(): StoredAgent[] | undefined;
+  /** The whole registry as it is at start (the state directory writes it; a store need not). */
+  saveAll(agents: StoredAgent[]): void;
+  /** Add `agent` (`all` includes it); {@link AgentExistsError} when its name is taken. */
+  insert(agent: StoredAgent, all: StoredAgent[]): void | Promise<void>;
+  /** Remove the agent `name` (`all` is what remains). */
+  remove(name: string, all: StoredAgent[]): void | Promise<void>;
+}
+
+/** The registry in the state directory's `agents.json` (one host; the default). */
+export function stateDirAgents(state: StateDir): AgentBackend {
+  const save = (agents: StoredAgent[]) =>
+    state.write(REGISTRY_FILE, `${JSON.stringify({ agents }, null, 2)}\n`);
+  return {
+    load() {
+      const saved = state.read(REGISTRY_FILE);
+      return saved === undefined ? undefined : parseRegistry(saved, state.file(REGISTRY_FILE));
+    },
+    saveAll: save,
+    insert: (_agent, all) => save(all),
+    remove: (_name, all) => save(all),
+  };
 }
 
 /** What a new agent is created with. */
@@ -81,6 +114,8 @@ export interface TokenSources {
 /** Settings of the registry. */
 export interface RegistryOptions {
   state: StateDir;
+  /** Where the agents are kept; the state directory's `agents.json` when absent. */
+  backend?: AgentBackend;
   /** `UEXEC_OPERATOR_TOKEN`: used instead of `operator.token`. */
   operatorToken?: string;
   /** `UEXEC_AGENT_TOKEN` (or its alias `UEXEC_TOKEN`): the default agent's token. */
@@ -91,6 +126,7 @@ export interface RegistryOptions {
 /** Operator and agent credentials. */
 export class AgentRegistry {
   readonly #state: StateDir;
+  readonly #backend: AgentBackend;
   readonly #now: () => Date;
   readonly #agents = new Map<string, Stored>();
   /** The record each agent principal was issued for (see `current`). */
@@ -111,17 +147,16 @@ export class AgentRegistry {
 
   constructor(opts: RegistryOptions) {
     this.#state = opts.state;
+    this.#backend = opts.backend ?? stateDirAgents(opts.state);
     this.#now = opts.now ?? (() => new Date());
     const operator = opts.operatorToken ?? this.#tokenFile(OPERATOR_FILE);
     this.#operatorDigest = digestBytes(tokenDigest(operator));
-    const saved = this.#state.read(REGISTRY_FILE);
+    const saved = this.#backend.load();
     if (saved === undefined) {
       const token = opts.agentToken ?? this.#tokenFile(AGENT_FILE);
       this.#agents.set(DEFAULT_AGENT, this.#record({ name: DEFAULT_AGENT }, token));
     } else {
-      for (const agent of parseRegistry(saved, this.#state.file(REGISTRY_FILE))) {
-        this.#agents.set(agent.name, agent);
-      }
+      for (const agent of saved) this.#agents.set(agent.name, agent);
       if (opts.agentToken !== undefined) {
         const current = this.#agents.get(DEFAULT_AGENT);
         this.#agents.set(DEFAULT_AGENT, {
@@ -138,7 +173,27 @@ export class AgentRegistry {
         ? this.#state.file(AGENT_FILE)
         : "(the default agent was revoked)",
     };
-    this.#save();
+    this.#backend.saveAll([...this.#agents.values()]);
+    this.#rebuild();
+  }
+
+  /**
+   * Take the registry as the shared store now holds it (another node minted or revoked an
+   * agent); returns the names no longer there, whose principals stop being current now.
+   */
+  replace(agents: StoredAgent[]): string[] {
+    const next = new Map(agents.map((agent) => [agent.name, agent]));
+    const gone: string[] = [];
+    for (const [name, record] of this.#agents) {
+      const now = next.get(name);
+      if (now === undefined || now.token_sha256 !== record.token_sha256) gone.push(name);
+      // The same record keeps its identity, so principals issued for it stay current.
+      else next.set(name, record);
+    }
+    this.#agents.clear();
+    for (const [name, record] of next) this.#agents.set(name, record);
+    this.#rebuild();
+    return gone;
   }
 
   /**
@@ -188,7 +243,7 @@ export class AgentRegistry {
   }
 
   /** Create an agent; its token is returned here once and stored only as a digest. */
-  create(spec: NewAgent): { agent: AgentInfo; token: string } {
+  async create(spec: NewAgent): Promise<{ agent: AgentInfo; token: string }> {
     if (!NAME.test(spec.name) || spec.name === OPERATOR_OWNER) {
       throw new AgentNameError(
         `name: must match ${NAME} and not be "${OPERATOR_OWNER}", got ${JSON.stringify(spec.name)}`,
@@ -199,18 +254,21 @@ export class AgentRegistry {
     }
     const token = newToken();
     const record = this.#record(spec, token);
+    await this.#backend.insert(record, [...this.#agents.values(), record]);
     this.#agents.set(spec.name, record);
-    this.#save();
+    this.#rebuild();
     return { agent: info(record), token };
   }
 
   /** Revoke an agent: its token stops working now. */
-  revoke(name: string): AgentInfo {
+  async revoke(name: string): Promise<AgentInfo> {
     const record = this.#agents.get(name);
     if (!record) throw new UnknownAgentError(`no agent named ${JSON.stringify(name)}`);
+    const rest = [...this.#agents.values()].filter((agent) => agent !== record);
+    await this.#backend.remove(name, rest);
     this.#agents.delete(name);
     if (name === DEFAULT_AGENT) this.#state.remove(AGENT_FILE);
-    this.#save();
+    this.#rebuild();
     return info(record);
   }
 
@@ -236,9 +294,9 @@ export class AgentRegistry {
     return token;
   }
 
-  #save(): void {
+  /** The digest table `authenticate` matches against, from the agents now registered. */
+  #rebuild(): void {
     const agents = [...this.#agents.values()];
-    this.#state.write(REGISTRY_FILE, `${JSON.stringify({ agents }, null, 2)}\n`);
     this.#byDigest = [
       [this.#operatorDigest, OPERATOR],
       ...agents.map((a): [Uint8Array, Principal] => [
@@ -279,7 +337,8 @@ function isWidening(w: unknown): w is AgentWidening {
       (Array.isArray(tcp_ports) && tcp_ports.every((n) => Number.isInteger(n))));
 }
 
-function parseRegistry(text: string, file: string): Stored[] {
+/** The agents of an `agents.json` text (`file` names it in errors). */
+export function parseRegistry(text: string, file: string): Stored[] {
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);

@@ -93,6 +93,7 @@ export const CallResultSchema = z.object({
 /** A live session, as listed. */
 export const SessionInfoSchema = z.object({
   session_id: z.number().int(),
+  node: z.string().describe("The node it runs on (UEXEC_NODE_ID; the host name by default)."),
   agent: z.string().describe("The agent that started it (operator for the operator's own)."),
   command: z.string(),
   workdir: z.string(),
@@ -302,6 +303,9 @@ export const HistoryItemSchema = z.object({
     ),
     granted: z.unknown(),
   })).describe("The approvals this command asked for."),
+  node: z.string().optional().describe(
+    "The fleet node it ran on (with UEXEC_STORE; absent on one host).",
+  ),
 });
 
 /** A page of history, newest first. */

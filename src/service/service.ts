@@ -25,8 +25,13 @@ import type { RingRead } from "../output/output_ring.ts";
 import type { Session, SessionInfo } from "../sessions/session.ts";
 import { treeUsage, type Usage } from "../sessions/usage.ts";
 import type { ScreenSnapshot } from "../output/screen.ts";
-import { type AgentInfo, type AgentRegistry, UnknownAgentError } from "./agents.ts";
-import { type Agent, OPERATOR, ownerOf, type Principal, requireOperator } from "./principal.ts";
+import {
+  type AgentInfo,
+  type AgentRegistry,
+  type StoredAgent,
+  UnknownAgentError,
+} from "./agents.ts";
+import { type Agent, ownerOf, type Principal, requireOperator } from "./principal.ts";
 import {
   type AgentBody,
   type DecisionBody,
@@ -45,8 +50,9 @@ import type { HistoryRecorder } from "../history/recorder.ts";
 import type { HistoryDetail, HistoryItem, HistoryScope } from "../history/store.ts";
 import { decodeCursor, encodeCursor, type HistoryQuery } from "../history/query.ts";
 import type { Metrics } from "../metrics/metrics.ts";
-import type { OpenedWebSession, WebSessions } from "./web_sessions.ts";
-import type { MintedCode, SignInCodes } from "./sign_in_codes.ts";
+import type { WebSessions } from "./web_sessions.ts";
+import type { SignInCodes } from "./sign_in_codes.ts";
+import { DashboardSignIn } from "./dashboard_sign_in.ts";
 import type { z } from "zod";
 
 /** A history entry that does not exist or is not the caller's (404 `not_found`). */
@@ -54,16 +60,13 @@ export class HistoryNotFoundError extends ApiError {
   readonly code = "not_found";
 }
 
-/** The dashboard is turned off (`UEXEC_DASHBOARD=off`; 404 `dashboard_off`). */
-export class DashboardOffError extends ApiError {
-  readonly code = "dashboard_off";
-  constructor() {
-    super("the dashboard is off on this server (UEXEC_DASHBOARD=off)");
-  }
-}
-
 /** What the core is built from. */
 export interface ServiceDeps {
+  /**
+   * A fleet node's id (`UEXEC_NODE_ID` with `UEXEC_STORE`): every event a subscriber is told
+   * carries it as `node` (absent on one host: its events are as they were).
+   */
+  node?: string;
   manager: SessionManager;
   supervisor: Supervisor;
   approvals: ApprovalStore;
@@ -107,10 +110,33 @@ export class Service {
   #idempotent = new IdempotentCalls<CallResult>();
   /** What an `exec_command` may ask for, and what an agent may be capped at. */
   readonly #execScope: ExecScope;
+  #vouched = new WeakMap<object, Principal>();
+
+  /** The operator's browser sign-in to the dashboard. */
+  readonly dashboard: DashboardSignIn;
 
   constructor(deps: ServiceDeps) {
     this.#deps = deps;
+    this.dashboard = new DashboardSignIn(deps);
     this.#execScope = new ExecScope(deps);
+  }
+
+  /**
+   * A fleet node vouched for the caller of `request` (it forwarded the call, having
+   * authenticated it; see src/http/forward.ts): the request stands for `principal`.
+   */
+  vouch(request: object, principal: Principal): void {
+    this.#vouched.set(request, principal);
+  }
+
+  /** Who a fleet node vouched `request` was from, if one did. */
+  vouchedFor(request: object): Principal | undefined {
+    return this.#vouched.get(request);
+  }
+
+  /** The principal of the registered agent `name`, or undefined. */
+  registeredAgent(name: string): Agent | undefined {
+    return this.#deps.agents.principal(name);
   }
 
   /** The principal a bearer token stands for, or undefined (see AgentRegistry.authenticate). */
@@ -309,7 +335,7 @@ export class Service {
    */
   subscribe(
     principal: Principal,
-    listener: (event: LifecycleEvent) => void,
+    listener: (event: LifecycleEvent & { node?: string }) => void,
     ended?: () => void,
   ): () => void {
     const owner = this.#scope(principal);
@@ -328,7 +354,10 @@ export class Service {
     };
     unsubscribe = this.#deps.bus.subscribe((event) => {
       if (!this.isCurrent(principal)) end();
-      else if (owner === undefined || event.agent === owner) listener(event);
+      else if (owner === undefined || event.agent === owner) {
+        const { node } = this.#deps;
+        listener(node === undefined ? event : { node, ...event });
+      }
     });
     // A dashboard browser session's stream ends as soon as the session does (sign-out).
     unwatch = this.#deps.webSessions?.onEnd(principal, end) ?? unwatch;
@@ -357,13 +386,13 @@ export class Service {
   }
 
   /** Mint an agent and its token (operator only); the token is shown this once. */
-  createAgent(
+  async createAgent(
     principal: Principal,
     body: z.output<typeof AgentBody>,
-  ): Omit<AgentInfo, "created_at"> & { token: string } {
+  ): Promise<Omit<AgentInfo, "created_at"> & { token: string }> {
     requireOperator(principal, "managing agents");
     const maxWidening = this.#execScope.agentCaps(body);
-    const { agent, token } = this.#deps.agents.create({
+    const { agent, token } = await this.#deps.agents.create({
       name: body.name,
       maxProfile: body.max_profile,
       maxWidening: maxWidening && Object.keys(maxWidening).length > 0 ? maxWidening : undefined,
@@ -391,14 +420,28 @@ export class Service {
     name: string,
   ): Promise<AgentInfo & { sessions_killed: number }> {
     requireOperator(principal, "managing agents");
-    const agent = this.#deps.agents.revoke(name);
+    const agent = await this.#deps.agents.revoke(name);
+    return { ...agent, sessions_killed: await this.#revoked(name) };
+  }
+
+  /**
+   * The fleet's store holds the agents `agents` now (another node minted or revoked one): each
+   * agent gone from it is revoked here too (its streams end, its approvals are denied, its
+   * sessions on this node killed).
+   */
+  async adoptAgents(agents: StoredAgent[]): Promise<void> {
+    const gone = this.#deps.agents.replace(agents);
+    await Promise.all(gone.map((name) => this.#revoked(name)));
+  }
+
+  /** What revoking the agent `name` ends on this node; returns how many sessions were killed. */
+  #revoked(name: string): Promise<number> {
     // Told to every stream now: the agent's own ones end at it (see subscribe), idle or not.
     this.#deps.bus.publish({ type: "agent_revoked", agent: name });
     // Nothing of it carries over to an agent minted under its name later: that is another party.
     this.#deps.approvals.revokeAgent(name);
     this.#idempotent.forgetOwner(name);
-    const killed = await this.#deps.manager.killOwner(name);
-    return { ...agent, sessions_killed: killed };
+    return this.#deps.manager.killOwner(name);
   }
 
   // Output modes (issue 12): the terminal screen of a session.
@@ -409,47 +452,6 @@ export class Service {
    */
   screen(principal: Principal, id: number): Promise<ScreenSnapshot> {
     return this.#deps.manager.screen(id, this.#scope(principal));
-  }
-
-  // --- Dashboard: the operator's browser sign-in (a one-time code exchanged for a session).
-
-  /**
-   * A one-time code for the dashboard's sign-in link; only the operator may have one (403
-   * `forbidden` for an agent).
-   */
-  mintSignInCode(principal: Principal): MintedCode {
-    requireOperator(principal, "a dashboard sign-in link");
-    const { signInCodes } = this.#deps;
-    if (!signInCodes) throw new DashboardOffError();
-    return signInCodes.mint();
-  }
-
-  /**
-   * Exchange a one-time sign-in code for an operator's browser session; undefined when the code
-   * is unknown, already used or expired (or the dashboard is off).
-   */
-  signIn(code: string): OpenedWebSession | undefined {
-    const { webSessions, signInCodes } = this.#deps;
-    if (!webSessions || !signInCodes?.redeem(code)) return undefined;
-    return webSessions.open(OPERATOR);
-  }
-
-  /** End every dashboard browser session (operator only); returns how many were live. */
-  endWebSessions(principal: Principal): number {
-    requireOperator(principal, "ending the dashboard's sessions");
-    const { webSessions } = this.#deps;
-    if (!webSessions) throw new DashboardOffError();
-    return webSessions.closeAll();
-  }
-
-  /** The principal of a signed-in browser session id, or undefined. */
-  authenticateWebSession(id: string): Principal | undefined {
-    return this.#deps.webSessions?.principal(id);
-  }
-
-  /** Sign a browser session out (anyone holding the id may end it). */
-  signOut(id: string): void {
-    this.#deps.webSessions?.close(id);
   }
 
   /** CPU time and resident memory of each session the principal may see, where readable. */

@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { Usage } from "../sandbox/containment/cgroups.ts";
+import type { Usage } from "../sandbox/containment/session_cgroup.ts";
 import type { Denial } from "../sandbox/policy/denial.ts";
 import type { SandboxChoice } from "../sandbox/domains.ts";
 import type { ScreenView } from "../output/screen.ts";

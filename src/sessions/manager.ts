@@ -17,7 +17,8 @@ import { whenGone } from "../pty/gone.ts";
 import { killSessions, SIGNALS } from "../pty/signals.ts";
 import type { Truncator } from "../output/truncator.ts";
 import { ScreenHost, type ScreenSnapshot, type ScreenView } from "../output/screen.ts";
-import type { CgroupHost, SessionCgroup } from "../sandbox/containment/cgroups.ts";
+import type { CgroupHost } from "../sandbox/containment/cgroups.ts";
+import type { SessionCgroup } from "../sandbox/containment/session_cgroup.ts";
 import { type Denial, detectDenial } from "../sandbox/policy/denial.ts";
 import { type SpawnerPool } from "../workers/pool.ts";
 import { collect, type Collected } from "./collect.ts";
@@ -61,6 +62,11 @@ export interface ManagerOptions {
   descriptors?: DescriptorReserve;
   /** The egress proxy: told whose connections are whose, and asked what it refused them. */
   egress?: EgressSessions;
+  /**
+   * This node's id and the base of its session ids (a fleet node's ordinal span, so ids are
+   * unique across the fleet; 0 on one host).
+   */
+  node?: { id: string; idBase: number };
 }
 
 /** The egress proxy's rule for a host no allow pattern matches (src/egress/rules.ts). */
@@ -117,9 +123,11 @@ export class SessionManager {
   #granted = new WeakSet<Session>();
   /** What each start is given: the settings, and the books above it enters sessions in. */
   #startDeps: StartDeps;
+  #node: { id: string; idBase: number };
 
   constructor(opts: ManagerOptions) {
     this.#opts = opts;
+    this.#node = opts.node ?? { id: Deno.hostname(), idBase: 0 };
     this.#screens = opts.screens ?? new ScreenHost();
     this.#startDeps = {
       ...opts,
@@ -129,6 +137,7 @@ export class SessionManager {
       sessionCgroups: this.#cgroups,
       settling: this.#settling,
       granted: this.#granted,
+      node: this.#node.id,
       terminate: (sessions, reason) => this.#terminate(sessions, reason),
     };
   }
@@ -353,7 +362,8 @@ export class SessionManager {
       await this.#terminate([victim], "prune");
     }
     let id: number;
-    do id = MIN_ID + Math.floor(Math.random() * (MAX_ID - MIN_ID + 1)); while (
+    const base = this.#node.idBase;
+    do id = base + MIN_ID + Math.floor(Math.random() * (MAX_ID - MIN_ID + 1)); while (
       this.#sessions.has(id) || this.#reserved.has(id)
     );
     this.#reserved.set(id, owner);

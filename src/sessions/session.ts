@@ -10,7 +10,7 @@
  * @module
  */
 
-import type { Usage } from "../sandbox/containment/cgroups.ts";
+import type { Usage } from "../sandbox/containment/session_cgroup.ts";
 import type { EndReason } from "../events/bus.ts";
 import { Child, type ChildFds, type ChildSink, type ExitStatus } from "../pty/child.ts";
 import type { Reactor } from "../io/reactor.ts";
@@ -24,6 +24,8 @@ import type { ResolvedPolicy } from "../sandbox/policy/policy.ts";
 /** Public description of a live session. */
 export interface SessionInfo {
   session_id: number;
+  /** The node it runs on (`UEXEC_NODE_ID`). */
+  node: string;
   /** The agent that started it (`operator` for the operator's own). */
   agent: string;
   command: string;
@@ -40,6 +42,8 @@ export interface SessionInfo {
 /** What a session was started with. */
 export interface SessionMeta {
   id: number;
+  /** The node it runs on. */
+  node: string;
   /** Who started it: an agent's name, or `operator`. */
   owner: string;
   command: string;
@@ -80,6 +84,8 @@ function join(...parts: Uint8Array[]): Uint8Array {
 export class Session implements ChildSink {
   readonly id: number;
   readonly owner: string;
+  /** The node it runs on. */
+  readonly node: string;
   readonly command: string;
   readonly workdir: string;
   readonly tty: boolean;
@@ -108,6 +114,7 @@ export class Session implements ChildSink {
   constructor(meta: SessionMeta, onClose: (session: Session, status: ExitStatus) => void) {
     this.id = meta.id;
     this.owner = meta.owner;
+    this.node = meta.node;
     this.command = meta.command;
     this.workdir = meta.workdir;
     this.tty = meta.tty;
@@ -243,6 +250,7 @@ export class Session implements ChildSink {
   info(): SessionInfo {
     return {
       session_id: this.id,
+      node: this.node,
       agent: this.owner,
       command: this.command,
       workdir: this.workdir,

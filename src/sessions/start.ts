@@ -34,7 +34,8 @@ import { openPipe, setNonBlocking } from "../pty/open.ts";
 import { SIGNALS } from "../pty/signals.ts";
 import type { Gate, Spawned } from "../pty/spawn.ts";
 import type { Placement } from "../pty/clone_into_cgroup.ts";
-import type { CgroupHost, SessionCgroup } from "../sandbox/containment/cgroups.ts";
+import type { CgroupHost } from "../sandbox/containment/cgroups.ts";
+import type { SessionCgroup } from "../sandbox/containment/session_cgroup.ts";
 import type { Denial } from "../sandbox/policy/denial.ts";
 import type { SessionDir } from "../sandbox/domains.ts";
 import { SandboxUnavailableError } from "../sandbox/errors.ts";
@@ -77,6 +78,8 @@ export interface StartDeps {
   sessionCgroups: Map<Session, SessionCgroup>;
   /** Ended sessions whose cgroup is being emptied (write grants go after). */
   settling: Map<Session, Promise<void>>;
+  /** The node sessions run on (`UEXEC_NODE_ID`). */
+  node: string;
   /** Sessions holding write grants (see sandbox/write_grant.ts). */
   granted: WeakSet<Session>;
   /** End sessions (a session's `timeoutMs` passed). */
@@ -226,6 +229,7 @@ export async function startSession(
   const session = new Session(
     {
       id,
+      node: deps.node,
       owner: req.owner,
       command: req.cmd,
       workdir: req.workdir,

@@ -32,7 +32,7 @@ import {
   type RpcId,
 } from "./json_rpc.ts";
 import { type FrameSocket, OPEN } from "./socket.ts";
-import { subscribe } from "./subscription.ts";
+import { type Outbox, subscribe } from "./subscription.ts";
 
 /** Requests one connection may have in flight; more are refused (`too_many_requests`). */
 export const MAX_IN_FLIGHT = 1024;
@@ -51,13 +51,37 @@ class TooManyRequestsError extends ApiError {
 }
 
 /**
+ * Sessions of other fleet nodes (src/http/forward.ts): the session methods of a session another
+ * node owns are run there, for the same caller.
+ */
+export interface RemoteSessions {
+  /** Whether session `id` is another node's (a lost node's too: its calls answer 410). */
+  elsewhere(id: number): Promise<boolean>;
+  /** Run `method` (`write_stdin`, `kill`, `resize`, `signal`) on the owning node. */
+  call(who: Principal, method: string, id: number, params: unknown): Promise<unknown>;
+  /**
+   * Push session `id`'s output to `outbox` from now on, as a local subscription does; resolves
+   * with the offset it starts at and the function that stops it.
+   */
+  subscribe(
+    who: Principal,
+    id: number,
+    encoding: "text" | "base64",
+    outbox: Outbox,
+    onEnd: () => void,
+  ): Promise<{ offset: number; stop: () => void }>;
+}
+
+/**
  * Serve `socket` for the caller that `authenticate` names (it throws the HTTP layer's error
- * when the credential no longer works, which closes the socket).
+ * when the credential no longer works, which closes the socket); `remote`: a fleet node's way to
+ * other nodes' sessions.
  */
 export function serveSocket(
   socket: FrameSocket,
   service: Service,
   authenticate: () => Principal,
+  remote?: RemoteSessions,
 ): void {
   const subscriptions = new Map<number, () => void>();
   let inFlight = 0;
@@ -72,28 +96,89 @@ export function serveSocket(
     send(errorFrame(id, internalError(requestId)));
   };
 
+  /** `local` here, or the method on the node that owns session `id` (a fleet). */
+  const onOwner = (
+    who: Principal,
+    method: string,
+    id: number,
+    params: unknown,
+    local: () => unknown,
+  ) => {
+    if (!remote) return local();
+    return remote.elsewhere(id).then((away) =>
+      away ? remote.call(who, method, id, params) : local()
+    );
+  };
   const methods: Record<string, (who: Principal, params: unknown) => unknown> = {
     exec_command: (who, params) => service.exec(who, parseInput(ExecBody, params)),
-    write_stdin: (who, params) => service.writeStreaming(who, parseInput(WriteBody, params)),
-    kill: (who, params) => service.kill(who, parseInput(SessionParams, params).session_id),
+    write_stdin: (who, params) => {
+      const body = parseInput(WriteBody, params);
+      return onOwner(
+        who,
+        "write_stdin",
+        body.session_id,
+        params,
+        () => service.writeStreaming(who, body),
+      );
+    },
+    kill: (who, params) => {
+      const id = parseInput(SessionParams, params).session_id;
+      return onOwner(who, "kill", id, params, () => service.kill(who, id));
+    },
     resize: (who, params) => {
       const { session_id, ...size } = parseInput(ResizeParams, params);
-      service.resize(who, session_id, size);
-      return { ok: true };
+      return onOwner(who, "resize", session_id, params, () => {
+        service.resize(who, session_id, size);
+        return { ok: true };
+      });
     },
     signal: (who, params) => {
       const { session_id, signal } = parseInput(SignalParams, params);
-      service.signal(who, session_id, signal);
-      return { ok: true };
+      return onOwner(who, "signal", session_id, params, () => {
+        service.signal(who, session_id, signal);
+        return { ok: true };
+      });
     },
-    subscribe: (who, params) => watch(who, parseInput(SubscribeParams, params)),
+    subscribe: (who, params) => {
+      const parsed = parseInput(SubscribeParams, params);
+      if (!remote) return watch(who, parsed);
+      return remote.elsewhere(parsed.session_id).then((away) =>
+        away ? watchElsewhere(who, parsed) : watch(who, parsed)
+      );
+    },
     unsubscribe: (who, params) => {
       const { session_id } = parseInput(SessionParams, params);
-      service.session(who, session_id);
+      // A subscription is only ever made for a session the caller may see (here or elsewhere).
+      if (!subscriptions.has(session_id)) service.session(who, session_id);
       subscriptions.get(session_id)?.();
       subscriptions.delete(session_id);
       return { ok: true };
     },
+  };
+
+  const outbox: Outbox = {
+    send,
+    get bufferedAmount() {
+      return socket.bufferedAmount;
+    },
+    onDrain: (listener: () => void) => socket.onDrain(listener),
+  };
+
+  /** Subscribe to another node's session's output (through that node's output stream). */
+  const watchElsewhere = async (who: Principal, params: z.output<typeof SubscribeParams>) => {
+    const id = params.session_id;
+    if (subscriptions.has(id)) {
+      throw new InvalidRequestError(`session_id: already subscribed to session ${id}`);
+    }
+    const started = await remote!.subscribe(
+      who,
+      id,
+      params.encoding,
+      outbox,
+      () => subscriptions.delete(id),
+    );
+    subscriptions.set(id, started.stop);
+    return { session_id: id, offset: started.offset };
   };
 
   /** Subscribe to a session's output; notifications follow the answer, never precede it. */
@@ -103,13 +188,6 @@ export function serveSocket(
     if (subscriptions.has(id)) {
       throw new InvalidRequestError(`session_id: already subscribed to session ${id}`);
     }
-    const outbox = {
-      send,
-      get bufferedAmount() {
-        return socket.bufferedAmount;
-      },
-      onDrain: (listener: () => void) => socket.onDrain(listener),
-    };
     subscriptions.set(
       id,
       subscribe(session, outbox, params.encoding, () => subscriptions.delete(id)),

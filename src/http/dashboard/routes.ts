@@ -93,7 +93,7 @@ export function dashboardRoutes(
       SignInBody,
       await readJson(c.req.raw, MAX_BODY_BYTES, "request body exceeds 1 MiB"),
     );
-    const opened = service.signIn(code);
+    const opened = service.dashboard.signIn(code);
     if (!opened) throw new SignInCodeError();
     return Response.json(
       { session: opened.id, expires_in_seconds: opened.maxAgeSeconds },
@@ -103,23 +103,23 @@ export function dashboardRoutes(
 
   app.post("/dashboard/sign-out", (c) => {
     const id = bearerToken(c.req.header("authorization"));
-    if (id !== undefined) service.signOut(id);
+    if (id !== undefined) service.dashboard.signOut(id);
     return new Response(null, { status: 204, headers: { "cache-control": "no-store" } });
   });
 
   app.delete("/v1/dashboard/sessions", (c) => {
-    return c.json({ ended: service.endWebSessions(who(c)) });
+    return c.json({ ended: service.dashboard.endAll(who(c)) });
   });
 
   app.post("/v1/dashboard/sign-in-links", (c) => {
     const principal = who(c);
     // A browser session may not renew itself past "Sign out" or its expiry: only the token.
-    if (service.authenticateWebSession(bearerToken(c.req.header("authorization"))!)) {
+    if (service.dashboard.authenticate(bearerToken(c.req.header("authorization"))!)) {
       throw new ForbiddenError(
         "a dashboard browser session cannot mint sign-in links; use the operator's token",
       );
     }
-    const { code, expiresInSeconds } = service.mintSignInCode(principal);
+    const { code, expiresInSeconds } = service.dashboard.mintCode(principal);
     const url = signInLink(`http://${c.req.header("host")}`, code);
     return c.json({ url, code, expires_in_seconds: expiresInSeconds }, 201, {
       "cache-control": "no-store",

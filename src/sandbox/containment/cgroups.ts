@@ -27,34 +27,18 @@
  * @module
  */
 
-import {
-  closeAll,
-  errno,
-  libc,
-  listDir,
-  O,
-  openFile,
-  OsError,
-  readSmallFile,
-} from "../../ffi/libc.ts";
+import { closeAll, errno, listDir, O, openFile, OsError, readSmallFile } from "../../ffi/libc.ts";
 import { INSTANCE_NAME, instanceName, instanceRuns } from "../instance.ts";
 import { cloneIntoCgroupWorks, type Placement } from "../../pty/clone_into_cgroup.ts";
 import type { DescriptorReserve } from "../../io/descriptor_reserve.ts";
 import type { Reactor } from "../../io/reactor.ts";
-import {
-  type Baseline,
-  type CgroupPlan,
-  makeCgroups,
-  oomKills,
-  rmdir,
-  usageUsec,
-  writeFile,
-} from "./cgroup_fs.ts";
+import { type Baseline, type CgroupPlan, makeCgroups, rmdir, writeFile } from "./cgroup_fs.ts";
 import { CgroupJanitor } from "./cgroup_janitor.ts";
 import { SandboxUnavailableError } from "../errors.ts";
 import type { ResourceLimits } from "../policy/policy.ts";
 
 import { enableControllers, killAndRemove, killTree, mkdirs, v1Own } from "./hierarchy.ts";
+import { FRESH, SessionCgroup } from "./session_cgroup.ts";
 
 /**
  * Session cgroups kept made ahead per set of limits: enough for a burst of starts to find
@@ -72,7 +56,6 @@ export const KEPT = 2 * SPARES;
  */
 const REUSE_MAX_LEFT_BYTES = 1 << 20;
 /** The baseline of cgroups no session used yet. */
-const FRESH: Baseline = { cpuUsec: 0, memoryBytes: 0, oomKills: 0 };
 const PARENT = "uexec";
 
 /** How a limit is enforced by the kernel on this host. */
@@ -87,18 +70,6 @@ export interface ContainmentReport {
   reason?: string;
   /** How each kind of profile limit is enforced for a session's whole tree. */
   limits: { pids: Enforcement; memory: Enforcement; cpu: Enforcement };
-}
-
-/** What a session's whole process tree used. */
-export interface Usage {
-  cpu_seconds: number;
-  /** Null where no memory accounting is available. */
-  peak_memory_bytes: number | null;
-  /**
-   * `memory` when the kernel's OOM killer killed a process of the tree: its own memory limit
-   * or the aggregate cap of all sessions (`UEXEC_MEMORY_MAX`) ran out. Absent otherwise.
-   */
-  killed_by?: "memory";
 }
 
 /** A v1 hierarchy this server uses: where our own cgroup is in it. */
@@ -122,124 +93,6 @@ interface Spare {
   killed?: boolean;
   baseline: Baseline;
   owner?: string;
-}
-
-/**
- * A session's cgroups, for one session: when reused, the next session gets a new object, so
- * that nothing done through this one (a late kill or signal) reaches it.
- */
-export class SessionCgroup {
-  #host: CgroupHost;
-  readonly name: string;
-  readonly limits: ResourceLimits;
-  /** The agent (or operator) whose session it is. */
-  readonly owner: string;
-  #killed?: Promise<void>;
-  /** Its `cgroup.procs` files, opened when it was made, until `openProcs` hands them over. */
-  #procs?: number[];
-  /** What sessions before this one left in its counters. */
-  #baseline: Baseline;
-  /**
-   * Whether a child can be started inside it (see {@link openPlacement}): its host can, and it
-   * was never killed. Linux 6.18 SIGKILLs at once a child that `clone3` puts into a cgroup that
-   * was killed before with `cgroup.kill` (seen here: a reused cgroup killed every first command
-   * of its next session; the fork appears to compare the target's kill sequence number with the
-   * parent cgroup's). A reused cgroup that was killed gets its children through the gate, which
-   * is not affected.
-   */
-  readonly placeable: boolean;
-
-  constructor(
-    host: CgroupHost,
-    name: string,
-    limits: ResourceLimits,
-    owner: string,
-    procs: number[],
-    baseline = FRESH,
-    killed = false,
-  ) {
-    this.placeable = host.direct && !killed;
-    this.#host = host;
-    this.name = name;
-    this.limits = limits;
-    this.owner = owner;
-    this.#procs = procs;
-    this.#baseline = baseline;
-  }
-
-  /** The v2 directory. */
-  get dir(): string {
-    return `${this.#host.dir}/${this.name}`;
-  }
-
-  /**
-   * The `cgroup.procs` file of every cgroup of the session, opened for writing when it was
-   * made (close them after use; asked again, they are opened again): whoever writes a pid there
-   * moves that process in with our credentials, which the kernel checks at open.
-   */
-  openProcs(): number[] {
-    const held = this.#procs;
-    this.#procs = undefined;
-    return held ?? makeCgroups({ dirs: [], writes: [], procs: this.#host.procsOf(this.name) });
-  }
-
-  /**
-   * What a child needs to be started inside the session's cgroups (see
-   * `pty/clone_into_cgroup.ts`): its v2 directory and v1 `tasks` files, opened now (close them
-   * after use), and the server's own `tasks` files, which the host keeps. The `cgroup.procs`
-   * files opened ahead are closed: nothing is written there.
-   */
-  openPlacement(): Placement {
-    closeAll(this.#procs ?? []);
-    this.#procs = undefined;
-    return this.#host.placementOf(this.name);
-  }
-
-  /** What the session's tree used so far (exited processes included). */
-  usage(): Usage {
-    const usec = (usageUsec(this.dir) ?? 0) - this.#baseline.cpuUsec;
-    const memory = this.#host.v1Dir("memory", this.name);
-    const peak = memory === undefined
-      ? readSmallFile(`${this.dir}/memory.peak`)
-      : readSmallFile(`${memory}/memory.max_usage_in_bytes`);
-    const killed = oomKills(memory ?? this.dir, memory === undefined) ?? 0;
-    return {
-      cpu_seconds: Math.max(0, usec) / 1e6,
-      peak_memory_bytes: peak === undefined
-        ? null
-        : Math.max(0, Number(peak.trim()) - this.#baseline.memoryBytes),
-      ...(killed > this.#baseline.oomKills ? { killed_by: "memory" as const } : {}),
-    };
-  }
-
-  /** Send each of `signals`, in order, to every process in the session's cgroup now. */
-  signal(...signals: number[]): void {
-    if (this.#killed) return;
-    const room = () => this.#host.makeRoom();
-    const procs = (readSmallFile(`${this.dir}/cgroup.procs`, 1 << 20, room) ?? "").split("\n");
-    for (const sig of signals) for (const pid of procs) if (pid) libc().kill(Number(pid), sig);
-  }
-
-  /**
-   * SIGKILL everything in the session's cgroup; resolves once it is empty and either kept for
-   * reuse (as a new object) or removed.
-   */
-  kill(): Promise<void> {
-    if (!this.#killed) {
-      closeAll(this.#procs ?? []);
-      this.#procs = undefined;
-      const killed = killTree(this.#host.reactor, this.dir, () => this.#host.makeRoom())
-        .then((wrote) =>
-          this.#host.retire(this.name, this.limits, this.owner, wrote || !this.placeable)
-        );
-      // One that failed (no descriptor even then) is tried again by the next kill.
-      killed.catch(() => {
-        if (this.#killed === killed) this.#killed = undefined;
-      });
-      this.#killed = killed;
-    }
-    return this.#killed;
-  }
 }
 
 /** This server's instance of session cgroups. */

@@ -16,6 +16,7 @@ Deno.test("an unexpected error answers 500 internal with a request id, and is lo
   let calls = 0;
   const service = {
     authenticate: (token: string) => token === "t" ? OPERATOR : undefined,
+    vouchedFor: () => undefined,
     sessions() {
       calls++;
       if (calls === 1) throw new Error("disk on fire");
@@ -49,6 +50,7 @@ Deno.test("an unexpected error answers 500 internal with a request id, and is lo
 Deno.test("a 500's request id is the one in its x-request-id header and its log line", async () => {
   const service = {
     authenticate: (token: string) => token === "t" ? OPERATOR : undefined,
+    vouchedFor: () => undefined,
     sessions() {
       throw new Error("disk on fire");
     },

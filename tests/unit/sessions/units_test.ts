@@ -23,7 +23,7 @@ function sessions(exited: number[]): Session[] {
   return Array.from({ length: 10 }, (_, i) => {
     const id = i + 1;
     const s = new Session(
-      { id, owner: "a", command: "x", workdir: "/", tty: true, profile: "p", policy },
+      { id, node: "n", owner: "a", command: "x", workdir: "/", tty: true, profile: "p", policy },
       () => {},
     );
     s.lastUsedAt = 1_700_000_000_000 + id * 1000;
