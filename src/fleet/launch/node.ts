@@ -1,9 +1,9 @@
 /**
  * One node of the local fleet: `main.ts` run as a child with its own workspace and state
  * directory, the fleet's store and tokens, its uid block leased by itself (automatic), listening
- * on a free loopback port. Its output goes to a log file beside its state, never to the
- * launcher's stdout (whose lines are the launcher's contract). It must never share a workspace or
- * state directory with another node.
+ * on a free loopback port, its pid in `<dir>/pid`. Its output goes to a log file beside its
+ * state, never to the launcher's stdout (whose lines are the launcher's contract). It must never
+ * share a workspace or state directory with another node.
  *
  * @module
  */
@@ -81,6 +81,8 @@ export async function startNode(
     reject(new Error(`node ${id} exited ${status.code} before listening; see ${dir}/log`))
   );
   const url = await listening;
+  // For an operator (or a test) who wants to stop or kill one node of the fleet.
+  await Deno.writeTextFile(`${dir}/pid`, `${child.pid}\n`);
   return {
     id,
     url,
