@@ -42,7 +42,11 @@ async function launch(env: Record<string, string> = {}): Promise<Launched> {
   const lines: string[] = [];
   for (let i = 0; i < 5; i++) {
     const { value, done } = await reader.read();
-    if (done) throw new Error(`the launcher ended: ${lines.join("\n")}\n${await stderr}`);
+    if (done) {
+      await child.status;
+      await Deno.remove(parent, { recursive: true });
+      throw new Error(`the launcher ended: ${lines.join("\n")}\n${await stderr}`);
+    }
     lines.push(value);
   }
   const drained = (async () => {
