@@ -107,11 +107,11 @@ async function call(
   return { status: res.status, body: json ? JSON.parse(text) : text };
 }
 
-/** A live `cat` of `token` through `base`; its id and node. */
-async function cat(base: string, token: string): Promise<{ id: number; node: string }> {
+/** A live `cat` of `token` through `base` (in a PTY unless `tty` is false); its id and node. */
+async function cat(base: string, token: string, tty = true): Promise<{ id: number; node: string }> {
   const res = await call(base, token, "POST", "/v1/exec_command", {
     cmd: "cat",
-    tty: true,
+    tty,
     yield_time_ms: 250,
   });
   assert.equal(res.status, 200, JSON.stringify(res.body));
@@ -302,6 +302,115 @@ Deno.test({
           const got = await call(router, agent.token, "GET", `/v1/sessions/${agent.id}`);
           assert.equal(got.body.node, agent.node);
         }
+      }
+    } finally {
+      await fleet.stop();
+    }
+  },
+});
+
+/** Stop the launcher's PostgreSQL (fast shutdown) and a function that starts it again. */
+async function stopStore(dir: string): Promise<() => Promise<void>> {
+  const data = `${dir}/postgres/data`;
+  const [, , , port, socketDir] = (await Deno.readTextFile(`${data}/postmaster.pid`)).split("\n");
+  const bin = new TextDecoder().decode(
+    (await new Deno.Command("pg_config", { args: ["--bindir"], stdout: "piped" }).output()).stdout,
+  ).trim();
+  const pgCtl = async (args: string[]) => {
+    const out = await new Deno.Command("runuser", {
+      args: ["-u", "postgres", "--", `${bin}/pg_ctl`, "-D", data, "-w", ...args],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.ok(out.success, new TextDecoder().decode(out.stderr));
+  };
+  await pgCtl(["-m", "fast", "stop"]);
+  const options = `-c listen_addresses=127.0.0.1 -p ${port} -k ${socketDir}`;
+  return () => pgCtl(["-l", `${dir}/postgres/log`, "-o", options, "start"]);
+}
+
+Deno.test({
+  name: "fleet launcher: an approval raised through the router is decided on another node; " +
+    "the store restarted under load loses nothing",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const fleet = await launch({ UEXEC_APPROVAL_POLICY: "untrusted" });
+    try {
+      const { router } = fleet;
+      const agents: { token: string; node: string }[] = [];
+      for (let i = 0; i < 6; i++) {
+        const token = (await call(router, fleet.operator, "POST", "/v1/agents", { name: `p${i}` }))
+          .body.token;
+        const { id, node } = await cat(router, token, false);
+        assert.equal((await call(router, token, "DELETE", `/v1/sessions/${id}`)).status, 200);
+        agents.push({ token, node });
+      }
+      // An approval raised on the agent's node (through the router), decided on another node
+      // directly, runs the command on its own node.
+      const [asker] = agents;
+      const events = await connectSse(`${fleet.nodes.get(asker.node)}/v1/events`, {
+        authorization: `Bearer ${fleet.operator}`,
+      });
+      const asked = call(router, asker.token, "POST", "/v1/exec_command", {
+        cmd: "touch decided-elsewhere && echo ran-after-approval",
+        login: false,
+        tty: false,
+        yield_time_ms: 10000,
+      });
+      const all = await events.until((all) => all.some((e) => e.event === "approval_requested"));
+      await events.close();
+      const raised = all.find((e) => e.event === "approval_requested")!.data;
+      assert.equal(raised.node, asker.node);
+      const elsewhere = [...fleet.nodes].find(([id]) => id !== asker.node)![1];
+      const decided = await call(
+        elsewhere,
+        fleet.operator,
+        "POST",
+        `/v1/approvals/${raised.approval.id}`,
+        { decision: "approved" },
+      );
+      assert.equal(decided.status, 200, JSON.stringify(decided.body));
+      const ran = await asked;
+      assert.equal(ran.status, 200, JSON.stringify(ran.body));
+      assert.match(ran.body.output, /ran-after-approval/);
+      await Deno.stat(`${fleet.dir}/nodes/${asker.node}/workspace/decided-elsewhere`);
+
+      // The store restarted under load: commands through the router on every agent's node while
+      // PostgreSQL is away, and an agent minted meanwhile.
+      const load = Promise.all(
+        agents.map((a) =>
+          call(router, a.token, "POST", "/v1/exec_command", {
+            cmd: "echo under-load",
+            tty: false,
+            yield_time_ms: 5000,
+          })
+        ),
+      );
+      const start = await stopStore(fleet.dir);
+      const during = call(router, fleet.operator, "POST", "/v1/agents", { name: "during" });
+      await start();
+      for (const res of await load) {
+        assert.equal(res.status, 200, JSON.stringify(res.body));
+        assert.match(res.body.output, /under-load/);
+      }
+      const minted = await during;
+      assert.equal(minted.status, 201, JSON.stringify(minted.body));
+      // Nodes reconnected: the agent minted while the store was away works on every node, and
+      // every node's history holds every command of the load, from each node it ran on.
+      const ranOn = new Set(agents.map((a) => a.node));
+      for (const [, url] of fleet.nodes) {
+        const res = await call(url, minted.body.token, "POST", "/v1/exec_command", {
+          cmd: "echo after",
+          tty: false,
+          yield_time_ms: 5000,
+        });
+        assert.equal(res.status, 200, JSON.stringify(res.body));
+        const history = await call(url, fleet.operator, "GET", "/v1/history?q=under-load");
+        assert.equal(history.body.items.length, agents.length, JSON.stringify(history.body));
+        assert.deepEqual(new Set(history.body.items.map((i: { node: string }) => i.node)), ranOn);
+        const approved = await call(url, fleet.operator, "GET", "/v1/history?q=decided-elsewhere");
+        assert.equal(approved.body.items.length, 1, JSON.stringify(approved.body));
       }
     } finally {
       await fleet.stop();
