@@ -81,8 +81,21 @@ async function main(): Promise<void> {
   const stops: (() => Promise<void>)[] = [];
   const owned: string[] = [];
   let stopping: Promise<void> | undefined;
+  // Parts being started: a signal that comes meanwhile waits for them, then stops them too.
+  const pending = new Set<Promise<unknown>>();
+  const start = <T extends { stop(): Promise<void> }>(begin: () => Promise<T>): Promise<T> => {
+    if (stopping) return Promise.reject(new Error("stopping"));
+    const part = begin().then((up) => {
+      stops.push(() => up.stop());
+      return up;
+    });
+    pending.add(part);
+    part.then(() => pending.delete(part), () => pending.delete(part));
+    return part;
+  };
   const stopAll = (code: number) => {
     stopping ??= (async () => {
+      await Promise.allSettled([...pending]);
       for (const stop of stops.reverse()) {
         await stop().catch((err) => console.error(`uexec fleet: ${err.message}`));
       }
@@ -100,8 +113,7 @@ async function main(): Promise<void> {
   Deno.addSignalListener("SIGTERM", () => stopAll(0));
   try {
     owned.push(`${dir}/postgres`);
-    const cluster = await startCluster(`${dir}/postgres`);
-    stops.push(cluster.stop);
+    const cluster = await start(() => startCluster(`${dir}/postgres`));
     const operatorFile = `${dir}/operator.token`;
     const agentFile = `${dir}/agent.token`;
     owned.push(operatorFile, agentFile, `${dir}/nodes`, `${dir}/router`);
@@ -119,28 +131,20 @@ async function main(): Promise<void> {
         env.UEXEC_MAX_CONNECTIONS ?? "512",
     });
     const ids = Array.from({ length: opts.nodes }, (_, i) => `n${i + 1}`);
-    const nodes: FleetNode[] = [];
     const started = await Promise.allSettled(
-      ids.map((id) => startNode(id, `${dir}/nodes/${id}`, shared)),
+      ids.map((id) => start(() => startNode(id, `${dir}/nodes/${id}`, shared))),
     );
-    for (const result of started) {
-      if (result.status === "fulfilled") {
-        nodes.push(result.value);
-        stops.push(result.value.stop);
-      }
-    }
     const failed = started.find((r) => r.status === "rejected");
     if (failed) throw (failed as PromiseRejectedResult).reason;
-    const router = await startRouter(
-      `${dir}/router`,
-      opts.port,
-      nodes.map((node) => new URL(node.url).host),
+    const nodes = started.map((r) => (r as PromiseFulfilledResult<FleetNode>).value);
+    const router = await start(() =>
+      startRouter(`${dir}/router`, opts.port, nodes.map((node) => new URL(node.url).host))
     );
-    stops.push(router.stop);
     console.log(`uexec fleet: router ${router.url}`);
     console.log(`uexec fleet: operator token: ${operatorFile}`);
     for (const node of nodes) console.log(`uexec fleet: node ${node.id} at ${node.url}`);
   } catch (err) {
+    if (stopping) return; // a signal came while starting: stopAll reports and exits
     console.error(`uexec fleet: ${err instanceof Error ? err.message : err}`);
     await stopAll(1);
   }
