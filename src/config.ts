@@ -285,6 +285,11 @@ function fleetSettings(env: Record<string, string | undefined>) {
     // Never echo it: it may hold a password.
     throw new ConfigError("UEXEC_STORE must be a postgres:// or postgresql:// URL");
   }
+  if (store !== undefined && env.UEXEC_LISTEN && url === undefined) {
+    throw new ConfigError(
+      "UEXEC_NODE_URL: a fleet node on a unix socket must say where its peers reach it",
+    );
+  }
   return {
     node: {
       id,

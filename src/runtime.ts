@@ -19,7 +19,8 @@ import { type AgentBackend, AgentRegistry, type TokenSources } from "./service/a
 import { type FleetMember, openFleet } from "./fleet/fleet.ts";
 import { FleetApprovals } from "./fleet/approvals.ts";
 import { FleetHistory } from "./fleet/history.ts";
-import type { FleetStore } from "./fleet/store.ts";
+import { type FleetStore, StoreUnavailableError } from "./fleet/store.ts";
+import { FleetTokenError } from "./fleet/agents.ts";
 import { OPERATOR, OPERATOR_OWNER } from "./service/principal.ts";
 import { Service } from "./service/service.ts";
 import { StateDir, StateDirError } from "./service/state_dir.ts";
@@ -82,8 +83,8 @@ export interface RuntimeParts {
 /** Start the service described by `config`; resolves once its spawners are ready. */
 export async function startRuntime(config: Config, parts: RuntimeParts = {}): Promise<Runtime> {
   const state = openStateDir(config);
-  const preLog = new Logger(config.log);
-  const fleet = config.store ? await openFleet(config, state, preLog) : undefined;
+  const log = new Logger(config.log);
+  const fleet = config.store ? await joinStore(config, state, log) : undefined;
   const agents = openAgents(config, state, fleet?.agents);
   const reactor = new Reactor();
   const bus = new EventBus();
@@ -101,7 +102,6 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     egress: (netns, restriction) => egress.open(netns, restriction.policy.egress!),
   });
   const truncator = new Truncator();
-  const log = new Logger(config.log);
   bus.subscribe((event) => log.event(event));
   const shared = fleet && nodes ? { store: fleet.store, node: nodes.id } : undefined;
   const history = config.history ? openHistory(config, state, bus, log, shared) : undefined;
@@ -252,9 +252,23 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
       await history?.recorder?.close();
       await fleet?.close(nodes);
       await log.close();
-      await preLog.close();
     },
   };
+}
+
+/**
+ * The fleet's store (`UEXEC_STORE`); one that stays unreachable past its retry bound, or holds
+ * other tokens than this node's, is a {@link StateDirError} that says so, and nothing starts.
+ */
+async function joinStore(config: Config, state: StateDir, log: Logger) {
+  try {
+    return await openFleet(config, state, log);
+  } catch (err) {
+    if (err instanceof FleetTokenError || err instanceof StoreUnavailableError) {
+      throw new StateDirError(err.message);
+    }
+    throw err;
+  }
 }
 
 /**

@@ -75,6 +75,10 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
   const sandbox = sandboxHealth(config);
   // The WebSocket's URL on the listening port, once it is known.
   let websocket: string | null = null;
+  // Sandboxed peers are refused at accept (listener.ts): a request the listener served passed
+  // that check; any other TCP request is taken for sandboxed (fail closed).
+  const fromSandbox = (info: Deno.ServeHandlerInfo | undefined) =>
+    connectionOf(info) === undefined && info?.remoteAddr.transport === "tcp";
   const app = createApp({
     service: runtime.service,
     health: async () => ({
@@ -86,9 +90,7 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
       store: await runtime.storeHealth(),
       websocket,
     }),
-    // Sandboxed peers are refused at accept (listener.ts): a request the listener served passed
-    // that check; any other TCP request is taken for sandboxed (fail closed).
-    fromSandbox: (info) => connectionOf(info) === undefined && info?.remoteAddr.transport === "tcp",
+    fromSandbox,
     log: runtime.log,
     dashboard: config.dashboard,
     remoteSessions: runtime.fleet && remoteSessions(runtime.fleet),
@@ -97,7 +99,7 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
   const cors = config.allowedOrigins.length > 0;
   const { fleet } = runtime;
   const appFetch = fleet
-    ? fleetFront(runtime.service, fleet, (req, info) => app.fetch(req, info))
+    ? fleetFront(runtime.service, fleet, (req, info) => app.fetch(req, info), fromSandbox)
     : (req: Request, info?: Deno.ServeHandlerInfo) => app.fetch(req, info);
   const handler: Deno.ServeHandler = (req, info) => {
     const refused = guard(req);

@@ -121,7 +121,9 @@ Deno.test({
       const n3events = await connectSse(`${n3.url}/v1/events`, n3.operator.auth);
       assert.equal((await n2.operator.del("/v1/agents/alice")).status, 200);
       await n3events.until((all) =>
-        all.some((e) => e.event === "agent_revoked" && e.data.agent === "alice")
+        all.some((e) =>
+          e.event === "agent_revoked" && e.data.agent === "alice" && e.data.node === "n3"
+        )
       );
       await n3events.close();
       const revoked = await n3.as(minted.body.token).post("/v1/exec_command", { cmd: "true" });
@@ -162,6 +164,29 @@ Deno.test({
         events.some((e) => JSON.stringify(e.data).includes("forwarded-line"))
       );
       await stream.close();
+
+      // The operator's event stream on node 3 carries node 1's events too, each naming its node.
+      const fleetEvents = await connectSse(`${n3.url}/v1/events`, n3.operator.auth);
+      const marker = await n1.as(alice).post("/v1/exec_command", {
+        cmd: "echo fleet-events-marker",
+        yield_time_ms: 5000,
+      });
+      assert.equal(marker.status, 200);
+      const seen = await fleetEvents.until((all) =>
+        all.some((e) => e.event === "begin" && e.data.command === "echo fleet-events-marker")
+      );
+      const begin = seen.find((e) => e.event === "begin" && e.data.command.includes("marker"))!;
+      assert.equal(begin.data.node, "n1");
+      await fleetEvents.close();
+      // An agent's stream on node 3 has no other agent's events from node 1.
+      const bobEvents = await connectSse(`${n3.url}/v1/events`, { authorization: `Bearer ${bob}` });
+      await n1.as(alice).post("/v1/exec_command", { cmd: "echo alice-only", yield_time_ms: 5000 });
+      await n1.as(bob).post("/v1/exec_command", { cmd: "echo bob-marker", yield_time_ms: 5000 });
+      const bobSaw = await bobEvents.until((all) =>
+        all.some((e) => e.event === "end" && e.data.agent === "bob")
+      );
+      assert.ok(bobSaw.every((e) => e.data.agent === "bob"), JSON.stringify(bobSaw));
+      await bobEvents.close();
 
       // Another agent cannot reach it through any node: unknown, as on one host.
       const theirs = await n3.as(bob).post("/v1/write_stdin", { session_id: id, chars: "x" });
@@ -416,7 +441,9 @@ Deno.test({
       const n3events = await connectSse(`${n3.url}/v1/events`, n3.operator.auth);
       assert.equal((await n1.operator.del("/v1/agents/before")).status, 200);
       await n3events.until((all) =>
-        all.some((e) => e.event === "agent_revoked" && e.data.agent === "before")
+        all.some((e) =>
+          e.event === "agent_revoked" && e.data.agent === "before" && e.data.node === "n3"
+        )
       );
       await n3events.close();
       assert.equal((await n3.as(before).post("/v1/exec_command", { cmd: "true" })).status, 401);
@@ -442,7 +469,7 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
-    const fleet = await startFleet(1, { UEXEC_STORE_RETRY_MS: "300" });
+    const fleet = await startFleet(1, { UEXEC_STORE_RETRY_MS: "2000" });
     try {
       const [n1] = fleet.nodes;
       // Migrated once, though the nodes of the other tests start at once (advisory lock).
@@ -485,6 +512,35 @@ Deno.test({
       await fleet.stop();
     }
   },
+});
+
+Deno.test("fleet settings: a bad store URL (never echoed), node id or unix socket stops the server", async () => {
+  const secret = "hunter2-not-to-be-echoed";
+  await assert.rejects(
+    startServer({ UEXEC_STORE: `mysql://u:${secret}@127.0.0.1/x` }),
+    (err: Error) => {
+      assert.match(err.message, /UEXEC_STORE must be a postgres:\/\/ or postgresql:\/\/ URL/);
+      assert.ok(!err.message.includes(secret), err.message);
+      return true;
+    },
+  );
+  await assert.rejects(startServer({ UEXEC_NODE_ID: "../n1" }), /UEXEC_NODE_ID must match/);
+  await assert.rejects(
+    startServer({ UEXEC_NODE_URL: "http://127.0.0.1:1/path" }),
+    /UEXEC_NODE_URL must be http\(s\):\/\/host:port/,
+  );
+  const dir = await Deno.makeTempDir();
+  try {
+    await assert.rejects(
+      startServer({
+        UEXEC_STORE: "postgres://postgres@127.0.0.1:1/postgres",
+        UEXEC_LISTEN: `unix:${dir}/sock`,
+      }),
+      /UEXEC_NODE_URL: a fleet node on a unix socket/,
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 async function sha256(text: string): Promise<string> {

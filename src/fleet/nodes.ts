@@ -76,6 +76,10 @@ export class NodeRegistry {
   readonly #leases = new Map<string, ReturnType<typeof setTimeout>>();
   #beat: ReturnType<typeof setInterval> | undefined;
   #refreshing: Promise<void> | undefined;
+  /** Peers found lost whose loss was told (`onLost`). */
+  readonly #told = new Set<string>();
+  /** The first load is done (losses seen in it are old news). */
+  #loaded = false;
 
   private constructor(store: FleetStore, opts: NodeOptions, ordinal: number, credential: string) {
     this.#store = store;
@@ -139,7 +143,7 @@ export class NodeRegistry {
    * `fresh`: what the store says now).
    */
   async peer(id: string, fresh = false): Promise<FleetNode | undefined> {
-    if (fresh || !this.#peers.has(id)) await this.refresh();
+    if (fresh || !this.#peers.has(id)) await this.refresh(fresh);
     const node = this.#peers.get(id);
     return node && { id: node.id, ordinal: node.ordinal, url: node.url, lostAt: node.lostAt };
   }
@@ -167,8 +171,12 @@ export class NodeRegistry {
     return match();
   }
 
-  /** Reload the registry from the store (one reload at a time; callers share it). */
-  refresh(): Promise<void> {
+  /**
+   * Reload the registry from the store (one reload at a time; callers share it). `fresh`: one
+   * that starts after this call, not one already under way.
+   */
+  refresh(fresh = false): Promise<void> {
+    if (fresh && this.#refreshing) return this.#refreshing.then(() => this.refresh());
     this.#refreshing ??= this.#load().finally(() => this.#refreshing = undefined);
     return this.#refreshing;
   }
@@ -192,9 +200,17 @@ export class NodeRegistry {
         lostAt,
         digest: digestBytes(row.credential_sha256),
       });
-      if (lostAt === null) this.#arm(row.id, Number(row.lease_left_ms));
-      else this.#disarm(row.id);
+      if (lostAt === null) {
+        this.#arm(row.id, Number(row.lease_left_ms));
+        this.#told.delete(row.id);
+      } else {
+        this.#disarm(row.id);
+        // Told once per loss (nodes lost before this one started are not news).
+        if (!this.#told.has(row.id) && this.#loaded) this.#opts.onLost(row.id);
+        this.#told.add(row.id);
+      }
     }
+    this.#loaded = true;
   }
 
   /** A peer's announcement: a heartbeat re-arms its lease; a start or a loss reloads. */
@@ -205,8 +221,7 @@ export class NodeRegistry {
     ];
     if (id === this.id) return;
     if (kind === "beat" && this.#peers.get(id)?.lostAt === null) this.#arm(id, this.#opts.leaseMs);
-    else if (kind === "lost") this.refresh().then(() => this.#opts.onLost(id), () => {});
-    else this.refresh().catch(() => {});
+    else this.refresh(true).catch(() => {});
   }
 
   /** Look at peer `id` once its lease may have run out. */
@@ -251,11 +266,9 @@ export class NodeRegistry {
       this.#arm(id, this.#opts.leaseMs);
       return;
     }
-    await this.refresh().catch(() => {});
-    if (marked) {
-      this.#opts.log.warn("node_lost", { node: id });
-      this.#opts.onLost(id);
-    }
+    if (marked) this.#opts.log.warn("node_lost", { node: id });
+    // Whoever marked it, this node tells its streams once it reads the mark.
+    await this.refresh(true).catch(() => {});
   }
 
   /** Renew this node's lease and announce it (a store that is away: the next beat tries again). */

@@ -126,7 +126,8 @@ export class FleetStore {
     const sql = postgres(opts.url, {
       max: 8,
       onnotice: () => {},
-      connect_timeout: 10,
+      // A connection attempt gets no longer than a whole write may wait (1 s to 10 s).
+      connect_timeout: Math.min(10, Math.max(1, opts.retryMs / 1000)),
       connection: { application_name: "uexec" },
     });
     const store = new FleetStore(sql, opts);

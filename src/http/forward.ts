@@ -49,9 +49,18 @@ function failure(err: Error & { status: number; code: string }): Response {
   });
 }
 
-/** `next` behind the fleet's forwarding. */
-export function fleetFront(service: Service, fleet: FleetMember, next: Handler): Handler {
+/**
+ * `next` behind the fleet's forwarding; a request `fromSandbox` says came from a sandboxed
+ * command goes straight to `next`, which refuses it.
+ */
+export function fleetFront(
+  service: Service,
+  fleet: FleetMember,
+  next: Handler,
+  fromSandbox: (info: Deno.ServeHandlerInfo | undefined) => boolean,
+): Handler {
   return async (req, info) => {
+    if (fromSandbox(info)) return next(req, info);
     const token = bearerToken(req.headers.get("authorization"));
     const named = req.headers.get(AGENT_HEADER);
     if (named !== null) {
@@ -83,6 +92,9 @@ export function fleetFront(service: Service, fleet: FleetMember, next: Handler):
     if (req.method === "GET" && url.pathname === "/v1/sessions") {
       return listFleet(req, info, principal, fleet, next);
     }
+    if (req.method === "GET" && url.pathname === "/v1/events") {
+      return fleetEvents(req, info, principal, fleet, next);
+    }
     if (req.method === "GET" && url.pathname === "/v1/approvals") {
       const agent = principal.role === "operator" ? undefined : principal.name;
       // Checked by the app as ever (a revoked agent, a sandboxed peer), then the fleet's list.
@@ -93,7 +105,12 @@ export function fleetFront(service: Service, fleet: FleetMember, next: Handler):
     }
     const decided = /^\/v1\/approvals\/([^/]+)$/.exec(url.pathname);
     if (req.method === "POST" && decided && principal.role === "operator") {
-      const id = decodeURIComponent(decided[1]);
+      let id: string;
+      try {
+        id = decodeURIComponent(decided[1]);
+      } catch {
+        return next(req, info); // Not an id any approval has: the app answers.
+      }
       const place = await fleet.approvals.place(id);
       if (place === undefined || place.node === fleet.node) return next(req, info);
       const node = await fleet.peer(place.node);
@@ -215,6 +232,72 @@ async function listFleet(
     }),
   );
   return Response.json({ sessions: [...sessions, ...peers.flat()] });
+}
+
+/**
+ * `GET /v1/events` across the fleet: this node's stream, with the events of every live peer's
+ * stream for the same caller merged in whole (each carries its `node`). It ends when this node's
+ * stream does (the caller's credential ended); a peer's stream that ends is dropped.
+ */
+async function fleetEvents(
+  req: Request,
+  info: Deno.ServeHandlerInfo | undefined,
+  principal: Principal,
+  fleet: FleetMember,
+  next: Handler,
+): Promise<Response> {
+  const own = await next(req, info);
+  if (own.status !== 200 || !own.body) return own;
+  const url = new URL(req.url);
+  const gone = new AbortController();
+  const ownEvents = own.body;
+  const encoder = new TextEncoder();
+  let done = false;
+  const body = new ReadableStream<Uint8Array>({
+    start(controller) {
+      const end = () => {
+        if (done) return;
+        done = true;
+        gone.abort();
+        controller.close();
+      };
+      const relayEvents = async (stream: ReadableStream<Uint8Array>, comments: boolean) => {
+        for await (const event of eventsOf(stream, gone.signal)) {
+          if (done) break;
+          // A peer's own comments (connected, keepalive) are this stream's business, not theirs.
+          if (comments || !event.startsWith(":")) {
+            controller.enqueue(encoder.encode(`${event}\n\n`));
+          }
+        }
+      };
+      relayEvents(ownEvents, true).catch(() => {}).finally(end);
+      for (const node of fleet.livePeers()) {
+        const peerReq = new Request(req.url, { headers: req.headers, signal: gone.signal });
+        forward(peerReq, url, node, principal, fleet)
+          .then((res) => res.status === 200 && res.body ? relayEvents(res.body, false) : undefined)
+          .catch(() => {}); // A peer that cannot stream now: its lease tells whether it is lost.
+      }
+    },
+    cancel() {
+      // The caller went away: this node's stream (its subscription) and the peers' end.
+      done = true;
+      gone.abort();
+    },
+  });
+  return new Response(body, { headers: own.headers });
+}
+
+/** The whole events (blocks ending in a blank line) of an SSE stream, without that line. */
+async function* eventsOf(
+  body: ReadableStream<Uint8Array>,
+  signal: AbortSignal,
+): AsyncGenerator<string> {
+  let rest = "";
+  for await (const text of body.pipeThrough(new TextDecoderStream(), { signal })) {
+    const events = (rest + text).split("\n\n");
+    rest = events.pop()!;
+    yield* events;
+  }
 }
 
 /** An error another node answered with (its status and code, as the app gives them). */
