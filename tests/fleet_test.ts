@@ -263,6 +263,19 @@ Deno.test({
       }
       // Another agent's session is unknown through the router too.
       const [a, b] = agents;
+      // A sandboxed command (the default profile, no network) cannot reach the router, behind
+      // which the node could not tell it from its agent (docs/fleet.md).
+      const port = new URL(router).port;
+      const probe = await call(router, a.token, "POST", "/v1/exec_command", {
+        cmd: `exec 3<>/dev/tcp/127.0.0.1/${port} && echo reached-router || echo no-router`,
+        shell: "/bin/bash",
+        login: false,
+        tty: false,
+        yield_time_ms: 5000,
+      });
+      assert.equal(probe.status, 200, JSON.stringify(probe.body));
+      assert.match(probe.body.output, /no-router/);
+      assert.doesNotMatch(probe.body.output, /reached-router/);
       const theirs = await call(router, b.token, "POST", "/v1/write_stdin", {
         session_id: a.id,
         chars: "x",
