@@ -255,6 +255,16 @@ export const SETTINGS: readonly Setting[] = [
     default: "15000",
     description: "a node silent this long is lost: its sessions answer 410 `node_lost`",
   },
+  {
+    name: "UEXEC_FLEET_PORT",
+    default: "8787",
+    description: "`deno task fleet`: the router's port, 0 any free one (docs/fleet.md)",
+  },
+  {
+    name: "UEXEC_FLEET_DIR",
+    default: "a new temporary directory",
+    description: "`deno task fleet`: where its PostgreSQL, nginx and nodes keep their files",
+  },
 ];
 
 /** The setting's first column in the docs' table: its flag, its name and its aliases. */

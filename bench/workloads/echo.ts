@@ -60,7 +60,7 @@ const ROUNDS = 20;
  * runs; also the runs per round, and `diff`: the mean over rounds of the round's median on
  * `client`'s server minus its median on `other` (paired, so drift between rounds cancels).
  */
-async function alternatingP50(
+export async function alternatingP50(
   client: UexecClient,
   other: UexecClient,
   n: number,
