@@ -668,7 +668,7 @@ export class SessionManager {
     try {
       session.attach(this.#opts.reactor, fds);
     } catch (err) {
-      // Out of descriptors for its pidfd: the child runs but cannot be watched, so it dies now.
+      // Its output cannot be watched (the epoll set is out of room): the child dies now.
       abandonChild(fds);
       sessionDir.release();
       lease.release();
@@ -842,7 +842,7 @@ function screenOf(session: Session) {
 /**
  * Descriptors held back for the runtime's own needs when starts run out (it needs one or two at
  * a time); starts resume once twice as many are free, about what one start takes at its peak
- * (terminal or pipes, gate, cgroup files, pidfd).
+ * (terminal or pipes, gate, cgroup files).
  */
 export const DESCRIPTOR_RESERVE = 8;
 
