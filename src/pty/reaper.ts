@@ -14,7 +14,10 @@
  * of the process, so the main thread reaps them all.
  *
  * A signal listener does not keep Deno's event loop alive: the process's reactor does (its
- * `epoll_wait` is always pending), so a watched child's exit is always heard.
+ * `epoll_wait` is always pending), so a watched child's exit is always heard. Once listened for,
+ * SIGCHLD stays caught for the process's life (Deno keeps its handler, with SA_RESTART): the
+ * few system calls that fail with EINTR instead of restarting (a cgroup memory limit's write,
+ * `epoll_wait`) are tried again where they are made.
  *
  * It must never reap a pid it was not handed (that child belongs to whoever started it), never
  * reap a pid twice, and never act on a pid after it reaped it: a watched child stays a zombie

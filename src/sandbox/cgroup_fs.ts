@@ -15,6 +15,7 @@
 import {
   closeAll,
   cString,
+  E,
   errno,
   libc,
   listDir,
@@ -26,6 +27,8 @@ import {
 
 const ENOENT = 2;
 const EBUSY = 16;
+/** How many times a write a signal interrupted is tried in all. */
+const MAX_INTERRUPTED_WRITES = 100;
 
 /** What making one session's cgroups takes. */
 export interface CgroupPlan {
@@ -174,8 +177,13 @@ export function writeFile(path: string, text: string, ifPresent = false, room?: 
   }
   try {
     const bytes = new TextEncoder().encode(text);
-    if (c.write(fd, bytes, BigInt(bytes.length)) !== bytes.length) {
-      throw new OsError(`write(${path})`, errno());
+    // A caught signal (the reaper's SIGCHLD) fails some writes with EINTR rather than restarting
+    // them (a memory limit's, while it reclaims): written again, a bounded number of times.
+    for (let tries = 1; c.write(fd, bytes, BigInt(bytes.length)) !== bytes.length; tries++) {
+      const code = errno();
+      if (code !== E.EINTR || tries === MAX_INTERRUPTED_WRITES) {
+        throw new OsError(`write(${path})`, code);
+      }
     }
   } finally {
     c.close(fd);
