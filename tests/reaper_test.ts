@@ -15,9 +15,12 @@ import { openPipe } from "../src/pty/open.ts";
 import { type ExitStatus, watchedChildren, watchExit } from "../src/pty/reaper.ts";
 import { spawnChild } from "../src/pty/spawn.ts";
 
-/** Starts `sh -c script` with pipes for stdio (closed here at once): its pid. */
-function start(script: string): number {
-  const [inRead, inWrite] = openPipe();
+/**
+ * Starts `sh -c script` with pipes for stdio (this side's ends closed at once; `stdin`, the read
+ * end of a pipe of the caller's, instead of a new one): its pid.
+ */
+function start(script: string, stdin?: number): number {
+  const [inRead, inWrite] = stdin === undefined ? openPipe() : [stdin, -1];
   const [outRead, outWrite] = openPipe();
   try {
     return spawnChild({
@@ -27,7 +30,7 @@ function start(script: string): number {
       stdio: { kind: "pipes", stdin: inRead, output: outWrite },
     }).pid;
   } finally {
-    closeAll([inRead, inWrite, outRead, outWrite]);
+    closeAll([...(stdin === undefined ? [inRead, inWrite] : []), outRead, outWrite]);
   }
 }
 
@@ -60,31 +63,20 @@ async function exited(pid: number): Promise<void> {
 }
 
 Deno.test("the reaper tells exact exit codes and signals of many children, with no descriptor each", async () => {
-  // A fifo the children block on: all are running (and watched) before any exits.
-  const dir = Deno.makeTempDirSync({ prefix: "uexec-reaper-" });
-  const fifo = `${dir}/go`;
-  try {
-    new Deno.Command("mkfifo", { args: [fifo] }).outputSync();
-    const codes = Array.from({ length: 40 }, (_, i) => i);
-    const script = (code: number) =>
-      code % 10 === 9 ? `read x < ${fifo}; kill -9 $$` : `read x < ${fifo}; exit ${code}`;
-    const exits = [exitOf(start(script(codes[0])))];
-    const fds = openDescriptors();
-    for (const code of codes.slice(1)) exits.push(exitOf(start(script(code))));
-    assert.equal(watchedChildren(), codes.length);
-    assert.equal(openDescriptors(), fds, "no descriptor is held per watched child");
-    // Every reader gets EOF at once when the writer closes.
-    const w = await Deno.open(fifo, { write: true });
-    w.close();
-    const got = await Promise.all(exits);
-    assert.deepEqual(
-      got,
-      codes.map((code) => code % 10 === 9 ? { code: 137, signal: 9 } : { code }),
-    );
-    assert.equal(watchedChildren(), 0);
-  } finally {
-    Deno.removeSync(dir, { recursive: true });
-  }
+  // One pipe is every child's stdin: all are running (and watched) until its write end closes,
+  // when each gets EOF at once.
+  const [goRead, goWrite] = openPipe();
+  const codes = Array.from({ length: 40 }, (_, i) => i);
+  const script = (code: number) => `read x; ` + (code % 10 === 9 ? "kill -9 $$" : `exit ${code}`);
+  const exits = [exitOf(start(script(codes[0]), goRead))];
+  const fds = openDescriptors();
+  for (const code of codes.slice(1)) exits.push(exitOf(start(script(code), goRead)));
+  assert.equal(watchedChildren(), codes.length);
+  assert.equal(openDescriptors(), fds, "no descriptor is held per watched child");
+  closeAll([goRead, goWrite]);
+  const got = await Promise.all(exits);
+  assert.deepEqual(got, codes.map((code) => code % 10 === 9 ? { code: 137, signal: 9 } : { code }));
+  assert.equal(watchedChildren(), 0);
 });
 
 Deno.test("a child that exited before it was handed over is told all the same", async () => {

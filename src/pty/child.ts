@@ -14,7 +14,7 @@
 import { E, errno, libc } from "../ffi/libc.ts";
 import { EPOLLIN, EPOLLOUT, type Reactor, type Registration } from "../io/reactor.ts";
 import { resizePty, type WindowSize } from "./open.ts";
-import { type ExitStatus, watchExit } from "./reaper.ts";
+import { type ExitStatus, reapIfExited, watchExit } from "./reaper.ts";
 
 export { decodeWaitStatus, type ExitStatus } from "./reaper.ts";
 
@@ -236,7 +236,9 @@ export class Child {
     this.#eof = true;
     if (this.#outReg) this.#reactor.remove(this.#outReg);
     this.#outReg = undefined;
-    if (this.#exit) this.#finish();
+    // Its end of output usually is its exit: asked at once (this calls #exited if so).
+    if (!this.#exit) reapIfExited(this.pid);
+    else this.#finish();
   }
 
   #exited(status: ExitStatus): void {

@@ -77,6 +77,11 @@ class Reaper {
     };
   }
 
+  /** Reap `pid` now if it is watched and has exited (one `waitpid`, no scan). */
+  reapNow(pid: number): void {
+    this.#reap(pid);
+  }
+
   get watching(): number {
     return this.#watched.size;
   }
@@ -131,6 +136,15 @@ let reaper: Reaper | undefined;
 export function watchExit(pid: number, listener: ExitListener): () => void {
   reaper ??= new Reaper();
   return reaper.watch(pid, listener);
+}
+
+/**
+ * Reap watched child `pid` now if it has exited: a hint from its own events (its terminal hung
+ * up), cheaper than the SIGCHLD path's look at every child (`waitid(P_ALL)` walks the list of
+ * the process's children, which holds every live session).
+ */
+export function reapIfExited(pid: number): void {
+  reaper?.reapNow(pid);
 }
 
 /** How many children are watched now. */
