@@ -11,6 +11,7 @@
  */
 
 import { log, ticker } from "../log.ts";
+import { listProcDir } from "../procfs.ts";
 import { noFigure, row } from "../report.ts";
 import { connect, type Context, type Outcome, startServer } from "../workload.ts";
 import { healthzLatency } from "./idle.ts";
@@ -112,9 +113,9 @@ function fdRoom(): { sessions: number; limit: number } {
   return { sessions: Number.isFinite(limit) ? limit - 1024 : Infinity, limit };
 }
 
-/** How many descriptors process `pid` has open. */
+/** How many descriptors process `pid` has open (through libc: Deno asks --allow-all for it). */
 function openDescriptors(pid: number): number {
-  return [...Deno.readDirSync(`/proc/${pid}/fd`)].length;
+  return listProcDir(`/proc/${pid}/fd`).length;
 }
 
 export async function wsIdleSessions(ctx: Context): Promise<Outcome> {
