@@ -66,7 +66,8 @@ Deno.test("the reaper tells exact exit codes and signals of many children, with 
   // One pipe is every child's stdin: all are running (and watched) until its write end closes,
   // when each gets EOF at once.
   const [goRead, goWrite] = openPipe();
-  const codes = Array.from({ length: 40 }, (_, i) => i);
+  // More than the reaper handles in one turn of the event loop.
+  const codes = Array.from({ length: 150 }, (_, i) => i);
   const script = (code: number) => `read x; ` + (code % 10 === 9 ? "kill -9 $$" : `exit ${code}`);
   const exits = [exitOf(start(script(codes[0]), goRead))];
   const fds = openDescriptors();
