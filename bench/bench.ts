@@ -35,6 +35,7 @@ import { stockClients } from "./workloads/transports.ts";
 import { wsIdleSessions } from "./workloads/ws_idle.ts";
 import { egressProxy } from "./workloads/egress.ts";
 import { fleetCosts } from "./fleet.ts";
+import { scale } from "./workloads/scale.ts";
 
 /** The whole bench stays under 5 minutes: workloads not started by then are skipped. */
 const BUDGET_MS = 280_000;
@@ -54,6 +55,7 @@ const WORKLOADS: { name: string; run: (ctx: Context) => Promise<Outcome>; limitM
   { name: "output modes", run: outputModes, limitMs: 90_000 },
   { name: "egress proxy", run: egressProxy, limitMs: 60_000 },
   { name: "fleet: router and store", run: fleetCosts, limitMs: 90_000 },
+  { name: "scale: parallel starts, a flood's neighbour", run: scale, limitMs: 120_000 },
 ];
 
 function parseArgs(

@@ -1,7 +1,8 @@
 /**
- * Scale over the WebSocket: open N idle `cat` sessions through one WebSocket connection (64
- * `exec_command` requests in flight), then read the server's resident memory and time
- * `/healthz` while they live. On a host too slow to open all N within the workload's time limit
+ * Scale over the WebSocket (issue 34's idle sessions): open N idle `cat` sessions through one
+ * WebSocket connection (64 `exec_command` requests in flight), then read the server's resident
+ * memory and its open descriptors per session, time `/healthz` while they live, and time the
+ * server's exit on SIGTERM with all of them live. On a host too slow to open all N within the workload's time limit
  * (less a reserve for the measurements), opening stops there and the rows say how many opened.
  * N beyond the kernel's PTY limit needs `kernel.pty.max` raised: as root the bench raises it for
  * the run and puts it back after; otherwise the row says so. The sessions end with the server's
@@ -10,6 +11,7 @@
  */
 
 import { log, ticker } from "../log.ts";
+import { listProcDir } from "../procfs.ts";
 import { noFigure, row } from "../report.ts";
 import { connect, type Context, type Outcome, startServer } from "../workload.ts";
 import { healthzLatency } from "./idle.ts";
@@ -27,8 +29,12 @@ function sysctl(...args: string[]): string {
   return text.decode(res.stdout).trim();
 }
 
-/** Raises kernel.pty.max to `want` when it is lower and settable; returns the restore step. */
-function raisePtyMax(want: number): { ok: boolean; note: string; restore: () => void } {
+/**
+ * Raises kernel.pty.max so that `more` terminals fit beside those in use on the machine now
+ * (other servers, tests) when it is lower and settable; returns the restore step.
+ */
+function raisePtyMax(more: number): { ok: boolean; note: string; restore: () => void } {
+  const want = Number(sysctl("-n", "kernel.pty.nr")) + more;
   const before = Number(sysctl("-n", PTY_MAX));
   if (before >= want) return { ok: true, note: `kernel.pty.max ${before}`, restore: () => {} };
   try {
@@ -97,13 +103,19 @@ async function openOverWebSocket(
 }
 
 /**
- * The sessions the server's descriptor limit (inherited from the bench) leaves room for: each
- * holds two (its PTY and its pidfd), and 1,024 are kept for everything else.
+ * The sessions the server's descriptor limit (inherited from the bench, never raised) leaves
+ * room for: each idle one holds one (its PTY; src/pty/reaper.ts), and 1,024 are kept for
+ * everything else (the terminal probe's cache alone may hold 512).
  */
 function fdRoom(): { sessions: number; limit: number } {
   const out = new Deno.Command("sh", { args: ["-c", "ulimit -n"], stdout: "piped" }).outputSync();
   const limit = Number(new TextDecoder().decode(out.stdout).trim());
-  return { sessions: Number.isFinite(limit) ? Math.floor((limit - 1024) / 2) : Infinity, limit };
+  return { sessions: Number.isFinite(limit) ? limit - 1024 : Infinity, limit };
+}
+
+/** How many descriptors process `pid` has open (through libc: Deno asks --allow-all for it). */
+function openDescriptors(pid: number): number {
+  return listProcDir(`/proc/${pid}/fd`).length;
 }
 
 export async function wsIdleSessions(ctx: Context): Promise<Outcome> {
@@ -121,6 +133,7 @@ export async function wsIdleSessions(ctx: Context): Promise<Outcome> {
     const client = connect(ctx, server);
     const healthzBefore = await healthzLatency(client, ctx.sizes.healthzRuns);
     const memBefore = server.memory();
+    const fdsBefore = openDescriptors(server.pid);
     const wsUrl = (await client.healthz() as { websocket: string }).websocket;
     log(`opening ${n} idle cat sessions over one WebSocket, ${IN_FLIGHT} in flight (${pty.note})`);
     const t0 = performance.now();
@@ -135,11 +148,18 @@ export async function wsIdleSessions(ctx: Context): Promise<Outcome> {
         n.toLocaleString("en-US")
       } opened within the workload's time limit (a slow host); figures are for those`;
     const memAfter = server.memory();
-    log(`${opened} open in ${openS.toFixed(2)} s, server RSS ${memAfter.rssMiB} MiB`);
+    const fdsAfter = openDescriptors(server.pid);
+    const perSession = Math.round((fdsAfter - fdsBefore) / opened * 1000) / 1000;
+    log(
+      `${opened} open in ${openS.toFixed(2)} s, server RSS ${memAfter.rssMiB} MiB, ` +
+        `${fdsAfter} descriptors open (${perSession} per session)`,
+    );
     // A fresh client: the first one's keep-alive connection outlived the server's idle timeout.
     const healthzDuring = await healthzLatency(connect(ctx, server), ctx.sizes.healthzRuns);
     socket.onclose = null;
     socket.close();
+    log(`SIGTERM with ${opened} sessions live`);
+    const stop = await server.stop();
     return {
       rows: [
         row({
@@ -147,7 +167,17 @@ export async function wsIdleSessions(ctx: Context): Promise<Outcome> {
           metric: all ? "time to open all" : `time to open ${opened.toLocaleString("en-US")}`,
           unit: "s",
           uexec: Math.round(openS * 100) / 100,
+          goal: all ? { op: "<=", value: 20, text: "<= 20 s" } : undefined,
           note: pty.note + capped + (all ? "" : `; ${cut}`),
+        }),
+        row({
+          workload,
+          metric: "descriptors per session",
+          unit: "",
+          uexec: perSession,
+          goal: { op: "<=", value: 1.1, text: "<= 1.1" },
+          note: `${fdsAfter} open with them (${fdsBefore} before) of the limit ${room.limit}, ` +
+            "not raised; the terminal probe's cache holds at most 512 of them",
         }),
         row({
           workload,
@@ -167,6 +197,16 @@ export async function wsIdleSessions(ctx: Context): Promise<Outcome> {
           goal: all ? { op: "<=", value: 10, text: "<= 10 ms" } : undefined,
           note: cut,
         }),
+        row({
+          workload,
+          metric: "server exit on SIGTERM",
+          unit: "ms",
+          uexec: stop.exitMs,
+          goal: all ? { op: "<=", value: 3000, text: "<= 3 s" } : undefined,
+          note: `with all ${opened.toLocaleString("en-US")} sessions live` +
+            (stop.killed ? "; SIGKILL was needed" : "") +
+            (stop.orphans.length > 0 ? `; ${stop.orphans.length} processes left behind` : ""),
+        }),
       ],
       details: {
         wanted: n,
@@ -174,6 +214,9 @@ export async function wsIdleSessions(ctx: Context): Promise<Outcome> {
         open_seconds: openS,
         memory_before: memBefore,
         memory_after: memAfter,
+        descriptors_before: fdsBefore,
+        descriptors_after: fdsAfter,
+        stop,
       },
     };
   } finally {

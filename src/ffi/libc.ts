@@ -41,6 +41,7 @@ const symbols = {
   kill: { parameters: ["i32", "i32"], result: "i32" },
   chown: { parameters: ["buffer", "u32", "u32"], result: "i32" },
   waitpid: { parameters: ["i32", "buffer", "i32"], result: "i32" },
+  waitid: { parameters: ["i32", "i32", "buffer", "i32"], result: "i32" },
   syscall: { parameters: ["i64", "i64", "i64", "i64", "i64", "i64", "i64"], result: "i32" },
   eventfd: { parameters: ["u32", "i32"], result: "i32" },
   epoll_create1: { parameters: ["i32"], result: "i32" },

@@ -1,6 +1,6 @@
 /**
  * One epoll instance that wakes uexec on file-descriptor readiness: PTY masters, pipes and
- * pidfds of children. A single pool thread sits in `epoll_wait`; everything else runs on the
+ * pidfds of processes waited for. A single pool thread sits in `epoll_wait`; everything else runs on the
  * main thread when it returns. There is no timer and no polling here: only kernel events.
  *
  * This module must never read or write the watched descriptors itself; watchers do that.

@@ -1,6 +1,7 @@
 /**
- * A running child as the server sees it: its output descriptor (PTY master or merged pipe),
- * its input descriptor, and its pidfd, all driven by the reactor.
+ * A running child as the server sees it: its output descriptor (PTY master or merged pipe) and
+ * its input descriptor, driven by the reactor, and its exit, told by the reaper (./reaper.ts),
+ * so an idle PTY session holds one descriptor: its master.
  *
  * It reports output as raw bytes in arrival order and reports its end exactly once, only after
  * the exit status is known and the output reached EOF (or, when a leftover process still holds
@@ -11,23 +12,18 @@
  */
 
 import { ApiError } from "../errors.ts";
-import { check, E, errno, libc, rawSyscall } from "../ffi/libc.ts";
+import { E, errno, libc } from "../ffi/libc.ts";
 import { EPOLLIN, EPOLLOUT, type Reactor, type Registration } from "../io/reactor.ts";
 import { resizePty, type WindowSize } from "./open.ts";
+import { type ExitStatus, reapIfExited, watchExit } from "./reaper.ts";
+
+export { decodeWaitStatus, type ExitStatus } from "./reaper.ts";
 
 const READ_SIZE = 64 * 1024;
 const READ_SIZE_BIG = BigInt(READ_SIZE);
 const MAX_READS_PER_WAKE = 64;
-const SYS_PIDFD_OPEN = 434;
-const WNOHANG = 1;
 /** After the exit, how long to wait for EOF while another process still holds the terminal. */
 const EOF_GRACE_MS = 200;
-
-/** How a child ended: `code` is the exit code, or 128 + signal for a signal death. */
-export interface ExitStatus {
-  code: number;
-  signal?: number;
-}
 
 /** Callbacks a child reports to. */
 export interface ChildSink {
@@ -74,13 +70,6 @@ export class StdinFullError extends ApiError {
 
 const readBuf = new Uint8Array(READ_SIZE);
 
-/** Decode a waitpid status word. */
-export function decodeWaitStatus(status: number): ExitStatus {
-  const sig = status & 0x7f;
-  if (sig === 0) return { code: (status >> 8) & 0xff };
-  return { code: 128 + sig, signal: sig };
-}
-
 /** A child process driven by the reactor. */
 export class Child {
   readonly pid: number;
@@ -89,10 +78,8 @@ export class Child {
   #sink: ChildSink;
   #output: number;
   #input: number;
-  #pidfd: number;
   #outReg?: Registration;
   #inReg?: Registration;
-  #pidReg?: Registration;
   #queue: Uint8Array[] = [];
   /** Bytes in `#queue`. */
   #queued = 0;
@@ -112,9 +99,8 @@ export class Child {
     this.#sink = sink;
     this.#output = fds.output;
     this.#input = fds.input;
-    this.#pidfd = check("pidfd_open", rawSyscall(SYS_PIDFD_OPEN, fds.pid, 0));
-    this.#pidReg = reactor.add(this.#pidfd, EPOLLIN, { readable: () => this.#reap() });
     this.#watchOutput();
+    watchExit(this.pid, (status) => this.#exited(status));
   }
 
   #watchOutput(): void {
@@ -247,18 +233,13 @@ export class Child {
     this.#eof = true;
     if (this.#outReg) this.#reactor.remove(this.#outReg);
     this.#outReg = undefined;
-    if (this.#exit) this.#finish();
+    // Its end of output usually is its exit: asked at once (this calls #exited if so).
+    if (!this.#exit) reapIfExited(this.pid);
+    else this.#finish();
   }
 
-  #reap(): void {
-    const status = new Int32Array(1);
-    const rc = libc().waitpid(this.pid, new Uint8Array(status.buffer), WNOHANG);
-    if (rc === 0) return;
-    this.#exit = rc === this.pid ? decodeWaitStatus(status[0]) : { code: -1 };
-    if (this.#pidReg) this.#reactor.remove(this.#pidReg);
-    this.#pidReg = undefined;
-    if (this.#pidfd >= 0) libc().close(this.#pidfd);
-    this.#pidfd = -1;
+  #exited(status: ExitStatus): void {
+    this.#exit = status;
     if (this.#eof) this.#finish();
     else this.#graceTimer = setTimeout(() => this.#finish(), EOF_GRACE_MS);
   }

@@ -13,7 +13,7 @@
  * @module
  */
 
-import { cString, E, errnoName, libc, O, OsError } from "../ffi/libc.ts";
+import { cString, E, errno, errnoName, libc, O, OsError } from "../ffi/libc.ts";
 import { cloneIntoCgroup, type Placement } from "./clone_into_cgroup.ts";
 import { openPty, type WindowSize } from "./open.ts";
 
@@ -175,10 +175,16 @@ const encoder = new TextEncoder();
  * the child, still starting on the same CPU, then runs until it sleeps at the gate.
  */
 export function openGate(pid: number, gate: Gate): boolean {
-  const c = libc();
   const line = encoder.encode(`${pid}\n`);
-  for (const fd of gate.procs) {
-    if (c.write(fd, line, BigInt(line.length)) !== line.length) return false;
+  return gate.procs.every((fd) => writeAll(fd, line)) && writeAll(gate.release, line.subarray(-1));
+}
+
+/** One write of all of `bytes`, written again if a caught signal (SIGCHLD) interrupted it. */
+function writeAll(fd: number, bytes: Uint8Array): boolean {
+  const c = libc();
+  for (let tries = 0; tries < 100; tries++) {
+    if (c.write(fd, bytes, BigInt(bytes.length)) === bytes.length) return true;
+    if (errno() !== E.EINTR) return false;
   }
-  return c.write(gate.release, line.subarray(-1), 1n) === 1;
+  return false;
 }

@@ -138,6 +138,7 @@ export class SessionManager {
       settling: this.#settling,
       granted: this.#granted,
       node: this.#node.id,
+      closing: () => this.#closing,
       terminate: (sessions, reason) => this.#terminate(sessions, reason),
     };
   }
@@ -486,7 +487,11 @@ export class SessionManager {
     const { cgroups } = this.#opts;
     const cgroupOf = (s: Session) => this.#cgroups.get(s);
     if (!cgroups) killSessions(live.map((s) => s.child.pid), [SIGHUP, SIGTERM]);
-    else for (const s of live) cgroupOf(s)?.signal(SIGHUP, SIGTERM);
+    else if (everything) {
+      // Shutdown: each session's process group, not each cgroup's members (a file read per
+      // session, half a second for 10,000); what left its group dies by the one cgroup.kill.
+      for (const s of live) for (const sig of [SIGHUP, SIGTERM]) s.child.signal(sig);
+    } else for (const s of live) cgroupOf(s)?.signal(SIGHUP, SIGTERM);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const grace = new Promise<void>((r) => timer = setTimeout(r, this.#opts.killGraceMs ?? 1000));
     await Promise.race([Promise.all(live.map((s) => s.closed)), grace]);

@@ -82,6 +82,8 @@ export interface StartDeps {
   node: string;
   /** Sessions holding write grants (see sandbox/write_grant.ts). */
   granted: WeakSet<Session>;
+  /** Whether the server is shutting down (its sessions' usage is then not read). */
+  closing(): boolean;
   /** End sessions (a session's `timeoutMs` passed). */
   terminate(sessions: Session[], reason: EndReason): Promise<void>;
 }
@@ -255,7 +257,8 @@ export async function startSession(
         // What its tree used, then (after this exit is reported, once this turn of the event
         // loop is done: a zero-delay timer would put the kill and the cgroup's reuse a
         // millisecond later, in the middle of the next command's start) whatever it left dies.
-        s.usage = sessionCgroup.usage();
+        // Not once the server shuts down: three cgroup files per session, a second for 10,000.
+        if (!deps.closing()) s.usage = sessionCgroup.usage();
         const { promise, resolve } = Promise.withResolvers<void>();
         deps.settling.set(s, promise);
         setImmediate(() =>
@@ -294,7 +297,7 @@ export async function startSession(
   try {
     session.attach(deps.reactor, fds);
   } catch (err) {
-    // Out of descriptors for its pidfd: the child runs but cannot be watched, so it dies now.
+    // Its output cannot be watched (the epoll set is out of room): the child dies now.
     abandonChild(fds);
     sessionDir.release();
     lease.release();
@@ -319,7 +322,7 @@ function ranOut(deps: StartDeps, err: Error): OutOfResourcesError {
 /**
  * Descriptors held back for the runtime's own needs when starts run out (it needs one or two at
  * a time); starts resume once twice as many are free, about what one start takes at its peak
- * (terminal or pipes, gate, cgroup files, pidfd).
+ * (terminal or pipes, gate, cgroup files).
  */
 export const DESCRIPTOR_RESERVE = 8;
 

@@ -3,7 +3,11 @@
  *
  * A domain is everything that shapes a worker thread's restriction (profile, workdir, ...);
  * sessions of one domain share its worker, holding a lease on it while they live (each spawn
- * runs as its session's own uid when the server is root). Warm workers
+ * runs as its session's own uid when the server is root). A domain without a restriction (an
+ * unenforced profile) takes more workers, up to {@link MAX_OPEN_WORKERS}, while all of its
+ * workers have spawns in flight: a spawn holds its thread until the child has exec'd, so one
+ * thread is a queue for every start at once. A restricted domain keeps one thread: its sessions
+ * share the namespaces that thread made (their loopback network, their mounts). Warm workers
  * are unrestricted until bound; the pool refills in the background. A worker that failed to
  * restrict, or died, is never reused; one whose domain has had no session for a while is
  * stopped (its children live on).
@@ -58,6 +62,8 @@ export class Spawner {
   /** Called once if the worker dies. */
   onDeath?: () => void;
   #stopped = Promise.withResolvers<void>();
+  /** Spawns asked of it and not answered yet. */
+  #spawning = 0;
 
   /** Start a worker running `module` (the spawner; a test may wrap it). */
   constructor(module: URL = SPAWNER_MODULE) {
@@ -91,6 +97,7 @@ export class Spawner {
   async spawn(spec: SpawnSpec, slot?: number): Promise<Spawned> {
     const started = new Int32Array(new SharedArrayBuffer(8)).fill(-1);
     let reply: WorkerReply;
+    this.#spawning++;
     try {
       reply = await this.#request({ type: "spawn", spec, started, slot });
     } catch (err) {
@@ -99,6 +106,8 @@ export class Spawner {
       const master = Atomics.load(started, 1);
       const orphan = master < 0 ? { pid } : { pid, master };
       throw new SpawnFailure("died", err.message, undefined, orphan);
+    } finally {
+      this.#spawning--;
     }
     if (reply.type !== "spawned") throw failure(reply);
     return { pid: reply.pid, master: reply.master, unplaced: reply.unplaced };
@@ -139,6 +148,11 @@ export class Spawner {
     this.#freeSlots.sort((a, b) => a - b);
   }
 
+  /** Its spawns in flight (waiting for their child's exec, or queued behind one). */
+  get inFlight(): number {
+    return this.#spawning;
+  }
+
   /** Stop the worker thread (its children live on). */
   terminate(): void {
     closeAll(this.#namespaces);
@@ -163,6 +177,11 @@ export class Spawner {
   }
 }
 
+/** Stop a binding's further workers (its first is stopped apart). */
+function retireMore(binding: Binding): void {
+  for (const w of binding.more?.splice(0) ?? []) w.terminate();
+}
+
 function failure(reply: WorkerReply): Error {
   if (reply.type === "failed") {
     return reply.kind === "sandbox"
@@ -174,7 +193,11 @@ function failure(reply: WorkerReply): Error {
 
 /** A session's hold on its domain's worker; `release` it when the session ends. */
 export interface Lease {
-  spawner: Spawner;
+  /**
+   * The worker to spawn on, chosen when read: a restricted domain's one worker, or the least
+   * busy of an unrestricted domain's workers (read it right before the spawn).
+   */
+  readonly spawner: Spawner;
   /** The session's terminal slot on it, when the worker has slots (a root server). */
   slot?: number;
   release(): void;
@@ -182,6 +205,8 @@ export interface Lease {
 
 interface Binding {
   spawner: Promise<Spawner>;
+  /** An unrestricted domain's further workers, taken while all of its workers were busy. */
+  more?: Spawner[];
   users: number;
   idle?: ReturnType<typeof setTimeout>;
 }
@@ -194,6 +219,12 @@ const IDLE_MS = 5 * 60_000;
  * for five minutes, a way for an agent to exhaust the server's memory by changing `workdir`.
  */
 const MAX_IDLE = 8;
+/**
+ * Most workers of an unrestricted domain: two per core here. A spawn's thread mostly waits for
+ * its child's exec, so more than the cores overlap; each costs about 20 MiB while its domain
+ * lives (they stop with its first worker when the domain goes idle).
+ */
+export const MAX_OPEN_WORKERS = 4;
 
 /** Settings of a pool. */
 export interface PoolOptions {
@@ -242,7 +273,11 @@ export class SpawnerPool {
   async acquire(domain: string, restriction?: Restriction): Promise<Lease> {
     let binding = this.#domains.get(domain);
     if (!binding) {
-      const fresh: Binding = { spawner: this.#bind(restriction), users: 0 };
+      const fresh: Binding = {
+        spawner: this.#bind(restriction),
+        users: 0,
+        more: restriction ? undefined : [],
+      };
       fresh.spawner.then(
         (spawner) => spawner.onDeath = () => this.#forget(domain, fresh),
         () => this.#forget(domain, fresh),
@@ -258,8 +293,11 @@ export class SpawnerPool {
       const spawner = await held.spawner;
       const slot = spawner.takeSlot();
       let released = false;
+      const pick = () => this.#pick(held, spawner);
       return {
-        spawner,
+        get spawner() {
+          return pick();
+        },
         slot,
         release: () => {
           if (released) return;
@@ -274,9 +312,38 @@ export class SpawnerPool {
     }
   }
 
+  /**
+   * The least busy of `first` and the binding's further workers; one more is taken (a warm one
+   * when there is one) while every one is busy and there are fewer than the most.
+   */
+  #pick(binding: Binding, first: Spawner): Spawner {
+    const more = binding.more;
+    if (!more) return first;
+    let best = first;
+    for (const w of more) if (w.inFlight < best.inFlight) best = w;
+    if (best.inFlight === 0 || more.length + 1 >= MAX_OPEN_WORKERS) return best;
+    let added: Spawner;
+    try {
+      added = this.#warm.shift() ?? new Spawner(this.#module);
+    } catch (err) {
+      // Short of descriptors for another thread (see startWorker): the busy one takes it.
+      if (err instanceof OsError) return best;
+      throw err;
+    }
+    this.#refill();
+    more.push(added);
+    added.onDeath = () => {
+      const at = more.indexOf(added);
+      if (at >= 0) more.splice(at, 1);
+    };
+    return added;
+  }
+
   /** How many workers there are: warm ones, and ones bound to a sandbox domain. */
   workers(): { warm: number; bound: number } {
-    return { warm: this.#warm.length, bound: this.#domains.size };
+    let bound = 0;
+    for (const b of this.#domains.values()) bound += 1 + (b.more?.length ?? 0);
+    return { warm: this.#warm.length, bound };
   }
 
   /** Stop every worker. */
@@ -285,6 +352,7 @@ export class SpawnerPool {
     this.#domains.clear();
     this.#idle.clear();
     for (const b of bindings) clearTimeout(b.idle);
+    for (const b of bindings) retireMore(b);
     const bound = await Promise.allSettled(bindings.map((b) => b.spawner));
     for (const b of bound) if (b.status === "fulfilled") b.value.terminate();
     for (const w of this.#warm) w.terminate();
@@ -293,6 +361,8 @@ export class SpawnerPool {
 
   #release(domain: string, binding: Binding): void {
     if (--binding.users > 0) return;
+    // No longer the domain's (its first worker died): nothing spawns on its others any more.
+    if (this.#domains.get(domain) !== binding) retireMore(binding);
     binding.idle = setTimeout(() => this.#stop(domain, binding), this.#idleMs);
     if (this.#domains.get(domain) !== binding) return;
     this.#idle.set(domain, binding);
@@ -309,6 +379,7 @@ export class SpawnerPool {
   #stop(domain: string, binding: Binding): void {
     clearTimeout(binding.idle);
     if (binding.users > 0 || !this.#forget(domain, binding)) return;
+    retireMore(binding);
     binding.spawner.then((s) => s.terminate(), () => {});
   }
 

@@ -15,6 +15,7 @@
 import {
   closeAll,
   cString,
+  E,
   errno,
   libc,
   listDir,
@@ -26,9 +27,8 @@ import {
 
 const ENOENT = 2;
 const EBUSY = 16;
-const EINTR = 4;
-/** How often a cgroup file write interrupted by a signal is tried (see writeFile). */
-const EINTR_TRIES = 8;
+/** How many times a write a signal interrupted is tried in all. */
+const MAX_INTERRUPTED_WRITES = 100;
 
 /** What making one session's cgroups takes. */
 export interface CgroupPlan {
@@ -177,12 +177,14 @@ export function writeFile(path: string, text: string, ifPresent = false, room?: 
   }
   try {
     const bytes = new TextEncoder().encode(text);
-    // A limit the kernel must reclaim down to (memory.limit_in_bytes, memsw) gives up with EINTR
-    // when a signal arrives meanwhile (a profiler's SIGPROF did): the write is tried again.
-    for (let tries = 1;; tries++) {
-      if (c.write(fd, bytes, BigInt(bytes.length)) === bytes.length) break;
+    // A caught signal (the reaper's SIGCHLD, a profiler's SIGPROF) fails some writes with EINTR,
+    // not restarting them (a memory limit's, while it reclaims): written again, a bounded number
+    // of times.
+    for (let tries = 1; c.write(fd, bytes, BigInt(bytes.length)) !== bytes.length; tries++) {
       const code = errno();
-      if (code !== EINTR || tries >= EINTR_TRIES) throw new OsError(`write(${path})`, code);
+      if (code !== E.EINTR || tries === MAX_INTERRUPTED_WRITES) {
+        throw new OsError(`write(${path})`, code);
+      }
     }
   } finally {
     c.close(fd);

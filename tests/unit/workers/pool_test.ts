@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { libc } from "../../../src/ffi/libc.ts";
 import { SandboxUnavailableError } from "../../../src/sandbox/errors.ts";
 import type { ResolvedPolicy } from "../../../src/sandbox/policy/policy.ts";
-import { SpawnerPool, SpawnFailure } from "../../../src/workers/pool.ts";
+import { MAX_OPEN_WORKERS, SpawnerPool, SpawnFailure } from "../../../src/workers/pool.ts";
 import { DIE } from "../../fixtures/spawner_death/marker.ts";
 
 function reap(pid: number): number {
@@ -43,6 +43,30 @@ Deno.test("leases share a domain's worker; an idle domain's worker is replaced",
     assert.notEqual(c.spawner, retired);
     assert.equal(reap((await c.spawner.spawn(spec)).pid), 7);
     c.release();
+  } finally {
+    await pool.close();
+  }
+});
+
+Deno.test("an unrestricted domain spawns on more workers while all are busy, up to the most", async () => {
+  const pool = new SpawnerPool({ warm: 1, idleMs: 20 });
+  try {
+    const lease = await pool.acquire("open");
+    const idle = lease.spawner;
+    assert.equal(lease.spawner, idle, "an idle worker is taken again");
+    const used = new Set();
+    const spawns = Array.from({ length: 2 * MAX_OPEN_WORKERS }, () => {
+      const spawner = lease.spawner;
+      used.add(spawner);
+      return spawner.spawn(spec);
+    });
+    assert.equal(used.size, MAX_OPEN_WORKERS);
+    assert.deepEqual(pool.workers(), { warm: 1, bound: MAX_OPEN_WORKERS });
+    for (const spawned of await Promise.all(spawns)) assert.equal(reap(spawned.pid), 7);
+    lease.release();
+    // The domain's idle time stops all of its workers.
+    await Promise.all([...used].map((w) => (w as typeof idle).stopped));
+    assert.deepEqual(pool.workers(), { warm: 1, bound: 0 });
   } finally {
     await pool.close();
   }
