@@ -80,20 +80,23 @@ export function randomToken(): string {
  * Start a server with `env` added to a clean environment and extra `args`; with `maxFiles`, its
  * descriptor limit is lowered to that (through util-linux prlimit); with `entry`, that module
  * (relative to the repository) runs instead of `main.ts`. Unless `env` says otherwise, it gets
- * a fresh state directory and random operator and agent tokens.
+ * a fresh state directory and random operator and agent tokens. `wrapper` is a command line the
+ * server's own is appended to (it must end by exec'ing its arguments), for a server run in a
+ * setting of its own (e.g. a mount namespace).
  */
 export async function startServer(
   env: Record<string, string> = {},
   args: string[] = [],
   maxFiles?: number,
   entry = "main.ts",
+  wrapper: string[] = [],
 ): Promise<TestServer> {
   const workspace = env.UEXEC_WORKSPACE ?? await Deno.makeTempDir({ prefix: "uexec-ws-" });
   const stateDir = env.UEXEC_STATE_DIR ?? await Deno.makeTempDir({ prefix: "uexec-state-" });
   const operatorToken = env.UEXEC_OPERATOR_TOKEN ?? randomToken();
   const agentToken = env.UEXEC_AGENT_TOKEN ?? env.UEXEC_TOKEN ?? randomToken();
   const limit = maxFiles ? ["prlimit", `--nofile=${maxFiles}:${maxFiles}`, "--"] : [];
-  const [program, ...prefix] = [...limit, Deno.execPath()];
+  const [program, ...prefix] = [...wrapper, ...limit, Deno.execPath()];
   const child = new Deno.Command(program, {
     args: [
       ...prefix,
