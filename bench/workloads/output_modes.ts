@@ -14,6 +14,7 @@ import { PlainRenderer } from "../../src/output/plain.ts";
 import { countTokens } from "../../src/output/token_count.ts";
 import { type ExecRequest, UexecClient } from "../client.ts";
 import { log } from "../log.ts";
+import { ptyRate } from "../pty_rate.ts";
 import { type Row, row } from "../report.ts";
 import { openCat, SH } from "../sessions.ts";
 import { connect, type Context, type Outcome, startServer } from "../workload.ts";
@@ -129,47 +130,6 @@ async function screenRate(chunks: Uint8Array[], bytes: number): Promise<number> 
   return bytes / 1e6 / seconds;
 }
 
-/** MB/s of `head -c N /dev/zero | base64` through uexec, from exec to the exit's answer. */
-async function ptyRate(
-  client: UexecClient,
-  bytes: number,
-  screen: boolean,
-): Promise<{ mbps: number }> {
-  const cmd = `head -c ${bytes} /dev/zero | base64`;
-  const t0 = performance.now();
-  let res = await client.exec({ ...SH, cmd, screen, yield_time_ms: 1000 });
-  while (res.exit_code === undefined) {
-    res = await client.write({ session_id: res.session_id!, chars: "", yield_time_ms: 30_000 });
-  }
-  const seconds = (performance.now() - t0) / 1000;
-  if (res.exit_code !== 0) throw new Error(`throughput run exited ${res.exit_code}`);
-  return { mbps: base64Bytes(bytes) / 1e6 / seconds };
-}
-
-/** Bytes `base64` prints for `n` input bytes through a PTY: 76-column lines ending in CRLF. */
-function base64Bytes(n: number): number {
-  const chars = 4 * Math.ceil(n / 3);
-  return chars + 2 * Math.ceil(chars / 76);
-}
-
-/**
- * A raw session's PTY throughput while a screen session floods the same server: the screen
- * worker's parsing (at nice 10) and the screen's backpressure must leave other sessions alone.
- */
-async function besideScreenFlood(client: UexecClient, bytes: number): Promise<number> {
-  const flood = await client.exec({
-    ...SH,
-    cmd: `head -c ${bytes * 4} /dev/zero | base64`,
-    screen: true,
-    yield_time_ms: 250,
-    max_output_tokens: 100,
-  });
-  if (flood.session_id === undefined) throw new Error("the screen flood ended at once");
-  const { mbps } = await ptyRate(client, bytes, false);
-  await client.kill(flood.session_id);
-  return mbps;
-}
-
 /** KiB of resident memory per terminal in this process: `n` terminals fed `text` each. */
 async function terminalKiB(n: number, text: string): Promise<number> {
   const before = Deno.memoryUsage().rss;
@@ -250,10 +210,9 @@ export async function outputModes(ctx: Context): Promise<Outcome> {
   }
   const ptyBytes = Math.min(ctx.sizes.throughputBytes, 20_000_000);
   log(`PTY throughput through uexec, ${ptyBytes / 1e6} MB of base64, without and with a screen`);
-  const pty = await ptyRate(client, ptyBytes, false);
+  const pty = await ptyRate(client, ptyBytes);
   const ptyScreen = await ptyRate(client, ptyBytes, true);
-  const beside = await besideScreenFlood(client, ptyBytes);
-  const pty2 = Math.round(pty.mbps * 10) / 10;
+  const pty2 = Math.round(pty * 10) / 10;
   const ptyBaseline = { value: pty2, label: "PTY through uexec" };
   rows.push(
     row({
@@ -276,18 +235,9 @@ export async function outputModes(ctx: Context): Promise<Outcome> {
       workload: WORKLOAD,
       metric: "PTY throughput of a screen session",
       unit: "MB/s",
-      uexec: Math.round(ptyScreen.mbps * 10) / 10,
+      uexec: Math.round(ptyScreen * 10) / 10,
       baseline: ptyBaseline,
       note: "its child runs at the emulator's pace: over 4 MiB behind, its output is paused",
-    }),
-    row({
-      workload: WORKLOAD,
-      metric: "PTY throughput beside a screen session's flood",
-      unit: "MB/s",
-      uexec: Math.round(beside * 10) / 10,
-      baseline: ptyBaseline,
-      goal: { op: ">=", value: 0.7, on: "ratio", text: ">= 0.7x alone" },
-      note: "a raw session while a screen session floods 4x as much on the same server",
     }),
   );
 
@@ -317,9 +267,8 @@ export async function outputModes(ctx: Context): Promise<Outcome> {
       tokens: recorded,
       plain_mbps: plainMbps,
       screen_mbps: screenMbps,
-      pty_mbps: pty.mbps,
-      pty_with_screen_mbps: ptyScreen.mbps,
-      pty_beside_screen_flood_mbps: beside,
+      pty_mbps: pty,
+      pty_with_screen_mbps: ptyScreen,
       rss_mib: memory.rss,
     },
   };

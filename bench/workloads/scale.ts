@@ -17,9 +17,10 @@
 
 import type { UexecClient } from "../client.ts";
 import { log } from "../log.ts";
+import { besideScreenFlood, ptyRate } from "../pty_rate.ts";
 import { inParallel } from "../pool.ts";
 import { type Row, row } from "../report.ts";
-import { closeSessions, openCat, SH } from "../sessions.ts";
+import { closeSessions, openCat } from "../sessions.ts";
 import { connect, type Context, type Outcome, startServer } from "../workload.ts";
 
 /** Starts in flight at once. */
@@ -106,45 +107,6 @@ async function parallelStarts(ctx: Context): Promise<{ rows: Row[]; details: obj
   };
 }
 
-/** MB/s of `head -c N /dev/zero | base64` through uexec in a raw session, exec to exit. */
-async function ptyRate(client: UexecClient, bytes: number): Promise<number> {
-  const t0 = performance.now();
-  let res = await client.exec({
-    ...SH,
-    cmd: `head -c ${bytes} /dev/zero | base64`,
-    yield_time_ms: 1000,
-    max_output_tokens: 100,
-  });
-  while (res.exit_code === undefined) {
-    res = await client.write({
-      session_id: res.session_id!,
-      chars: "",
-      yield_time_ms: 30_000,
-      max_output_tokens: 100,
-    });
-  }
-  if (res.exit_code !== 0) throw new Error(`throughput run exited ${res.exit_code}`);
-  const chars = 4 * Math.ceil(bytes / 3);
-  return (chars + 2 * Math.ceil(chars / 76)) / 1e6 / ((performance.now() - t0) / 1000);
-}
-
-/** `ptyRate` while a screen session floods 4x as many bytes on the same server. */
-async function besideFlood(client: UexecClient, bytes: number): Promise<number> {
-  const flood = await client.exec({
-    ...SH,
-    cmd: `head -c ${bytes * 4} /dev/zero | base64`,
-    screen: true,
-    yield_time_ms: 250,
-    max_output_tokens: 100,
-  });
-  if (flood.session_id === undefined) throw new Error("the screen flood ended at once");
-  try {
-    return await ptyRate(client, bytes);
-  } finally {
-    await closeSessions(client, [flood.session_id]);
-  }
-}
-
 async function floodNeighbour(ctx: Context): Promise<{ rows: Row[]; details: object }> {
   const bytes = Math.min(ctx.sizes.throughputBytes, 20_000_000);
   const workload = "a raw session beside a screen session's flood";
@@ -154,7 +116,7 @@ async function floodNeighbour(ctx: Context): Promise<{ rows: Row[]; details: obj
   const pairs: { alone: number; beside: number; ratio: number }[] = [];
   for (let i = 0; i < FLOOD_PAIRS; i++) {
     const alone = await ptyRate(client, bytes);
-    const beside = await besideFlood(client, bytes);
+    const beside = await besideScreenFlood(client, bytes);
     pairs.push({ alone, beside, ratio: beside / alone });
     log(`  alone ${alone.toFixed(1)} MB/s, beside the flood ${beside.toFixed(1)} MB/s`);
   }

@@ -6,6 +6,7 @@
  * @module
  */
 
+import { SERVE_FLAGS } from "../../src/fleet/launch/node.ts";
 import { TextLineStream } from "./lines.ts";
 
 /** JSON calls with one credential. */
@@ -101,15 +102,7 @@ export async function startServer(
     args: [
       ...prefix,
       "run",
-      "--unstable-no-legacy-abort",
-      "--allow-ffi",
-      "--allow-net",
-      "--allow-env",
-      "--allow-read",
-      "--allow-write",
-      "--allow-sys",
-      "--allow-run=git,/usr/bin/git",
-      "--v8-flags=--enable-experimental-regexp-engine",
+      ...SERVE_FLAGS,
       `${root}${entry}`,
       "--port",
       "0",

@@ -8,8 +8,8 @@
  * @module
  */
 
-/** The flags of `deno task serve` (deno.json), which the node needs to run. */
-const FLAGS = [
+/** The flags of `deno task serve` (deno.json), which a server needs to run. */
+export const SERVE_FLAGS = [
   "--unstable-no-legacy-abort",
   "--allow-ffi",
   "--allow-net",
@@ -45,7 +45,7 @@ export async function startNode(
   await Deno.mkdir(state, { recursive: true, mode: 0o700 });
   const log = await Deno.open(`${dir}/log`, { create: true, append: true, mode: 0o600 });
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", ...FLAGS, MAIN, "--port", "0"],
+    args: ["run", ...SERVE_FLAGS, MAIN, "--port", "0"],
     env: {
       ...env,
       UEXEC_NODE_ID: id,
