@@ -4,7 +4,7 @@
  * terminal and by `cat` (nothing lost, nothing reordered, nothing from another session). The
  * whole pass runs twice on one server; RSS is read before, while the sessions live, and after
  * each pass's deletions (RSS alone cannot tell a leak from garbage V8 has not collected yet:
- * the README gives the heap measured after forced full GCs).
+ * docs/performance.md gives the heap measured after forced full GCs).
  * @module
  */
 
@@ -94,7 +94,7 @@ export async function soak(ctx: Context): Promise<Outcome> {
         uexec: afterSecond,
         baseline: { value: afterFirst, label: "after the 1st" },
         note: "RSS includes garbage V8 has not collected yet; after a forced full GC the heap " +
-          "in use is flat from pass to pass (see the README)",
+          "in use is flat from pass to pass (see docs/performance.md)",
       }),
     ],
     details: {

@@ -2,7 +2,7 @@
  * The dashboard in a real browser: headless Chromium (Debian's `chromium`, which `.ci/run`
  * installs) driven by puppeteer-core against a real server with real sandboxed sessions. One
  * browser for the file; every wait is on the page's DOM or on the API, never a sleep.
- * Screenshots go to tests/artifacts/ (the README's come from there). The sign-in's credential
+ * Screenshots go to tests/artifacts/ (docs/'s come from there). The sign-in's credential
  * is followed too: it stays with the dashboard's origin, so a page on another loopback port
  * that the operator opens in the same browser gets nothing of it.
  *

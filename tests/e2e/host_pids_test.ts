@@ -2,7 +2,7 @@
  * Host processes as a sandboxed command sees them (issue 29, point 7): `pidfd_open` on a host
  * pid is refused (ENOSYS), so no descriptor tells it when a host process exits; `kill(pid, 0)`
  * still answers EPERM for a live host pid and ESRCH for a free one, the stated limit (a pid
- * namespace per session would close it; README, isolation model). Real server as root.
+ * namespace per session would close it; docs/sandbox.md, isolation model). Real server as root.
  *
  * @module
  */

@@ -119,7 +119,8 @@ export class UidPool {
         this.#held.delete(uid);
         this.#topUp();
       },
-      // One line: formatting an Error's stack can abort Deno when descriptors ran out (README).
+      // One line: formatting an Error's stack can abort Deno when descriptors ran out
+      // (docs/api.md, "Nothing lost, nothing unbounded").
       (err) => console.error(`uexec: sandbox uid ${uid} retired, its cleanup failed: ${err}`),
     ).finally(() => this.#returning.delete(returning));
     this.#returning.add(returning);
