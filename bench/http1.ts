@@ -57,6 +57,9 @@ class Connection {
   #buf = new Uint8Array(64 * 1024);
   #len = 0;
 
+  /** The last answer said `Connection: close`: the connection is not used again. */
+  closing = false;
+
   constructor(conn: Deno.TcpConn) {
     this.#conn = conn;
     conn.setNoDelay(true);
@@ -97,6 +100,8 @@ class Connection {
     const text = decoder.decode(this.#buf.subarray(end, total));
     this.#buf.copyWithin(0, total, this.#len);
     this.#len -= total;
+    // A server (or a router: nginx after `keepalive_requests`) that closes after this answer.
+    this.closing = /\r\nconnection:\s*close\b/i.test(headText);
     return { status, text };
   }
 }
@@ -124,7 +129,8 @@ export function rawTransport(base: string, token: string): Transport {
     signal.addEventListener("abort", onAbort);
     try {
       const res = await conn.request(head, bytes);
-      idle.push(conn);
+      if (conn.closing) conn.close();
+      else idle.push(conn);
       return res;
     } catch (e) {
       conn.close();
