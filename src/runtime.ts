@@ -107,6 +107,13 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
   bus.subscribe((event) => log.event(event));
   const shared = fleet && nodes ? { store: fleet.store, node: nodes.id } : undefined;
   const history = config.history ? openHistory(config, state, bus, log, shared) : undefined;
+  // The store back after an outage: what the history kept for it is written now (not at this
+  // node's next command), then the operator is told.
+  await fleet?.store.followReconnects(() => {
+    void (history?.health() ?? Promise.resolve()).then(() =>
+      bus.publish({ type: "store_reconnected", agent: OPERATOR_OWNER, node: nodes!.id })
+    );
+  });
   // One reserve for the process: starts spend it when they run out, kills when they cannot open.
   const descriptors = new DescriptorReserve(DESCRIPTOR_RESERVE);
   const containment = await openContainment(
