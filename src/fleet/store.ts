@@ -78,6 +78,14 @@ const MIGRATIONS: string[] = [
      row jsonb NOT NULL
    );
    CREATE INDEX uexec_history_approvals_by_command ON uexec_history_approvals (command_id);`,
+  `CREATE TABLE uexec_sign_in_codes (
+     digest text PRIMARY KEY,
+     expires_at timestamptz NOT NULL
+   );
+   CREATE TABLE uexec_web_sessions (
+     digest text PRIMARY KEY,
+     expires_at timestamptz NOT NULL
+   );`,
 ];
 
 /** Store settings. */
