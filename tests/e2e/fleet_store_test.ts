@@ -532,7 +532,7 @@ Deno.test({
       assert.equal(
         (await fleet.pg.sql("SELECT string_agg(version::text, ',') FROM uexec_schema"))
           .trim(),
-        "1,2",
+        "1,2,3",
       );
       await fleet.pg.stop();
       const refused = await n1.operator.post("/v1/agents", { name: "late" });
