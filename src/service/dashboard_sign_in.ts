@@ -115,7 +115,9 @@ export class DashboardSignIn {
     const { webSessions, sharedSignIn } = this.#deps;
     if (!webSessions || !sharedSignIn || webSessions.principal(id)) return;
     const leftMs = await sharedSignIn.sessionLeftMs(tokenDigest(id));
-    if (leftMs !== undefined && leftMs > 0) webSessions.open(OPERATOR, { id, ttlMs: leftMs });
+    // A concurrent load of the same id may have taken its copy meanwhile: one copy only.
+    if (leftMs === undefined || leftMs <= 0 || webSessions.principal(id)) return;
+    webSessions.open(OPERATOR, { id, ttlMs: leftMs });
   }
 
   /** Sign a browser session out (anyone holding the id may end it), on every node. */
