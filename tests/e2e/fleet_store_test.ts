@@ -2,7 +2,7 @@
 // minted on one node work on every node; calls for another node's session are forwarded with a
 // node credential (never the caller's token) and scoped to the caller there; a node killed
 // with SIGKILL answers 410 node_lost from the others; the store restarted under load loses
-// nothing already recorded.
+// nothing already recorded; a dashboard sign-out a node missed is caught up when it reconnects.
 
 import assert from "node:assert/strict";
 import { startPostgres, type TestPostgres } from "../helpers/postgres.ts";
@@ -603,3 +603,45 @@ async function sha256(text: string): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
   return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
+
+Deno.test({
+  name: "fleet: a sign-out whose notice a node missed ends its copy of the browser session once " +
+    "that node reconnects to the store",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const fleet = await startFleet(2);
+    try {
+      const [n1, n2] = fleet.nodes;
+      const link = await n1.operator.post("/v1/dashboard/sign-in-links", {});
+      assert.equal(link.status, 201, JSON.stringify(link.body));
+      const res = await fetch(`${n1.url}/dashboard/sign-in`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ code: link.body.code }),
+      });
+      const session = (await res.json()).session as string;
+      assert.equal(res.status, 200);
+      // Node 2 takes its copy on first sight.
+      assert.equal((await n2.as(session).get("/v1/sessions")).status, 200);
+      // Signed out with no notice (as if sent while node 2 was not listening), then every node's
+      // listening connection is cut: the driver reconnects and node 2 checks its copies.
+      const events = await connectSse(`${n2.url}/v1/events`, n2.operator.auth);
+      await fleet.pg.sql("DELETE FROM uexec_web_sessions");
+      await fleet.pg.sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity " +
+          "WHERE application_name = 'uexec' AND query ILIKE 'listen%'",
+      );
+      await bounded(
+        events.until((all) =>
+          all.some((e) => e.event === "store_reconnected" && e.data.node === "n2")
+        ),
+        "store_reconnected on node 2",
+      );
+      await events.close();
+      assert.equal((await n2.as(session).get("/v1/sessions")).status, 401);
+    } finally {
+      await fleet.stop();
+    }
+  },
+});
