@@ -111,6 +111,8 @@ export class Logger {
         return this.info("agent_revoked", { agent: event.agent });
       case "node_lost":
         return this.info("node_lost", { node: event.node });
+      case "store_reconnected":
+        return this.info("store_reconnected", { node: event.node });
       case "approval_requested":
       case "approval_decided": {
         const approval = event.approval as { id?: string; status?: string };

@@ -19,6 +19,7 @@ import { type AgentBackend, AgentRegistry, type TokenSources } from "./service/a
 import { type FleetMember, openFleet } from "./fleet/fleet.ts";
 import { FleetApprovals } from "./fleet/approvals.ts";
 import { FleetHistory } from "./fleet/history.ts";
+import { FleetSignIn } from "./fleet/dashboard.ts";
 import { type FleetStore, StoreUnavailableError } from "./fleet/store.ts";
 import { FleetTokenError } from "./fleet/agents.ts";
 import { OPERATOR, OPERATOR_OWNER } from "./service/principal.ts";
@@ -192,6 +193,8 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     defaultProfile: config.defaultProfile,
     approvalTimeoutMs: config.approvalTimeoutMs,
   });
+  // In a fleet the dashboard's codes and browser sessions are the store's (any node redeems).
+  const sharedSignIn = fleet && config.dashboard ? new FleetSignIn(fleet.store) : undefined;
   const service = new Service({
     node: nodes?.id,
     manager,
@@ -218,8 +221,21 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
       ? new WebSessions({ ttlMs: config.dashboardSessionMs })
       : undefined,
     signInCodes: config.dashboard ? new SignInCodes({ ttlMs: config.dashboardCodeMs }) : undefined,
+    sharedSignIn,
   });
   await pool.warmedUp();
+  // Sign-outs on any node end this node's copies of those browser sessions.
+  await sharedSignIn?.follow((digest) => service.dashboard.ended(digest));
+  // The store back after an outage: what the history kept for it is written now (not at this
+  // node's next command), sign-outs missed meanwhile are caught up, then the operator is told.
+  await fleet?.store.followReconnects(() => {
+    const dashboard = service.dashboard.recheck().catch((err) =>
+      log.warn("dashboard_recheck_failed", { error: (err as Error).message })
+    );
+    void Promise.all([history?.health(), dashboard]).then(() =>
+      bus.publish({ type: "store_reconnected", agent: OPERATOR_OWNER, node: nodes!.id })
+    );
+  });
   const member = fleet && nodes && fleetApprovals
     ? await fleet.member(nodes, fleetApprovals, (stored) => service.adoptAgents(stored))
     : undefined;

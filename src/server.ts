@@ -107,12 +107,13 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
   const addr = http.addr;
   websocket = webSocketUrl(addr);
   if (fleet && addr.transport === "tcp") await fleet.listening(origin(addr));
+  const dashboardUrl = config.dashboard && addr.transport === "tcp"
+    ? signInLink(origin(addr), (await runtime.service.dashboard.mintCode(OPERATOR)).code)
+    : undefined;
   return {
     addr,
     tokens: runtime.tokens,
-    dashboardUrl: config.dashboard && addr.transport === "tcp"
-      ? signInLink(origin(addr), runtime.service.dashboard.mintCode(OPERATOR).code)
-      : undefined,
+    dashboardUrl,
     uids: startUids(),
     async shutdown() {
       await runtime.stopSessions();

@@ -44,6 +44,11 @@ export type LifecycleEvent =
   | { type: "approval_decided"; agent: string; approval: unknown }
   /** A fleet node's lease ran out (told to the operator): its sessions are gone. */
   | { type: "node_lost"; agent: string; node: string }
+  /**
+   * This fleet node reached its store again after losing it (told to the operator), once what
+   * it kept for the store meanwhile (its history) has been written.
+   */
+  | { type: "store_reconnected"; agent: string; node: string }
   /** The operator revoked the agent: its token, streams and sessions end. */
   | { type: "agent_revoked"; agent: string }
   /**

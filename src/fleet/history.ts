@@ -3,7 +3,7 @@
  * history recorder (src/history/recorder.ts) writes and reads through it exactly as through this
  * host's SQLite database, so every node reads every node's commands, each row carrying the
  * `node` it ran on. A write is retried while the store is away (within its bound; the recorder
- * keeps a failed batch for the next one). A node's commands left running when it stopped or was
+ * keeps a failed batch, written when the store is reached again: runtime.ts). A node's commands left running when it stopped or was
  * lost are marked killed (`end_reason` `lost`, or `node_lost` by whichever node found it lost).
  * It must never store a token.
  *
@@ -87,7 +87,8 @@ export class FleetHistory implements HistoryReads, HistoryWrites {
             ON CONFLICT (id) DO UPDATE SET row = excluded.row`;
         }
       }));
-    this.#writes = done.catch(() => {});
+    // Every write handed over, not only the last: an earlier one may still be retrying.
+    this.#writes = Promise.all([this.#writes, done.catch(() => {})]);
     return done.then(() => {});
   }
 

@@ -78,6 +78,14 @@ const MIGRATIONS: string[] = [
      row jsonb NOT NULL
    );
    CREATE INDEX uexec_history_approvals_by_command ON uexec_history_approvals (command_id);`,
+  `CREATE TABLE uexec_sign_in_codes (
+     digest text PRIMARY KEY,
+     expires_at timestamptz NOT NULL
+   );
+   CREATE TABLE uexec_web_sessions (
+     digest text PRIMARY KEY,
+     expires_at timestamptz NOT NULL
+   );`,
 ];
 
 /** Store settings. */
@@ -101,6 +109,9 @@ function storeAway(err: unknown): boolean {
 }
 
 const BACKGROUND_LIMIT = 10_000;
+
+/** A channel nothing is sent on: its `LISTEN`, redone by the driver, tells a reconnect. */
+const RECONNECT_CHANNEL = "uexec_reconnect";
 
 /** The open store. */
 export class FleetStore {
@@ -194,6 +205,22 @@ export class FleetStore {
   /** Call `listener` with each notification on `channel` (re-listened after a reconnect). */
   async listen(channel: string, listener: (payload: string) => void): Promise<void> {
     await this.retry(`listen ${channel}`, () => this.sql.listen(channel, listener));
+  }
+
+  /**
+   * Call `reconnected` each time the store is reached again after the connection was lost (told
+   * by the re-established `LISTEN` of a channel of its own: an event, not a poll).
+   */
+  async followReconnects(reconnected: () => void): Promise<void> {
+    let first = true;
+    await this.retry(
+      "listen for reconnects",
+      () =>
+        this.sql.listen(RECONNECT_CHANNEL, () => {}, () => {
+          if (first) first = false;
+          else reconnected();
+        }),
+    );
   }
 
   /** For `/healthz`: whether the store answers, and the last write given up. */

@@ -83,8 +83,9 @@ export function fleetFront(
     let principal = service.authenticate(token, connection) ??
       service.dashboard.authenticate(token);
     if (principal === undefined) {
-      // Minted a moment ago on another node? Its NOTIFY may not have landed yet.
-      await fleet.reloadAgents();
+      // Minted a moment ago on another node? Its NOTIFY may not have landed yet. Or a dashboard
+      // browser session opened on another node (kept in the store).
+      await Promise.all([fleet.reloadAgents(), service.dashboard.load(token)]);
       principal = service.authenticate(token, connection) ?? service.dashboard.authenticate(token);
       if (principal === undefined) return next(req, info);
     }

@@ -337,7 +337,8 @@ export const OPERATIONS: readonly Operation[] = [
     caller: "agent",
     events: "`begin`, `interaction`, `abandoned` (a call's client went away), `end`, " +
       "`approval_requested`, `approval_decided`, " +
-      "`agent_revoked` and `egress` (one connection through the egress proxy, once it ended) " +
+      "`agent_revoked`, in a fleet `node_lost` and `store_reconnected` (the operator's), " +
+      "`egress` (one connection through the egress proxy, once it ended) " +
       "events, each with the agent it concerns; an agent sees only its own, " +
       "and its stream ends (without it) when it is revoked.",
   },

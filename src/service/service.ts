@@ -52,7 +52,7 @@ import { decodeCursor, encodeCursor, type HistoryQuery } from "../history/query.
 import type { Metrics } from "../metrics/metrics.ts";
 import type { WebSessions } from "./web_sessions.ts";
 import type { SignInCodes } from "./sign_in_codes.ts";
-import { DashboardSignIn } from "./dashboard_sign_in.ts";
+import { DashboardSignIn, type SharedSignIn } from "./dashboard_sign_in.ts";
 import type { z } from "zod";
 
 /** A history entry that does not exist or is not the caller's (404 `not_found`). */
@@ -92,6 +92,8 @@ export interface ServiceDeps {
   webSessions?: WebSessions;
   /** The dashboard's outstanding one-time sign-in codes; absent: the dashboard is off. */
   signInCodes?: SignInCodes;
+  /** In a fleet: the dashboard's codes and sessions in the store. */
+  sharedSignIn?: SharedSignIn;
 }
 
 /** How an `exec_command` call arrived. */

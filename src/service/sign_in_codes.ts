@@ -31,13 +31,14 @@ export interface SignInCodeOptions {
 
 /** Outstanding sign-in codes: code digest -> expiry. */
 export class SignInCodes {
-  readonly #ttlMs: number;
+  /** How long a code may be redeemed. */
+  readonly ttlMs: number;
   readonly #now: () => number;
   /** Insertion order is minting order, so the first entry is the oldest. */
   readonly #expiry = new Map<string, number>();
 
   constructor(opts: SignInCodeOptions) {
-    this.#ttlMs = opts.ttlMs;
+    this.ttlMs = opts.ttlMs;
     this.#now = opts.now ?? Date.now;
   }
 
@@ -46,8 +47,8 @@ export class SignInCodes {
     this.#dropExpired();
     while (this.#expiry.size >= MAX_CODES) this.#expiry.delete(this.#expiry.keys().next().value!);
     const code = newToken();
-    this.#expiry.set(tokenDigest(code), this.#now() + this.#ttlMs);
-    return { code, expiresInSeconds: Math.floor(this.#ttlMs / 1000) };
+    this.#expiry.set(tokenDigest(code), this.#now() + this.ttlMs);
+    return { code, expiresInSeconds: Math.floor(this.ttlMs / 1000) };
   }
 
   /** Whether `code` is outstanding and unexpired; either way it can never be redeemed again. */

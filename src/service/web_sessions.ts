@@ -44,7 +44,8 @@ interface Entry {
 
 /** Signed-in browsers: session id digest -> principal and expiry. */
 export class WebSessions {
-  readonly #ttlMs: number;
+  /** How long a sign-in lasts. */
+  readonly ttlMs: number;
   readonly #now: () => number;
   /** Insertion order is opening order, so the first entry is the oldest. */
   readonly #byDigest = new Map<string, Entry>();
@@ -52,30 +53,32 @@ export class WebSessions {
   readonly #byPrincipal = new WeakMap<Principal, Entry>();
 
   constructor(opts: WebSessionOptions) {
-    this.#ttlMs = opts.ttlMs;
+    this.ttlMs = opts.ttlMs;
     this.#now = opts.now ?? Date.now;
   }
 
   /**
    * Open a session for `principal`; returns its id. The session stands for a copy of it of its
-   * own, which `principal(id)` returns.
+   * own, which `principal(id)` returns. `known`: a session opened elsewhere (another fleet node),
+   * its id and what it has left, of which this is a copy.
    */
-  open(principal: Principal): OpenedWebSession {
+  open(principal: Principal, known?: { id: string; ttlMs: number }): OpenedWebSession {
     const now = this.#now();
     for (const entry of this.#byDigest.values()) {
       if (entry.expires <= now) this.#end(entry);
     }
     while (this.#byDigest.size >= MAX_SESSIONS) this.#end(this.#byDigest.values().next().value!);
-    const id = newToken();
+    const id = known?.id ?? newToken();
+    const ttlMs = known?.ttlMs ?? this.ttlMs;
     const entry: Entry = {
       digest: tokenDigest(id),
       principal: Object.freeze({ ...principal }),
-      expires: now + this.#ttlMs,
+      expires: now + ttlMs,
       ended: new Set(),
     };
     this.#byDigest.set(entry.digest, entry);
     this.#byPrincipal.set(entry.principal, entry);
-    return { id, maxAgeSeconds: Math.floor(this.#ttlMs / 1000) };
+    return { id, maxAgeSeconds: Math.floor(ttlMs / 1000) };
   }
 
   /** The principal of a live session, or undefined (unknown or expired). */
@@ -108,8 +111,18 @@ export class WebSessions {
 
   /** End a session (sign-out); unknown ids are ignored. */
   close(id: string): void {
-    const entry = this.#byDigest.get(tokenDigest(id));
+    this.closeDigest(tokenDigest(id));
+  }
+
+  /** End the session whose id has digest `digest` (ended on another fleet node). */
+  closeDigest(digest: string): void {
+    const entry = this.#byDigest.get(digest);
     if (entry) this.#end(entry);
+  }
+
+  /** The digests of the sessions held. */
+  digests(): string[] {
+    return [...this.#byDigest.keys()];
   }
 
   /** End every session (the operator's "sign out everywhere"); returns how many were live. */

@@ -2,7 +2,7 @@
 // minted on one node work on every node; calls for another node's session are forwarded with a
 // node credential (never the caller's token) and scoped to the caller there; a node killed
 // with SIGKILL answers 410 node_lost from the others; the store restarted under load loses
-// nothing already recorded.
+// nothing already recorded; a dashboard sign-out a node missed is caught up when it reconnects.
 
 import assert from "node:assert/strict";
 import { startPostgres, type TestPostgres } from "../helpers/postgres.ts";
@@ -56,6 +56,19 @@ async function startFleet(count = 3, env: Record<string, string> = {}): Promise<
 }
 
 const nodeOf = (id: number) => Math.floor(id / SPAN);
+
+/** `promise`, or a failure naming `what` if it has not settled within a minute (a bound). */
+async function bounded<T>(promise: Promise<T>, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const bound = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no ${what} within 60 s`)), 60_000);
+  });
+  try {
+    return await Promise.race([promise, bound]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 /** A live `cat` session of `client` on `node`, its id. */
 async function catSession(node: TestServer, token: string): Promise<number> {
@@ -415,13 +428,18 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
+    // History writes give up 8 s into the outage (the recorder keeps them); no node's lease runs
+    // out meanwhile.
     const fleet = await startFleet(3, {
-      UEXEC_STORE_RETRY_MS: "60000",
-      UEXEC_NODE_LEASE_MS: "5000",
+      UEXEC_STORE_RETRY_MS: "8000",
+      UEXEC_NODE_LEASE_MS: "60000",
     });
     try {
       const [n1, n2, n3] = fleet.nodes;
       const before = (await n1.operator.post("/v1/agents", { name: "before" })).body.token;
+      const streams = await Promise.all(
+        [n1, n2, n3].map((node) => connectSse(`${node.url}/v1/events`, node.operator.auth)),
+      );
       // Load: commands on every node while the store goes away and comes back.
       const load = Promise.all(
         [n1, n2, n3].flatMap((node) =>
@@ -432,10 +450,36 @@ Deno.test({
         ),
       );
       await fleet.pg.stop();
+      for (const res of await load) assert.match(res.body.output, /under-load/);
+      // Every node's history write has given up (/healthz waits for the writes to settle).
+      for (const node of [n1, n2, n3]) {
+        const health = await node.operator.get("/healthz");
+        assert.equal(health.body.history.ok, false, JSON.stringify(health.body.history));
+      }
       // Minted while the store is away: the call waits (retried within the bound) and lands.
       const during = n2.operator.post("/v1/agents", { name: "during" });
       await fleet.pg.start();
-      for (const res of await load) assert.match(res.body.output, /under-load/);
+      // Each node tells of its reconnect once what it kept is written: no other write comes
+      // first, and every command that finished during the outage shows its exit.
+      await bounded(
+        Promise.all(
+          streams.map((stream, i) =>
+            stream.until((all) =>
+              all.some((e) => e.event === "store_reconnected" && e.data.node === `n${i + 1}`)
+            )
+          ),
+        ),
+        "store_reconnected on every node",
+      );
+      await Promise.all(streams.map((stream) => stream.close()));
+      const exits = await fleet.pg.sql(
+        "SELECT node || ' ' || status || ' ' || coalesce(row->>'exit_code', '-') " +
+          "FROM uexec_history WHERE command = 'echo under-load' ORDER BY node",
+      );
+      assert.deepEqual(
+        exits.trim().split("\n").map((line) => line.trim()),
+        ["n1", "n1", "n1", "n2", "n2", "n2", "n3", "n3", "n3"].map((n) => `${n} exited 0`),
+      );
       const minted = await during;
       assert.equal(minted.status, 201, JSON.stringify(minted.body));
       for (const node of [n1, n2, n3]) {
@@ -488,7 +532,7 @@ Deno.test({
       assert.equal(
         (await fleet.pg.sql("SELECT string_agg(version::text, ',') FROM uexec_schema"))
           .trim(),
-        "1,2",
+        "1,2,3",
       );
       await fleet.pg.stop();
       const refused = await n1.operator.post("/v1/agents", { name: "late" });
@@ -559,3 +603,45 @@ async function sha256(text: string): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
   return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
+
+Deno.test({
+  name: "fleet: a sign-out whose notice a node missed ends its copy of the browser session once " +
+    "that node reconnects to the store",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const fleet = await startFleet(2);
+    try {
+      const [n1, n2] = fleet.nodes;
+      const link = await n1.operator.post("/v1/dashboard/sign-in-links", {});
+      assert.equal(link.status, 201, JSON.stringify(link.body));
+      const res = await fetch(`${n1.url}/dashboard/sign-in`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ code: link.body.code }),
+      });
+      const session = (await res.json()).session as string;
+      assert.equal(res.status, 200);
+      // Node 2 takes its copy on first sight.
+      assert.equal((await n2.as(session).get("/v1/sessions")).status, 200);
+      // Signed out with no notice (as if sent while node 2 was not listening), then every node's
+      // listening connection is cut: the driver reconnects and node 2 checks its copies.
+      const events = await connectSse(`${n2.url}/v1/events`, n2.operator.auth);
+      await fleet.pg.sql("DELETE FROM uexec_web_sessions");
+      await fleet.pg.sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity " +
+          "WHERE application_name = 'uexec' AND query ILIKE 'listen%'",
+      );
+      await bounded(
+        events.until((all) =>
+          all.some((e) => e.event === "store_reconnected" && e.data.node === "n2")
+        ),
+        "store_reconnected on node 2",
+      );
+      await events.close();
+      assert.equal((await n2.as(session).get("/v1/sessions")).status, 401);
+    } finally {
+      await fleet.stop();
+    }
+  },
+});

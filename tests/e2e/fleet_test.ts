@@ -380,6 +380,33 @@ Deno.test({
   },
 });
 
+/** Every row of the launcher's store's dashboard tables, as text. */
+async function storeDump(dir: string): Promise<string> {
+  const [, , , port] = (await Deno.readTextFile(`${dir}/postgres/data/postmaster.pid`)).split("\n");
+  const out = await new Deno.Command("runuser", {
+    args: [
+      "-u",
+      "postgres",
+      "--",
+      "psql",
+      "-X",
+      "-A",
+      "-t",
+      "-h",
+      "127.0.0.1",
+      "-p",
+      port,
+      "-c",
+      "SELECT * FROM uexec_sign_in_codes; SELECT * FROM uexec_web_sessions;",
+      "postgres",
+    ],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  assert.ok(out.success, new TextDecoder().decode(out.stderr));
+  return new TextDecoder().decode(out.stdout);
+}
+
 /** Stop the launcher's PostgreSQL (fast shutdown) and a function that starts it again. */
 async function stopStore(dir: string): Promise<() => Promise<void>> {
   const data = `${dir}/postgres/data`;
@@ -496,6 +523,106 @@ Deno.test({
       await assert.rejects(Deno.stat(dir), Deno.errors.NotFound);
     } finally {
       if (!stopped) await fleet.stop();
+    }
+  },
+});
+
+/** The hex SHA-256 digest of `text`. */
+async function sha256(text: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** `POST /dashboard/sign-in` at `base` with `code` (no credential): status and JSON. */
+// deno-lint-ignore no-explicit-any
+async function redeem(base: string, code: string): Promise<{ status: number; body: any }> {
+  const res = await fetch(`${base}/dashboard/sign-in`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ code }),
+  });
+  return { status: res.status, body: await res.json() };
+}
+
+Deno.test({
+  name: "fleet launcher: a dashboard sign-in link minted on one node is redeemed through the " +
+    "router once; its browser session works on every node until signed out, then on none",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const fleet = await launch();
+    try {
+      const { router } = fleet;
+      const [[, n1], [, n2], [, n3]] = [...fleet.nodes];
+      const mint = async () => {
+        const link = await call(n1, fleet.operator, "POST", "/v1/dashboard/sign-in-links", {});
+        assert.equal(link.status, 201, JSON.stringify(link.body));
+        return link.body.code as string;
+      };
+      // Redeemed through the router (whichever node it picks), then on no node again.
+      const code = await mint();
+      const opened = await redeem(router, code);
+      assert.equal(opened.status, 200, JSON.stringify(opened.body));
+      const session = opened.body.session as string;
+      for (const base of [router, n1, n2, n3]) {
+        const again = await redeem(base, code);
+        assert.equal(again.status, 401, JSON.stringify(again.body));
+        assert.equal(again.body.error.code, "invalid_sign_in_code");
+      }
+      // One code raced on two nodes at once: exactly one of them opens a session.
+      const raced = await mint();
+      const both = await Promise.all([redeem(n2, raced), redeem(n3, raced)]);
+      assert.deepEqual(both.map((r) => r.status).sort(), [200, 401], JSON.stringify(both));
+      // A code minted on node 1 redeemed directly on node 3, which did not make it.
+      const other = await redeem(n3, await mint());
+      assert.equal(other.status, 200, JSON.stringify(other.body));
+      assert.notEqual(other.body.session, session);
+
+      // The browser session on every node: the session list and the events stream.
+      const streams = [];
+      for (const base of [n1, n2, n3, router]) {
+        const listed = await call(base, session, "GET", "/v1/sessions");
+        assert.equal(listed.status, 200, `${base}: ${JSON.stringify(listed.body)}`);
+        streams.push(await connectSse(`${base}/v1/events`, { authorization: `Bearer ${session}` }));
+      }
+      // Only digests are stored: no code or session id in clear, their SHA-256 digests instead.
+      const outstanding = await mint();
+      const dump = await storeDump(fleet.dir);
+      for (const secret of [outstanding, session, other.body.session]) {
+        assert.ok(!dump.includes(secret), "a secret is stored in clear");
+        assert.ok(dump.includes(await sha256(secret)), dump);
+      }
+      // A browser session mints no sign-in links, on any node.
+      const renewed = await call(n2, session, "POST", "/v1/dashboard/sign-in-links", {});
+      assert.equal(renewed.status, 403, JSON.stringify(renewed.body));
+
+      // Signed out through the router: refused on every node, its streams end everywhere.
+      const out = await fetch(`${router}/dashboard/sign-out`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${session}`, "content-type": "application/json" },
+        body: "{}",
+      });
+      await out.body?.cancel();
+      assert.equal(out.status, 204);
+      for (const stream of streams) {
+        await assert.rejects(stream.until(() => false), /stream ended/);
+      }
+      for (const base of [n1, n2, n3, router]) {
+        const refused = await call(base, session, "GET", "/v1/sessions");
+        assert.equal(refused.status, 401, `${base}: ${JSON.stringify(refused.body)}`);
+      }
+      // The other browser session still holds; the operator's "sign out everywhere" ends it on
+      // every node too.
+      assert.equal((await call(n2, other.body.session, "GET", "/v1/sessions")).status, 200);
+      const ended = await call(n3, fleet.operator, "DELETE", "/v1/dashboard/sessions");
+      assert.equal(ended.status, 200, JSON.stringify(ended.body));
+      // Two were live: that one and the raced code's.
+      assert.equal(ended.body.ended, 2);
+      for (const base of [n1, n2, n3]) {
+        assert.equal((await call(base, other.body.session, "GET", "/v1/sessions")).status, 401);
+      }
+    } finally {
+      await fleet.stop();
     }
   },
 });

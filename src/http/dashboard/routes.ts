@@ -93,7 +93,7 @@ export function dashboardRoutes(
       SignInBody,
       await readJson(c.req.raw, MAX_BODY_BYTES, "request body exceeds 1 MiB"),
     );
-    const opened = service.dashboard.signIn(code);
+    const opened = await service.dashboard.signIn(code);
     if (!opened) throw new SignInCodeError();
     return Response.json(
       { session: opened.id, expires_in_seconds: opened.maxAgeSeconds },
@@ -101,17 +101,17 @@ export function dashboardRoutes(
     );
   });
 
-  app.post("/dashboard/sign-out", (c) => {
+  app.post("/dashboard/sign-out", async (c) => {
     const id = bearerToken(c.req.header("authorization"));
-    if (id !== undefined) service.dashboard.signOut(id);
+    if (id !== undefined) await service.dashboard.signOut(id);
     return new Response(null, { status: 204, headers: { "cache-control": "no-store" } });
   });
 
-  app.delete("/v1/dashboard/sessions", (c) => {
-    return c.json({ ended: service.dashboard.endAll(who(c)) });
+  app.delete("/v1/dashboard/sessions", async (c) => {
+    return c.json({ ended: await service.dashboard.endAll(who(c)) });
   });
 
-  app.post("/v1/dashboard/sign-in-links", (c) => {
+  app.post("/v1/dashboard/sign-in-links", async (c) => {
     const principal = who(c);
     // A browser session may not renew itself past "Sign out" or its expiry: only the token.
     if (service.dashboard.authenticate(bearerToken(c.req.header("authorization"))!)) {
@@ -119,7 +119,7 @@ export function dashboardRoutes(
         "a dashboard browser session cannot mint sign-in links; use the operator's token",
       );
     }
-    const { code, expiresInSeconds } = service.dashboard.mintCode(principal);
+    const { code, expiresInSeconds } = await service.dashboard.mintCode(principal);
     const url = signInLink(`http://${c.req.header("host")}`, code);
     return c.json({ url, code, expires_in_seconds: expiresInSeconds }, 201, {
       "cache-control": "no-store",
