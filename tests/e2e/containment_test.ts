@@ -8,6 +8,8 @@
 
 import assert from "node:assert/strict";
 import { KEPT } from "../../src/sandbox/containment/cgroups.ts";
+import { v1Own } from "../../src/sandbox/containment/hierarchy.ts";
+import { instanceName } from "../../src/sandbox/instance.ts";
 import { limitFiles, limitLeaving, openFiles } from "../helpers/descriptors.ts";
 import { exists } from "../helpers/fs.ts";
 import { type Client, startServer } from "../helpers/server.ts";
@@ -510,4 +512,57 @@ Deno.test("a cgroup a command makes in its session's is killed and removed with 
   } finally {
     if (!stopped) await server.stop();
   }
+});
+
+Deno.test({
+  name:
+    "a killed server's v1 cgroups are removed by the next one even when it ran in another cgroup",
+  ignore: v1Own("memory") === undefined || Deno.uid() !== 0,
+  fn: async () => {
+    // The first server runs in a v1 memory (and pids) cgroup of this test's own, beneath ours, as
+    // a server started from another login session or service would: its instance directories
+    // are beneath that cgroup, where the next server, started from ours, does not look.
+    const own = (["memory", "pids"] as const).map((c) => v1Own(c)).filter((d) => d !== undefined);
+    const name = `uexec-test-${crypto.randomUUID().slice(0, 8)}`;
+    const homes = own.map((d) => `${d}/${name}`);
+    for (const h of homes) Deno.mkdirSync(h);
+    const enter = homes.map((h) => `echo $$ > ${h}/cgroup.procs`).join(" && ");
+    try {
+      const first = await startServer({}, [], undefined, "main.ts", [
+        "sh",
+        "-c",
+        `${enter} && exec "$@"`,
+        "sh",
+      ]);
+      let left: string[] = [];
+      try {
+        const r = await first.post("/v1/exec_command", {
+          cmd: "sleep 1000",
+          login: false,
+          tty: false,
+          yield_time_ms: 100,
+        });
+        assert.ok(r.body.session_id, JSON.stringify(r.body));
+        left = homes.map((h) => `${h}/uexec/${instanceName(first.pid)}`);
+        for (const d of left) assert.ok(exists(d), `${d} should hold the first server's sessions`);
+        Deno.kill(first.pid, "SIGKILL");
+      } finally {
+        await first.stop();
+      }
+      const second = await startServer();
+      try {
+        // Reaped before the next server listens: nothing of the first is left in any hierarchy.
+        for (const d of left) assert.equal(exists(d), false, `${d} was left`);
+      } finally {
+        await second.stop();
+      }
+    } finally {
+      // Depth first, whatever a failure left (cgroup directories go with rmdir only).
+      const remove = (dir: string) => {
+        for (const e of Deno.readDirSync(dir)) if (e.isDirectory) remove(`${dir}/${e.name}`);
+        Deno.removeSync(dir);
+      };
+      for (const h of homes) remove(h);
+    }
+  },
 });

@@ -39,6 +39,7 @@ import type { ResourceLimits } from "../policy/policy.ts";
 
 import { enableControllers, killAndRemove, killTree, mkdirs, v1Own } from "./hierarchy.ts";
 import { FRESH, SessionCgroup } from "./session_cgroup.ts";
+import { deadInstances, forgetInstance, recordInstance } from "./instance_records.ts";
 
 /**
  * Session cgroups kept made ahead per set of limits: enough for a burst of starts to find
@@ -177,6 +178,7 @@ export class CgroupHost {
         // Not writable here: that limit falls back to its rlimit.
       }
     }
+    recordInstance(instance, v1.map((v) => v.dir));
     const host = new CgroupHost(reactor, dir, v2, v1, descriptors);
     if (memoryMax !== undefined) host.#capMemory(memoryMax);
     if (!host.direct) {
@@ -475,13 +477,16 @@ export class CgroupHost {
     this.#home = undefined;
     await this.#janitor.close();
     await this.shed();
+    let removed = true;
     for (const d of [this.dir, ...this.#v1.map((v) => v.dir)]) {
       try {
         rmdir(d);
       } catch {
-        // A session cgroup still draining; the next start removes it.
+        // A session cgroup still draining; the next start removes it (by the record).
+        removed = false;
       }
     }
+    if (removed) forgetInstance(instanceName());
   }
 
   /**
@@ -494,27 +499,62 @@ export class CgroupHost {
     try {
       instances = listDir(parent).filter((n) => INSTANCE_NAME.test(n));
     } catch {
-      return 0;
+      instances = [];
     }
+    // Where each dead instance said its v1 cgroups are (beneath the cgroup its server ran in),
+    // and where they would be beneath ours (an instance of a server that kept no record).
+    const recorded = deadInstances();
+    const own = (["pids", "memory"] as const).map(v1Own).filter((d) => d !== undefined);
+    const v1Of = (instance: string) => [
+      ...new Set([
+        ...(recorded.get(instance) ?? []),
+        ...own.map((d) => `${d}/${PARENT}/${instance}`),
+      ]),
+    ];
     let count = 0;
     for (const instance of instances) {
       if (instanceRuns(instance)) continue;
       const dir = `${parent}/${instance}`;
       const sessions = listDir(dir).filter((n) => /^s\d+$/.test(n));
-      const v1 = (["pids", "memory"] as const).map(v1Own).filter((d) => d !== undefined)
-        .map((d) => `${d}/${PARENT}/${instance}`);
+      const v1 = v1Of(instance);
       for (const s of sessions) {
         if (await killAndRemove(reactor, `${dir}/${s}`, v1.map((d) => `${d}/${s}`))) count++;
       }
-      for (const d of [dir, ...v1]) {
-        try {
-          rmdir(d);
-        } catch {
-          // Gone already, or never made in that hierarchy.
-        }
-      }
+      removeInstanceDirs([dir, ...v1]);
+      recorded.delete(instance);
+      forgetInstance(instance);
+    }
+    // Dead instances whose v2 directory is gone but whose v1 ones were left (a reaper that did
+    // not know where they were): their processes died with the v2 cgroup; the directories go.
+    for (const [instance, dirs] of recorded) {
+      removeInstanceDirs(dirs);
+      forgetInstance(instance);
     }
     return count;
+  }
+}
+
+/** Remove instance directories `dirs` with their (emptied) session cgroups, as far as they go. */
+function removeInstanceDirs(dirs: string[]): void {
+  for (const d of dirs) {
+    let sessions: string[];
+    try {
+      sessions = listDir(d).filter((n) => /^s\d+$/.test(n));
+    } catch {
+      continue; // Gone already, or never made in that hierarchy.
+    }
+    for (const s of sessions) {
+      try {
+        rmdir(`${d}/${s}`);
+      } catch {
+        // Still holding a process (the next start tries again).
+      }
+    }
+    try {
+      rmdir(d);
+    } catch {
+      // Not empty yet: the next start tries again.
+    }
   }
 }
 
