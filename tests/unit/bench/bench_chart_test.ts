@@ -83,3 +83,11 @@ Deno.test("bench chart: the SVG has a group, a goal line and a verdict per goal 
   assert(svg.includes("<title>codex: 2.00x</title>"));
   assert(!svg.includes("info only"));
 });
+
+Deno.test("bench rows: a goal on a ratio is judged against the baseline, and skipped without one", () => {
+  const goal = { op: "<=" as const, value: 1.1, on: "ratio" as const, text: "<= 1.1x codex" };
+  const spec = { workload: "w", metric: "p50", unit: "ms", uexec: 1, goal };
+  assert.equal(row({ ...spec, baseline: { value: 1, label: "codex" } }).status, "pass");
+  assert.equal(row({ ...spec, baseline: { value: 0.5, label: "codex" } }).status, "fail");
+  assert.equal(row(spec).status, "skipped");
+});
