@@ -37,7 +37,7 @@ import { CgroupJanitor } from "./cgroup_janitor.ts";
 import { SandboxUnavailableError } from "../errors.ts";
 import type { ResourceLimits } from "../policy/policy.ts";
 
-import { enableControllers, killAndRemove, killTree, mkdirs, v1Own } from "./hierarchy.ts";
+import { enableControllers, killAndRemove, killTree, mkdirs, PARENT, v1Own } from "./hierarchy.ts";
 import { FRESH, SessionCgroup } from "./session_cgroup.ts";
 import { deadInstances, forgetInstance, recordInstance } from "./instance_records.ts";
 
@@ -56,8 +56,6 @@ export const KEPT = 2 * SPARES;
  * still charged to them: the next session's peak is counted above it, so it bounds the error.
  */
 const REUSE_MAX_LEFT_BYTES = 1 << 20;
-/** The baseline of cgroups no session used yet. */
-const PARENT = "uexec";
 
 /** How a limit is enforced by the kernel on this host. */
 export type Enforcement = "cgroup-v2" | "cgroup-v1" | "rlimit" | "none";

@@ -24,6 +24,9 @@ import { removeDirs, writeFile } from "./cgroup_fs.ts";
 
 const EPOLLPRI = 0x2;
 
+/** The directory beneath which, in each hierarchy, every instance of uexec makes its own. */
+export const PARENT = "uexec";
+
 /** The writable cgroup v2 hierarchy: `configured`, else the unified one of this host. */
 export function cgroupRoot(configured: string | undefined): string | undefined {
   if (configured) return configured;
@@ -52,18 +55,23 @@ export function enableControllers(path: string[], wanted: string[]): Set<string>
   return new Set((readSmallFile(`${last}/cgroup.subtree_control`) ?? "").split(/\s+/));
 }
 
-/** `<mount><our own cgroup>` in the v1 hierarchy of `controller`, when one is mounted. */
-export function v1Own(controller: string): string | undefined {
-  const mounts = readSmallFile("/proc/self/mountinfo", 1 << 16) ?? "";
-  let mount: string | undefined;
-  for (const line of mounts.split("\n")) {
+/** The v1 cgroup hierarchies mounted here: each mount point and the controllers it holds. */
+export function v1Mounts(): { path: string; controllers: string[] }[] {
+  const mounts: { path: string; controllers: string[] }[] = [];
+  for (const line of (readSmallFile("/proc/self/mountinfo", 1 << 16) ?? "").split("\n")) {
     const [left, right] = line.split(" - ");
     if (!right) continue;
     const [fstype, , options] = right.split(" ");
-    if (fstype === "cgroup" && options.split(",").includes(controller)) {
-      mount = left.split(" ")[4];
+    if (fstype === "cgroup") {
+      mounts.push({ path: left.split(" ")[4], controllers: options.split(",") });
     }
   }
+  return mounts;
+}
+
+/** `<mount><our own cgroup>` in the v1 hierarchy of `controller`, when one is mounted. */
+export function v1Own(controller: string): string | undefined {
+  const mount = v1Mounts().findLast((m) => m.controllers.includes(controller))?.path;
   if (mount === undefined) return undefined;
   for (const line of (readSmallFile("/proc/self/cgroup") ?? "").split("\n")) {
     const [, names, path] = line.split(":");

@@ -18,9 +18,9 @@
 
 import { listDir, readSmallFile } from "../../ffi/libc.ts";
 import { INSTANCE_NAME, instanceRuns } from "../instance.ts";
+import { PARENT, v1Mounts } from "./hierarchy.ts";
 
 const RECORD_DIR = "/run/uexec/cgroups";
-const PARENT = "uexec";
 
 /** Write down `dirs` as instance `instance`'s v1 cgroup directories (best effort). */
 export function recordInstance(instance: string, dirs: string[], recordDir = RECORD_DIR): void {
@@ -44,16 +44,6 @@ export function forgetInstance(instance: string, recordDir = RECORD_DIR): void {
   }
 }
 
-/** The mount points of the v1 cgroup hierarchies. */
-function v1Mounts(): string[] {
-  const mounts: string[] = [];
-  for (const line of (readSmallFile("/proc/self/mountinfo", 1 << 16) ?? "").split("\n")) {
-    const [left, right] = line.split(" - ");
-    if (right?.split(" ")[0] === "cgroup") mounts.push(left.split(" ")[4]);
-  }
-  return mounts;
-}
-
 /** Whether `dir` can be instance `instance`'s v1 directory: nothing else is ever touched. */
 function plausible(dir: string, instance: string, mounts: string[]): boolean {
   return !dir.split("/").includes("..") && dir.endsWith(`/${PARENT}/${instance}`) &&
@@ -69,7 +59,7 @@ export function deadInstances(recordDir = RECORD_DIR): Map<string, string[]> {
   } catch {
     return dead;
   }
-  const mounts = v1Mounts();
+  const mounts = v1Mounts().map((m) => m.path);
   for (const instance of names) {
     if (instanceRuns(instance)) continue;
     const text = readSmallFile(`${recordDir}/${instance}`) ?? "";
