@@ -32,7 +32,14 @@ import { INSTANCE_NAME, instanceName, instanceRuns } from "../instance.ts";
 import { cloneIntoCgroupWorks, type Placement } from "../../pty/clone_into_cgroup.ts";
 import type { DescriptorReserve } from "../../io/descriptor_reserve.ts";
 import type { Reactor } from "../../io/reactor.ts";
-import { type Baseline, type CgroupPlan, makeCgroups, rmdir, writeFile } from "./cgroup_fs.ts";
+import {
+  type Baseline,
+  type CgroupPlan,
+  makeCgroups,
+  removeDirs,
+  rmdir,
+  writeFile,
+} from "./cgroup_fs.ts";
 import { CgroupJanitor } from "./cgroup_janitor.ts";
 import { SandboxUnavailableError } from "../errors.ts";
 import type { ResourceLimits } from "../policy/policy.ts";
@@ -518,41 +525,17 @@ export class CgroupHost {
       for (const s of sessions) {
         if (await killAndRemove(reactor, `${dir}/${s}`, v1.map((d) => `${d}/${s}`))) count++;
       }
-      removeInstanceDirs([dir, ...v1]);
+      removeDirs([dir, ...v1]);
       recorded.delete(instance);
       forgetInstance(instance);
     }
     // Dead instances whose v2 directory is gone but whose v1 ones were left (a reaper that did
     // not know where they were): their processes died with the v2 cgroup; the directories go.
     for (const [instance, dirs] of recorded) {
-      removeInstanceDirs(dirs);
+      removeDirs(dirs);
       forgetInstance(instance);
     }
     return count;
-  }
-}
-
-/** Remove instance directories `dirs` with their (emptied) session cgroups, as far as they go. */
-function removeInstanceDirs(dirs: string[]): void {
-  for (const d of dirs) {
-    let sessions: string[];
-    try {
-      sessions = listDir(d).filter((n) => /^s\d+$/.test(n));
-    } catch {
-      continue; // Gone already, or never made in that hierarchy.
-    }
-    for (const s of sessions) {
-      try {
-        rmdir(`${d}/${s}`);
-      } catch {
-        // Still holding a process (the next start tries again).
-      }
-    }
-    try {
-      rmdir(d);
-    } catch {
-      // Not empty yet: the next start tries again.
-    }
   }
 }
 
