@@ -8,6 +8,7 @@
 
 import assert from "node:assert/strict";
 import { KEPT } from "../../src/sandbox/containment/cgroups.ts";
+import { removeDirs } from "../../src/sandbox/containment/cgroup_fs.ts";
 import { v1Own } from "../../src/sandbox/containment/hierarchy.ts";
 import { instanceName } from "../../src/sandbox/instance.ts";
 import { limitFiles, limitLeaving, openFiles } from "../helpers/descriptors.ts";
@@ -558,11 +559,8 @@ Deno.test({
       }
     } finally {
       // Depth first, whatever a failure left (cgroup directories go with rmdir only).
-      const remove = (dir: string) => {
-        for (const e of Deno.readDirSync(dir)) if (e.isDirectory) remove(`${dir}/${e.name}`);
-        Deno.removeSync(dir);
-      };
-      for (const h of homes) remove(h);
+      removeDirs(homes);
+      for (const h of homes) assert.equal(exists(h), false, `${h} was left`);
     }
   },
 });
