@@ -14,7 +14,7 @@
  * @module
  */
 
-import { type ConnectionRecord, handleConnection } from "./proxy.ts";
+import { type ConnectionRecord, handleConnection, type ProxyContext } from "./proxy.ts";
 import { type Cidr, type EgressRules } from "./rules.ts";
 import { Resolver } from "./resolver.ts";
 import { insideNamespace } from "./netns.ts";
@@ -156,8 +156,14 @@ export class EgressGateway {
   }
 
   async #serve(listener: Deno.TcpListener, owners: TcpPeers, rules: EgressRules) {
+    const ctx: ProxyContext = {
+      rules,
+      allowPrivate: this.#opts.allowPrivate,
+      resolver: this.#resolver,
+      idleMs: this.#opts.idleMs ?? 60_000,
+    };
     try {
-      for await (const conn of listener) this.#accepted(conn, owners, rules);
+      for await (const conn of listener) this.#accepted(conn, owners, ctx);
     } catch {
       // The listener was closed.
     } finally {
@@ -165,7 +171,7 @@ export class EgressGateway {
     }
   }
 
-  #accepted(conn: Deno.TcpConn, owners: TcpPeers, rules: EgressRules): void {
+  #accepted(conn: Deno.TcpConn, owners: TcpPeers, ctx: ProxyContext): void {
     let uid: number | undefined;
     try {
       uid = owners.uid(conn.localAddr, conn.remoteAddr);
@@ -204,12 +210,6 @@ export class EgressGateway {
       return;
     }
     this.#live.set(key, live + 1);
-    const ctx = {
-      rules,
-      allowPrivate: this.#opts.allowPrivate,
-      resolver: this.#resolver,
-      idleMs: this.#opts.idleMs ?? 60_000,
-    };
     handleConnection(conn, ctx, (rec) => {
       const event: EgressEvent = { ...who, ...rec };
       if (event.decision === "denied" && session) {

@@ -52,9 +52,11 @@ export interface ProxyContext {
   idleMs: number;
 }
 
+/** The answer to an allowed CONNECT. */
+const ESTABLISHED = new TextEncoder().encode("HTTP/1.1 200 Connection established\r\n\r\n");
+
 /** The largest request head read. */
 const MAX_HEAD = 64 * 1024;
-const HEAD_END = new TextEncoder().encode("\r\n\r\n");
 
 /** A request that the proxy answers itself (400, 403, 502...). */
 class Answer extends Error {
@@ -80,33 +82,27 @@ interface Head {
   hasBody: boolean;
 }
 
-function indexOf(buf: Uint8Array, needle: Uint8Array, from: number): number {
-  outer: for (let i = Math.max(0, from); i + needle.length <= buf.length; i++) {
-    for (let j = 0; j < needle.length; j++) if (buf[i + j] !== needle[j]) continue outer;
-    return i;
-  }
-  return -1;
-}
+/**
+ * Request heads are read as windows-1252 ("latin1"): one UTF-16 unit per byte, so a string index
+ * is a byte offset, and the search for the head's end is the engine's, not a loop in JS.
+ */
+const LATIN1 = new TextDecoder("latin1");
 
 /** Reads up to the end of the request head; null when the client went away first. */
 async function readHead(conn: Deno.Conn): Promise<{ head: string; rest: Uint8Array } | null> {
-  let buf = new Uint8Array(0);
+  let text = "";
   const chunk = new Uint8Array(16 * 1024);
   for (;;) {
     const n = await conn.read(chunk);
     if (n === null) return null;
-    const grown = new Uint8Array(buf.length + n);
-    grown.set(buf);
-    grown.set(chunk.subarray(0, n), buf.length);
-    const end = indexOf(grown, HEAD_END, buf.length - 3);
-    buf = grown;
+    const before = text.length;
+    text += LATIN1.decode(chunk.subarray(0, n));
+    const end = text.indexOf("\r\n\r\n", Math.max(0, before - 3));
     if (end >= 0) {
-      return {
-        head: new TextDecoder("latin1").decode(buf.subarray(0, end)),
-        rest: buf.slice(end + HEAD_END.length),
-      };
+      // The head's end lies in this chunk (it was not in the text before it): so does the rest.
+      return { head: text.slice(0, end), rest: chunk.slice(end + 4 - before, n) };
     }
-    if (buf.length > MAX_HEAD) throw new Answer(431, "request head too large", "head", "failed");
+    if (text.length > MAX_HEAD) throw new Answer(431, "request head too large", "head", "failed");
   }
 }
 
@@ -123,11 +119,9 @@ const DROPPED = new Set([
   "host",
 ]);
 
-/** A header name (RFC 9110 token). */
-const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
-/** Control bytes other than a tab, never in a header line. */
+/** A header line: a name (RFC 9110 token), a colon, then no control byte other than a tab. */
 // deno-lint-ignore no-control-regex
-const CONTROL = /[\x00-\x08\x0a-\x1f\x7f]/;
+const HEADER_LINE = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\x00-\x08\x0a-\x1f\x7f]*$/;
 
 function parseAuthority(authority: string): { host: string; port: number } | undefined {
   const m = /^(\[[0-9a-fA-F:.]+\]|[^:\[\]]+):([0-9]{1,5})$/.exec(authority);
@@ -161,13 +155,13 @@ function parseHead(text: string, rest: Uint8Array): Head {
   const headers: string[] = [];
   let hasBody = false;
   for (const line of lines) {
-    const colon = line.indexOf(":");
     // Lines go upstream as sent: a bare CR or LF (or another control byte) could read there as
     // a line break, starting a request inside the head that was never judged (a POST past
-    // read-only mode); a name must be a token.
-    if (colon <= 0 || !TOKEN.test(line.slice(0, colon)) || CONTROL.test(line)) {
+    // read-only mode); a name must be a token. One expression per line checks both.
+    if (!HEADER_LINE.test(line)) {
       throw new Answer(400, "malformed header line", "request", "failed");
     }
+    const colon = line.indexOf(":");
     const name = line.slice(0, colon).toLowerCase();
     const value = line.slice(colon + 1).trim();
     if (name === "transfer-encoding" || (name === "content-length" && value !== "0")) {
@@ -314,20 +308,25 @@ export async function handleConnection(
     }
     idle.touch();
     rec.decision = "allowed";
-    if (head.upstreamHead) {
-      await writeAll(upstream, head.upstreamHead);
-      rec.bytes_up += head.upstreamHead.length;
-    } else {
-      await writeAll(
-        client,
-        new TextEncoder().encode("HTTP/1.1 200 Connection established\r\n\r\n"),
-      );
-    }
     const forwardClient = head.upstreamHead === undefined || ctx.rules.methods === "all";
-    if (forwardClient && head.rest.length > 0) {
-      await writeAll(upstream, head.rest);
-      rec.bytes_up += head.rest.length;
+    const rest = forwardClient ? head.rest : head.rest.subarray(0, 0);
+    if (head.upstreamHead) {
+      // The head and the body's start in one write: a second small write could wait for the
+      // first one's ACK (Nagle's algorithm against a delayed ACK).
+      const first = new Uint8Array(head.upstreamHead.length + rest.length);
+      first.set(head.upstreamHead);
+      first.set(rest, head.upstreamHead.length);
+      await writeAll(upstream, first);
+      rec.bytes_up += first.length;
+    } else {
+      await writeAll(client, ESTABLISHED);
+      if (rest.length > 0) await writeAll(upstream, rest);
+      rec.bytes_up += rest.length;
     }
+    // Set once the request is on its way (a first write is never held back): what the relays
+    // write next goes out at once too, however small.
+    upstream.setNoDelay(true);
+    client.setNoDelay(true);
     const up = forwardClient
       ? relay(client, upstream, (n) => {
         idle.touch();

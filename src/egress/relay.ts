@@ -15,8 +15,12 @@
  * @module
  */
 
-/** The first buffers, and the large ones a bulk transfer moves to. */
-const FIRST_CHUNK = 64 * 1024;
+/**
+ * The first buffer (the second is made once a first chunk came: a direction that never carries a
+ * byte, as a forwarded request's client side, holds one small buffer only), and the large ones a
+ * bulk transfer moves to.
+ */
+const FIRST_CHUNK = 16 * 1024;
 const SMALL_CHUNK = 256 * 1024;
 const BULK_CHUNK = 2 * 1024 * 1024;
 /** The bytes all relays together may hold in large buffers (16 bulk transfers at once). */
@@ -52,7 +56,7 @@ export async function relay(
   onChunk: (n: number) => void,
 ): Promise<void> {
   let current = new Uint8Array(FIRST_CHUNK);
-  let spare = new Uint8Array(FIRST_CHUNK);
+  let spare: Uint8Array<ArrayBuffer> | undefined;
   let grown = false;
   let borrowed = 0;
   try {
@@ -64,6 +68,7 @@ export async function relay(
         grown = true;
         [spare, borrowed] = bulkPair();
       }
+      spare ??= new Uint8Array(FIRST_CHUNK);
       const next = from.read(spare);
       // If the write fails, the caller closes both sockets, which ends this read.
       next.catch(() => {});

@@ -77,3 +77,70 @@ Deno.test("egress proxy: a header line with a bare LF or CR is refused, never fo
     origin.close();
   }
 });
+
+/** An origin that answers each connection with all it received, once the client's side ended. */
+function wholeOrigin(): { port: number; close(): void } {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  (async () => {
+    for await (const conn of listener) {
+      let text = "";
+      const buf = new Uint8Array(4096);
+      for (let n = await conn.read(buf); n !== null; n = await conn.read(buf)) {
+        text += new TextDecoder("latin1").decode(buf.subarray(0, n));
+      }
+      await conn.write(new TextEncoder().encode(`HTTP/1.1 200 OK\r\n\r\n${text}`));
+      conn.close();
+    }
+  })().catch(() => {});
+  return { port: listener.addr.port, close: () => listener.close() };
+}
+
+/** A client connection whose reads return `chunks` one by one, then its end; keeps what it got. */
+function chunkedClient(chunks: string[]): { conn: Deno.TcpConn; received(): string } {
+  const queue = chunks.map((c) => Uint8Array.from(c, (ch) => ch.charCodeAt(0)));
+  let received = "";
+  const conn = {
+    read: (buf: Uint8Array) => {
+      const next = queue.shift();
+      if (next === undefined) return Promise.resolve(null);
+      buf.set(next);
+      return Promise.resolve(next.length);
+    },
+    write: (bytes: Uint8Array) => {
+      received += new TextDecoder("latin1").decode(bytes);
+      return Promise.resolve(bytes.length);
+    },
+    closeWrite: () => Promise.resolve(),
+    close: () => {},
+    setNoDelay: () => {},
+  };
+  return { conn: conn as unknown as Deno.TcpConn, received: () => received };
+}
+
+Deno.test("egress proxy: a head split across reads, its end too, goes up whole with its body", async () => {
+  const origin = wholeOrigin();
+  try {
+    const ctx = {
+      rules: { allow: ["127.0.0.1"], deny: [], methods: "all" as const },
+      allowPrivate: [parseCidr("127.0.0.1/32")],
+      resolver: new Resolver(),
+      idleMs: 10_000,
+    };
+    // The head's end ("\r\n\r\n") falls across two reads, the second of which starts the body.
+    const client = chunkedClient([
+      `POST http://127.0.0.1:${origin.port}/a HTTP/1.1\r\nContent-Length: 11\r\n\r`,
+      "\nhello",
+      " world",
+    ]);
+    const records: { bytes_up: number; decision: string }[] = [];
+    await handleConnection(client.conn, ctx, (r) => records.push(r));
+    const upstream = `POST /a HTTP/1.1\r\nHost: 127.0.0.1:${origin.port}\r\n` +
+      `Content-Length: 11\r\nConnection: close\r\n\r\nhello world`;
+    assert.equal(client.received(), `HTTP/1.1 200 OK\r\n\r\n${upstream}`);
+    assert.equal(records.length, 1);
+    assert.equal(records[0].decision, "allowed");
+    assert.equal(records[0].bytes_up, upstream.length);
+  } finally {
+    origin.close();
+  }
+});
