@@ -12,6 +12,7 @@
  */
 
 import type { ConnectionLimits } from "../config.ts";
+import { concat } from "../output/head_tail.ts";
 import { FrameSocket } from "../ws/socket.ts";
 import {
   answerAndLinger,
@@ -155,6 +156,8 @@ export class Connection {
 
   async #readClient(): Promise<void> {
     const buf = new Uint8Array(RELAY_CHUNK);
+    /** Bytes for the backend from the read being framed (views of `buf`, or new arrays). */
+    const relayed: Uint8Array[] = [];
     try {
       for (;;) {
         // A head or body under way must keep coming: a client that stops sending it for the
@@ -170,19 +173,23 @@ export class Connection {
           data = rest;
           for (const segment of segments) {
             if ("body" in segment) {
-              await this.#toBackend(segment.body);
+              relayed.push(segment.body);
               continue;
             }
             if (this.#heads++ === 0 && this.#isUpgrade(segment.head)) {
               return await this.#upgrade(segment.head, data.slice());
             }
             this.#inFlight++;
-            await this.#toBackend(latin1(tagged(segment.head, this.tag)));
+            relayed.push(latin1(tagged(segment.head, this.tag)));
           }
         }
+        // What one read brought (a head and its body, say) goes to the backend in one write.
+        await this.#toBackend(relayed);
       }
     } catch (err) {
       if (!(err instanceof FramingError)) throw err;
+      // The requests framed before the error are relayed, as they came.
+      await this.#toBackend(relayed).catch(() => {});
       // Answered only where no response of the backend can interleave with it.
       if (this.#heads <= 1 && this.#inFlight === 0) {
         clearTimeout(this.#timer);
@@ -195,8 +202,13 @@ export class Connection {
     await this.#backend.closeWrite().catch(() => this.close());
   }
 
-  /** Relay `bytes` to the backend. */
-  async #toBackend(bytes: Uint8Array): Promise<void> {
+  /** Relay `parts` to the backend in one write, emptying the list. */
+  async #toBackend(parts: Uint8Array[]): Promise<void> {
+    if (parts.length === 0) return;
+    const bytes = parts.length === 1
+      ? parts[0]
+      : concat(parts, parts.reduce((n, p) => n + p.length, 0));
+    parts.length = 0;
     await writeAll(this.#backend, bytes);
   }
 

@@ -141,8 +141,9 @@ export class FrameSocket {
    */
   #pong(payload: Uint8Array): void {
     const pong = frame(0xa, payload);
+    // The queue holds only frames not yet being written (see #writeLoop).
     const at = this.#lastPong ? this.#queue.indexOf(this.#lastPong) : -1;
-    if (at > 0) {
+    if (at >= 0) {
       this.#queued += pong.length - this.#queue[at].length;
       this.#queue[at] = pong;
     } else this.#enqueue(pong);
@@ -159,9 +160,11 @@ export class FrameSocket {
     this.#writing = true;
     try {
       while (this.#queue.length > 0) {
-        const next = this.#queue[0];
+        // Every frame queued so far goes out in one write (an answer and the output queued
+        // beside it cost one system call, not one each).
+        const next = join(this.#queue, this.#queue.reduce((n, f) => n + f.length, 0));
+        this.#queue.length = 0;
         for (let off = 0; off < next.length;) off += await this.#conn.write(next.subarray(off));
-        this.#queue.shift();
         this.#queued -= next.length;
         if (this.#queued <= READ_PAUSE_QUEUED) this.#resume?.();
         for (const listener of this.#drainListeners) listener();
