@@ -98,6 +98,10 @@ export class Connection {
   #timer?: ReturnType<typeof setTimeout>;
   /** When the armed timer fires. */
   #due = 0;
+  /** When the write to the client under way began; undefined while none is. */
+  #writeStarted?: number;
+  /** The timer that closes a connection whose write to the client stalled (#watchWrites). */
+  #writeWatch?: ReturnType<typeof setTimeout>;
 
   constructor(conn: Deno.Conn, backend: Deno.Conn, relay: Relay) {
     this.#conn = conn;
@@ -148,6 +152,7 @@ export class Connection {
     if (this.#gone) return;
     this.#gone = true;
     clearTimeout(this.#timer);
+    clearTimeout(this.#writeWatch);
     this.#relay.byTag.delete(this.tag);
     closeQuietly(this.#conn);
     closeQuietly(this.#backend);
@@ -229,13 +234,34 @@ export class Connection {
    */
   async #toClient(bytes: Uint8Array): Promise<void> {
     for (let off = 0; off < bytes.length;) {
-      const stalled = setTimeout(() => this.close(), this.#relay.limits.idleTimeoutMs);
+      this.#writeStarted = performance.now();
+      this.#watchWrites();
       try {
         off += await this.#conn.write(bytes.subarray(off));
       } finally {
-        clearTimeout(stalled);
+        this.#writeStarted = undefined;
       }
     }
+  }
+
+  /**
+   * Close the connection once a write to the client has waited the idle timeout. One timer
+   * watches every write: armed by the first, it looks again when the write under way could
+   * time out, and lapses once no write is under way (a timer set and cleared per write would
+   * cost each response two timer operations).
+   */
+  #watchWrites(): void {
+    if (this.#writeWatch !== undefined) return;
+    const idle = this.#relay.limits.idleTimeoutMs;
+    const check = () => {
+      this.#writeWatch = undefined;
+      const started = this.#writeStarted;
+      if (started === undefined) return;
+      const left = started + idle - performance.now();
+      if (left <= 0) return this.close();
+      this.#writeWatch = setTimeout(check, left);
+    };
+    this.#writeWatch = setTimeout(check, idle);
   }
 
   #isUpgrade(head: RequestHead): boolean {
