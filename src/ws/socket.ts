@@ -162,9 +162,9 @@ export class FrameSocket {
     this.#writing = true;
     try {
       while (this.#queue.length > 0) {
-        // The frames queued so far go out in one write, up to about WRITE_BATCH bytes (an answer and
-        // the output queued beside it cost one system call, not one each; a long queue is not
-        // copied whole).
+        // The frames queued so far go out in one write, up to about WRITE_BATCH bytes (an
+        // answer and the output queued beside it cost one system call, not one each; a long
+        // queue is not copied whole).
         let count = 0;
         let size = 0;
         while (count < this.#queue.length && (count === 0 || size < WRITE_BATCH)) {
