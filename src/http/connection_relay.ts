@@ -12,6 +12,7 @@
  */
 
 import type { ConnectionLimits } from "../config.ts";
+import { concat } from "../output/head_tail.ts";
 import { FrameSocket } from "../ws/socket.ts";
 import {
   answerAndLinger,
@@ -97,6 +98,10 @@ export class Connection {
   #timer?: ReturnType<typeof setTimeout>;
   /** When the armed timer fires. */
   #due = 0;
+  /** When the write to the client under way began; undefined while none is. */
+  #writeStarted?: number;
+  /** The timer that closes a connection whose write to the client stalled (#watchWrites). */
+  #writeWatch?: ReturnType<typeof setTimeout>;
 
   constructor(conn: Deno.Conn, backend: Deno.Conn, relay: Relay) {
     this.#conn = conn;
@@ -147,6 +152,7 @@ export class Connection {
     if (this.#gone) return;
     this.#gone = true;
     clearTimeout(this.#timer);
+    clearTimeout(this.#writeWatch);
     this.#relay.byTag.delete(this.tag);
     closeQuietly(this.#conn);
     closeQuietly(this.#backend);
@@ -155,6 +161,8 @@ export class Connection {
 
   async #readClient(): Promise<void> {
     const buf = new Uint8Array(RELAY_CHUNK);
+    /** Bytes for the backend from the read being framed (views of `buf`, or new arrays). */
+    const relayed: Uint8Array[] = [];
     try {
       for (;;) {
         // A head or body under way must keep coming: a client that stops sending it for the
@@ -170,19 +178,23 @@ export class Connection {
           data = rest;
           for (const segment of segments) {
             if ("body" in segment) {
-              await this.#toBackend(segment.body);
+              relayed.push(segment.body);
               continue;
             }
             if (this.#heads++ === 0 && this.#isUpgrade(segment.head)) {
               return await this.#upgrade(segment.head, data.slice());
             }
             this.#inFlight++;
-            await this.#toBackend(latin1(tagged(segment.head, this.tag)));
+            relayed.push(latin1(tagged(segment.head, this.tag)));
           }
         }
+        // What one read brought (a head and its body, say) goes to the backend in one write.
+        await this.#toBackend(relayed);
       }
     } catch (err) {
       if (!(err instanceof FramingError)) throw err;
+      // The requests framed before the error are relayed, as they came.
+      await this.#toBackend(relayed).catch(() => {});
       // Answered only where no response of the backend can interleave with it.
       if (this.#heads <= 1 && this.#inFlight === 0) {
         clearTimeout(this.#timer);
@@ -195,8 +207,13 @@ export class Connection {
     await this.#backend.closeWrite().catch(() => this.close());
   }
 
-  /** Relay `bytes` to the backend. */
-  async #toBackend(bytes: Uint8Array): Promise<void> {
+  /** Relay `parts` to the backend in one write, emptying the list. */
+  async #toBackend(parts: Uint8Array[]): Promise<void> {
+    if (parts.length === 0) return;
+    const bytes = parts.length === 1
+      ? parts[0]
+      : concat(parts, parts.reduce((n, p) => n + p.length, 0));
+    parts.length = 0;
     await writeAll(this.#backend, bytes);
   }
 
@@ -217,13 +234,34 @@ export class Connection {
    */
   async #toClient(bytes: Uint8Array): Promise<void> {
     for (let off = 0; off < bytes.length;) {
-      const stalled = setTimeout(() => this.close(), this.#relay.limits.idleTimeoutMs);
+      this.#writeStarted = performance.now();
+      this.#watchWrites();
       try {
         off += await this.#conn.write(bytes.subarray(off));
       } finally {
-        clearTimeout(stalled);
+        this.#writeStarted = undefined;
       }
     }
+  }
+
+  /**
+   * Close the connection once a write to the client has waited the idle timeout. One timer
+   * watches every write: armed by the first, it looks again when the write under way could
+   * time out, and lapses once no write is under way (a timer set and cleared per write would
+   * cost each response two timer operations).
+   */
+  #watchWrites(): void {
+    if (this.#writeWatch !== undefined) return;
+    const idle = this.#relay.limits.idleTimeoutMs;
+    const check = () => {
+      this.#writeWatch = undefined;
+      const started = this.#writeStarted;
+      if (started === undefined) return;
+      const left = started + idle - performance.now();
+      if (left <= 0) return this.close();
+      this.#writeWatch = setTimeout(check, left);
+    };
+    this.#writeWatch = setTimeout(check, idle);
   }
 
   #isUpgrade(head: RequestHead): boolean {
