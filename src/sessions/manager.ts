@@ -372,12 +372,12 @@ export class SessionManager {
   }
 
   /**
-   * Collect the call's output, telling its watcher of output as it arrives. Meanwhile the
-   * session's emulator, if it has one, runs at its normal weight: its child waits for it.
+   * Collect the call's output, telling its watcher of output as it arrives. Meanwhile a screen
+   * session runs at its normal weight (see Session.attend).
    */
   async #collect(session: Session, req: ExecRequest | WriteRequest): Promise<Collected> {
     const unwatch = req.onOutput && session.listen({ output: req.onOutput });
-    const unattend = session.screen?.attend();
+    const unattend = session.attend();
     try {
       return await collect(session, {
         yieldMs: req.yieldMs,
@@ -386,7 +386,7 @@ export class SessionManager {
         waits: req.waits,
       });
     } finally {
-      unattend?.();
+      unattend();
       unwatch?.();
     }
   }
