@@ -46,7 +46,7 @@ import type { ResourceLimits } from "../policy/policy.ts";
 
 import { enableControllers, killAndRemove, killTree, mkdirs, PARENT, v1Own } from "./hierarchy.ts";
 import { FRESH, SessionCgroup } from "./session_cgroup.ts";
-import { screenCpuDir, ScreenCpuGroup } from "./screen_cpu.ts";
+import { screenCpuDirs, ScreenCpuGroup } from "./screen_cpu.ts";
 import { deadInstances, forgetInstance, recordInstance } from "./instance_records.ts";
 
 /**
@@ -524,11 +524,14 @@ export class CgroupHost {
         ...own.map((d) => `${d}/${PARENT}/${instance}`),
       ]),
     ];
+    // The screen workers' cgroups of instances that no longer run (their threads died with them).
     const cpu = v1Own("cpu");
+    for (const { instance, dir } of cpu === undefined ? [] : screenCpuDirs(cpu)) {
+      if (INSTANCE_NAME.test(instance) && !instanceRuns(instance)) removeDirs([dir]);
+    }
     let count = 0;
     for (const instance of instances) {
       if (instanceRuns(instance)) continue;
-      if (cpu !== undefined) removeDirs([screenCpuDir(cpu, instance)]);
       const dir = `${parent}/${instance}`;
       const sessions = listDir(dir).filter((n) => /^s\d+$/.test(n));
       const v1 = v1Of(instance);

@@ -15,14 +15,15 @@
  * server rather than beneath `uexec/<instance>`, because a v1 group's `cpu.shares` counts only
  * among its siblings: nested in a parent of the default weight, the parent's 1024 would compete.
  *
- * It must never move any thread but the one it is given, never leave that thread in the cgroup
- * when closed (it goes back to our own cgroup first), and never fail a session: where the
- * cgroup cannot be made or written, screens run as before, on the worker's own nice value.
+ * It must never move a thread but the worker's (the one it is given; threads that one starts,
+ * such as its runtime's blocking pool, the kernel puts beside it), never leave a thread in the
+ * cgroup when closed (each goes back to our own cgroup first), and never fail a session: where
+ * the cgroup cannot be made or written, screens run as before, on the worker's own nice value.
  *
  * @module
  */
 
-import { E, OsError } from "../../ffi/libc.ts";
+import { E, listDir, OsError, readSmallFile } from "../../ffi/libc.ts";
 import type { ScreenWeight } from "../../output/screen.ts";
 import { mkdirs, v1Own } from "./hierarchy.ts";
 import { removeDirs, writeFile } from "./cgroup_fs.ts";
@@ -34,14 +35,27 @@ export const LOOKED_SHARES = 1024;
 
 /** The screen worker's cgroup of instance `instance` beneath `own` (our own v1 `cpu` cgroup). */
 export function screenCpuDir(own: string, instance: string): string {
-  return `${own}/uexec-screens-${instance}`;
+  return `${own}/${PREFIX}${instance}`;
+}
+
+const PREFIX = "uexec-screens-";
+
+/** The instances that have a screen worker's cgroup beneath `own`, with the directory of each. */
+export function screenCpuDirs(own: string): { instance: string; dir: string }[] {
+  try {
+    return listDir(own).filter((n) => n.startsWith(PREFIX)).map((n) => ({
+      instance: n.slice(PREFIX.length),
+      dir: `${own}/${n}`,
+    }));
+  } catch {
+    return [];
+  }
 }
 
 /** The v1 `cpu` cgroup holding the screen worker's thread. */
 export class ScreenCpuGroup implements ScreenWeight {
   readonly dir: string;
   #home: string;
-  #tid?: number;
   #looked = false;
 
   private constructor(home: string, dir: string) {
@@ -66,7 +80,6 @@ export class ScreenCpuGroup implements ScreenWeight {
   /** Move the thread `tid` (a thread id of this process) into the cgroup. */
   adopt(tid: number): void {
     writeFile(`${this.dir}/tasks`, `${tid}`);
-    this.#tid = tid;
   }
 
   /** A call waits on a screen (`looked`), or none does: the weight follows. */
@@ -76,15 +89,15 @@ export class ScreenCpuGroup implements ScreenWeight {
     this.#looked = looked;
   }
 
-  /** Move the thread back to our own cgroup (unless it has ended) and remove the cgroup. */
+  /** Move the threads in it back to our own cgroup (those that have not ended); remove it. */
   close(): void {
-    if (this.#tid !== undefined) {
+    const tids = (readSmallFile(`${this.dir}/tasks`, 1 << 16) ?? "").split("\n").filter((t) => t);
+    for (const tid of tids) {
       try {
-        writeFile(`${this.#home}/tasks`, `${this.#tid}`);
+        writeFile(`${this.#home}/tasks`, tid);
       } catch (err) {
         if (!(err instanceof OsError && err.errno === E.ESRCH)) throw err;
       }
-      this.#tid = undefined;
     }
     removeDirs([this.dir]);
   }

@@ -99,6 +99,27 @@ Deno.test({
 });
 
 Deno.test({
+  name: "screen cpu group: threads the adopted one started go back out with it",
+  ignore,
+  fn: () =>
+    scratch(async (home, pid) => {
+      const group = ScreenCpuGroup.open("i1-2", home)!;
+      const started = new Deno.Command("sleep", { args: ["60"] }).spawn();
+      try {
+        group.adopt(pid);
+        // As the kernel does for a thread the worker starts: born in its cgroup.
+        Deno.writeTextFileSync(`${group.dir}/tasks`, `${started.pid}`);
+        group.close();
+        assert.equal(exists(group.dir), false);
+        assert.deepEqual(tasks(home).sort(), [pid, started.pid].sort());
+      } finally {
+        started.kill("SIGKILL");
+        await started.status;
+      }
+    }),
+});
+
+Deno.test({
   name: "screen cpu group: closing after the adopted thread ended removes the cgroup",
   ignore,
   fn: () =>
