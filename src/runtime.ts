@@ -42,6 +42,7 @@ import { Metrics } from "./metrics/metrics.ts";
 import { DiskFloor } from "./service/disk_floor.ts";
 import type { ContainmentReport } from "./sandbox/containment/cgroups.ts";
 import { openContainment } from "./sandbox/containment/containment.ts";
+import { ScreenHost } from "./output/screen.ts";
 import { operatorGitIdentity } from "./sandbox/identity/git_config.ts";
 import { hostGitHint } from "./sandbox/identity/host_git.ts";
 import { GrantJournal } from "./sandbox/grants/grant_journal.ts";
@@ -131,6 +132,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
   const manager = new SessionManager({
     reactor,
     cgroups: containment.host,
+    screens: new ScreenHost({ weight: containment.host?.screenCpu }),
     descriptors,
     pool,
     bus,

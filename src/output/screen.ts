@@ -4,6 +4,12 @@
  * The worker starts with the first screen and parses off the main thread, so a screen never
  * slows the reactor or the HTTP server, and sessions that did not ask for one cost nothing.
  *
+ * Emulation costs several times the CPU of the output it follows, and a screen session's child
+ * runs at its emulator's pace, so the worker's weight decides what one screen session's flood
+ * takes from the others: where the host lets it be set (a `ScreenWeight`), the worker runs at the
+ * lowest weight while no call waits on a screen, and at a normal one while any does (`attend`,
+ * and every snapshot until it is answered).
+ *
  * It must never drop or reorder a byte sent to a screen, never answer a snapshot before every
  * byte sent before it was parsed, and never keep an emulator after its screen was closed.
  *
@@ -45,7 +51,19 @@ export type ScreenRequest =
 export type ScreenReply =
   | { kind: "snapshot"; req: number; snapshot: ScreenSnapshot }
   | { kind: "gone"; req: number }
-  | { kind: "fed"; id: number; bytes: number };
+  | { kind: "fed"; id: number; bytes: number }
+  | { kind: "thread"; tid: number };
+
+/**
+ * The CPU weight of the screen worker's thread, where the host lets it be set (the sandbox's
+ * containment provides it: a v1 `cpu` cgroup of the worker's own).
+ */
+export interface ScreenWeight {
+  /** Take the worker's thread `tid` (a thread id of this process), at the low weight. */
+  adopt(tid: number): void;
+  /** Whether a call waits on a screen now: the normal weight while one does, else the lowest. */
+  look(looked: boolean): void;
+}
 
 /** Lines a screen keeps above its visible rows. */
 export const DEFAULT_SCROLLBACK = 1000;
@@ -75,6 +93,11 @@ export interface Screen {
   snapshot(): Promise<ScreenSnapshot>;
   /** Bytes fed and not yet parsed. */
   readonly backlog: number;
+  /**
+   * A call waits on this screen until the returned function is called: the emulator runs at
+   * its normal weight meanwhile (see {@link ScreenWeight}).
+   */
+  attend(): () => void;
   /** Drop the emulator. */
   close(): void;
 }
@@ -95,9 +118,38 @@ export class ScreenHost {
   #nextId = 1;
   #nextReq = 1;
   #scrollback: number;
+  #weight?: ScreenWeight;
+  /** Calls waiting on a screen (attendances not yet ended, snapshots not yet answered). */
+  #looking = 0;
+  /** Whether a failure of the weight was reported already (it is said once). */
+  #weightFailed = false;
 
-  constructor(scrollback = DEFAULT_SCROLLBACK) {
-    this.#scrollback = scrollback;
+  constructor(opts: { scrollback?: number; weight?: ScreenWeight } = {}) {
+    this.#scrollback = opts.scrollback ?? DEFAULT_SCROLLBACK;
+    this.#weight = opts.weight;
+  }
+
+  /** One more call waits on a screen; the returned function ends that (once). */
+  #attend(): () => void {
+    if (this.#looking++ === 0) this.#weigh((w) => w.look(true));
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      if (--this.#looking === 0) this.#weigh((w) => w.look(false));
+    };
+  }
+
+  /** Apply `change` to the weight; a failure leaves the worker where it was, said once. */
+  #weigh(change: (weight: ScreenWeight) => void): void {
+    if (!this.#weight) return;
+    try {
+      change(this.#weight);
+    } catch (err) {
+      if (this.#weightFailed) return;
+      this.#weightFailed = true;
+      console.error("uexec: the screen worker's CPU weight cannot be set:", err);
+    }
   }
 
   /** A new screen of `size`. */
@@ -128,12 +180,14 @@ export class ScreenHost {
         const req = this.#nextReq++;
         const waiting = Promise.withResolvers<ScreenSnapshot>();
         this.#waiting.set(req, waiting);
+        const end = this.#attend();
         worker.postMessage({ op: "snapshot", id, req } satisfies ScreenRequest);
-        return waiting.promise;
+        return waiting.promise.finally(end);
       },
       get backlog() {
         return backlog.bytes;
       },
+      attend: () => this.#attend(),
       close: () => {
         send({ op: "close", id });
         open = false;
@@ -155,6 +209,7 @@ export class ScreenHost {
     const worker = startWorker(new URL("./screen_worker.ts", import.meta.url));
     worker.onmessage = (e: MessageEvent<ScreenReply>) => {
       const reply = e.data;
+      if (reply.kind === "thread") return this.#weigh((w) => w.adopt(reply.tid));
       if (reply.kind === "fed") {
         const backlog = this.#backlogs.get(reply.id);
         if (!backlog) return;

@@ -47,19 +47,24 @@ const emulators = new Map<number, Emulator>();
 
 /**
  * The worker thread's nice value: under CPU contention the reactor, the HTTP server and the
- * children come first, and a screen catches up afterwards (its bytes wait, in order).
+ * children come first, and a screen catches up afterwards (its bytes wait, in order). Within
+ * the server's own scheduling group only: the weight that counts against other processes is
+ * the cgroup's the server moves this thread into where it can (see screen.ts `ScreenWeight`).
  */
 const SCREEN_NICE = 10;
 const SYSCALLS = Deno.build.arch === "x86_64"
   ? { gettid: 186, setpriority: 141 }
   : { gettid: 178, setpriority: 140 };
 const PRIO_PROCESS = 0;
+const tid = rawSyscall(SYSCALLS.gettid);
 // Lowering one's own priority is always allowed; were it refused, screens would only be faster.
-rawSyscall(SYSCALLS.setpriority, PRIO_PROCESS, rawSyscall(SYSCALLS.gettid), SCREEN_NICE);
+rawSyscall(SYSCALLS.setpriority, PRIO_PROCESS, tid, SCREEN_NICE);
 
 function post(reply: ScreenReply): void {
   self.postMessage(reply);
 }
+
+post({ kind: "thread", tid });
 
 /** The logical lines of `buffer` from `from` up to (not including) `to`: wrapped rows joined. */
 function logicalLines(

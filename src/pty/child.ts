@@ -134,6 +134,11 @@ export class Child {
     return this.#closed;
   }
 
+  /** True once the child was reaped: its pid may name another process from then on. */
+  get exited(): boolean {
+    return this.#exit !== undefined;
+  }
+
   /** The PTY master while the child is open (for asking the terminal); undefined for pipes. */
   get terminal(): number | undefined {
     return this.tty && !this.#closed ? this.#output : undefined;

@@ -371,9 +371,13 @@ export class SessionManager {
     return id;
   }
 
-  /** Collect the call's output, telling its watcher of output as it arrives. */
+  /**
+   * Collect the call's output, telling its watcher of output as it arrives. Meanwhile a screen
+   * session runs at its normal weight (see Session.attend).
+   */
   async #collect(session: Session, req: ExecRequest | WriteRequest): Promise<Collected> {
     const unwatch = req.onOutput && session.listen({ output: req.onOutput });
+    const unattend = session.attend();
     try {
       return await collect(session, {
         yieldMs: req.yieldMs,
@@ -382,6 +386,7 @@ export class SessionManager {
         waits: req.waits,
       });
     } finally {
+      unattend();
       unwatch?.();
     }
   }

@@ -12,6 +12,7 @@
 
 import type { Usage } from "../sandbox/containment/session_cgroup.ts";
 import type { EndReason } from "../events/bus.ts";
+import { BACKGROUND_NICE, setAutogroupNice } from "../pty/autogroup.ts";
 import { Child, type ChildFds, type ChildSink, type ExitStatus } from "../pty/child.ts";
 import type { Reactor } from "../io/reactor.ts";
 import { concat, HeadTailBuffer } from "../output/head_tail.ts";
@@ -107,6 +108,8 @@ export class Session implements ChildSink {
   #plain?: PlainRenderer;
   #screen?: Screen;
   #listeners = new Set<SessionListener>();
+  /** Calls waiting on it now (see {@link attend}). */
+  #attending = 0;
   #exit?: ExitStatus;
   #closed = Promise.withResolvers<ExitStatus>();
   #onClose: (session: Session, status: ExitStatus) => void;
@@ -202,6 +205,32 @@ export class Session implements ChildSink {
   /** The terminal emulator, for sessions started with `screen: true`. */
   get screen(): Screen | undefined {
     return this.#screen;
+  }
+
+  /**
+   * A call waits on this session until the returned function is called (once). A screen
+   * session runs in the background otherwise: its emulator at the lowest weight (see
+   * output/screen.ts) and its processes' session at the weakest autogroup nice, since its child
+   * runs at its emulator's pace and no one is waiting for it; while a call waits, both at their
+   * normal weight.
+   */
+  attend(): () => void {
+    if (!this.#screen) return () => {};
+    const endScreen = this.#screen.attend();
+    if (this.#attending++ === 0) this.#weigh(0);
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      endScreen();
+      if (--this.#attending === 0) this.#weigh(BACKGROUND_NICE);
+    };
+  }
+
+  /** Set the autogroup nice of the child's session while its pid is still ours. */
+  #weigh(nice: number): void {
+    const child = this.#child;
+    if (child && !child.exited) setAutogroupNice(child.pid, nice);
   }
 
   /** The session left the store: drop what it holds beyond its output (its emulator). */

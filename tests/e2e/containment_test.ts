@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { KEPT } from "../../src/sandbox/containment/cgroups.ts";
 import { removeDirs } from "../../src/sandbox/containment/cgroup_fs.ts";
 import { v1Own } from "../../src/sandbox/containment/hierarchy.ts";
+import { screenCpuDir } from "../../src/sandbox/containment/screen_cpu.ts";
 import { instanceName } from "../../src/sandbox/instance.ts";
 import { limitFiles, limitLeaving, openFiles } from "../helpers/descriptors.ts";
 import { exists } from "../helpers/fs.ts";
@@ -248,6 +249,52 @@ Deno.test("after kill -9 of the server, the next one kills what its sessions lef
     assert.match(stderr, /"msg":"dead_instance_dirs_removed".*"directories":\d+/);
     assert.equal(exists(instanceDir), false, `${instanceDir} was left`);
   }
+});
+
+Deno.test({
+  name:
+    "the screen worker's cpu cgroup: its thread alone, at the lowest weight, gone with the server",
+  ignore: v1Own("cpu") === undefined,
+  async fn() {
+    const dirOf = async (server: Client) => {
+      const health = await server.get("/healthz");
+      const instance = /\/(i\d+-\d+)$/.exec(health.body.cgroup)![1];
+      return screenCpuDir(v1Own("cpu")!, instance);
+    };
+    const first = await startServer();
+    let dir = "";
+    try {
+      dir = await dirOf(first);
+      assert.equal(Deno.readTextFileSync(`${dir}/cpu.shares`).trim(), "2");
+      // The worker said its thread before this snapshot's answer.
+      const r = await first.post("/v1/exec_command", {
+        cmd: "echo hi",
+        login: false,
+        output_mode: "screen",
+      });
+      assert.equal(r.body.exit_code, 0, JSON.stringify(r.body));
+      // The worker's thread, and what it started since (its runtime's threads) beside it.
+      const tasks = Deno.readTextFileSync(`${dir}/tasks`).trim().split("\n").map(Number);
+      const comm = (tid: number) => Deno.readTextFileSync(`/proc/${first.pid}/task/${tid}/comm`);
+      assert.ok(!tasks.includes(first.pid), "not the main thread");
+      assert.equal(tasks.map(comm).filter((c) => c.startsWith("worker-")).length, 1);
+      assert.equal(Deno.readTextFileSync(`${dir}/cpu.shares`).trim(), "2", "no call waits now");
+      Deno.kill(first.pid, "SIGKILL");
+    } finally {
+      await first.stop();
+    }
+    assert.ok(exists(dir), "left by the crash");
+    const second = await startServer();
+    let next = "";
+    try {
+      assert.equal(exists(dir), false, "the next server removed the dead instance's");
+      next = await dirOf(second);
+      assert.ok(exists(next));
+    } finally {
+      await second.stop();
+    }
+    assert.equal(exists(next), false, "removed at shutdown");
+  },
 });
 
 Deno.test("usage of the whole tree and the limits in force are reported", async () => {

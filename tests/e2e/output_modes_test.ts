@@ -10,6 +10,7 @@
 
 import assert from "node:assert/strict";
 import { countTokens } from "../../src/output/token_count.ts";
+import { exists } from "../helpers/fs.ts";
 import { startServer, type TestServer } from "../helpers/server.ts";
 
 const SH = { login: false, yield_time_ms: 10_000 };
@@ -254,6 +255,36 @@ Deno.test("output_mode screen: the terminal as a person sees it", async (t) => {
     assert.equal(got.body.scrolled_lost, true);
     assert.equal(got.body.scrolled.length, 1000);
     await server.del(`/v1/sessions/${id}`);
+  });
+
+  await t.step({
+    name: "a screen session runs in the background while no call waits on it",
+    ignore: !exists("/proc/self/autogroup"),
+    fn: async () => {
+      // Its process session's autogroup nice, as the kernel reports it: from the server's side
+      // between calls, and from inside (the command reads its own) while a call waits.
+      const nice = (text: string) => /nice (-?\d+)/.exec(text)?.[1];
+      const cmd = "stty -echo; cat /proc/self/autogroup; echo ready; read x; " +
+        "cat /proc/self/autogroup; echo done; read y";
+      const screen = await live(server, { cmd, screen: true, until: "ready" });
+      assert.equal(nice(screen.first.output), "0", "while its exec call waits");
+      const { pid } = (await server.get(`/v1/sessions/${screen.id}`)).body;
+      assert.equal(nice(Deno.readTextFileSync(`/proc/${pid}/autogroup`)), "19");
+      const r = await server.post("/v1/write_stdin", {
+        session_id: screen.id,
+        chars: "\n",
+        until: "done",
+        yield_time_ms: 10_000,
+      });
+      assert.equal(nice(r.body.output), "0", "while a write call waits");
+      assert.equal(nice(Deno.readTextFileSync(`/proc/${pid}/autogroup`)), "19");
+      // A session without a screen is never moved to the background.
+      const raw = await live(server, { cmd: "echo ready; read x", until: "ready" });
+      const rawPid = (await server.get(`/v1/sessions/${raw.id}`)).body.pid;
+      assert.equal(nice(Deno.readTextFileSync(`/proc/${rawPid}/autogroup`)), "0");
+      await server.del(`/v1/sessions/${screen.id}`);
+      await server.del(`/v1/sessions/${raw.id}`);
+    },
   });
 
   await t.step("a flood faster than the emulator: no byte dropped, none out of order", async () => {

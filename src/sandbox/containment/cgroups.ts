@@ -46,6 +46,7 @@ import type { ResourceLimits } from "../policy/policy.ts";
 
 import { enableControllers, killAndRemove, killTree, mkdirs, PARENT, v1Own } from "./hierarchy.ts";
 import { FRESH, SessionCgroup } from "./session_cgroup.ts";
+import { screenCpuDirs, ScreenCpuGroup } from "./screen_cpu.ts";
 import { deadInstances, forgetInstance, recordInstance } from "./instance_records.ts";
 
 /**
@@ -131,6 +132,8 @@ export class CgroupHost {
   #short = false;
   /** The memory cap of all sessions together, in bytes (see {@link open}). */
   memoryMax?: number;
+  /** The screen worker's CPU weight, where a v1 `cpu` hierarchy is mounted (screen_cpu.ts). */
+  readonly screenCpu = ScreenCpuGroup.open(instanceName());
 
   readonly #descriptors?: DescriptorReserve;
 
@@ -482,6 +485,11 @@ export class CgroupHost {
     this.#home = undefined;
     await this.#janitor.close();
     await this.shed();
+    try {
+      this.screenCpu?.close();
+    } catch {
+      // Its thread could not be moved out: the cgroup is left, removed at the next start.
+    }
     let removed = true;
     for (const d of [this.dir, ...this.#v1.map((v) => v.dir)]) {
       try {
@@ -516,6 +524,11 @@ export class CgroupHost {
         ...own.map((d) => `${d}/${PARENT}/${instance}`),
       ]),
     ];
+    // The screen workers' cgroups of instances that no longer run (their threads died with them).
+    const cpu = v1Own("cpu");
+    for (const { instance, dir } of cpu === undefined ? [] : screenCpuDirs(cpu)) {
+      if (INSTANCE_NAME.test(instance) && !instanceRuns(instance)) removeDirs([dir]);
+    }
     let count = 0;
     for (const instance of instances) {
       if (instanceRuns(instance)) continue;

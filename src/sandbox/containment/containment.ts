@@ -12,6 +12,8 @@
  * - `cgroup_fs.ts`: the file operations on session cgroups, run on the main thread and by the
  *   janitor's (`cgroup_janitor.ts`, `cgroup_janitor_worker.ts`), which makes and removes
  *   cgroups off the request path.
+ * - `screen_cpu.ts`: the screen worker's thread in a v1 `cpu` cgroup of its own, at the lowest
+ *   weight while no call waits on a screen (the host's {@link CgroupHost.screenCpu}).
  *
  * @module
  */
