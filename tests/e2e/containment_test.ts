@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { KEPT } from "../../src/sandbox/containment/cgroups.ts";
 import { removeDirs } from "../../src/sandbox/containment/cgroup_fs.ts";
-import { v1Own } from "../../src/sandbox/containment/hierarchy.ts";
+import { cgroupRoot, v1Own } from "../../src/sandbox/containment/hierarchy.ts";
 import { screenCpuDir } from "../../src/sandbox/containment/screen_cpu.ts";
 import { instanceName } from "../../src/sandbox/instance.ts";
 import { limitFiles, limitLeaving, openFiles } from "../helpers/descriptors.ts";
@@ -213,8 +213,41 @@ Deno.test("a shutdown past its time limit still kills what every session runs", 
   }
 });
 
+/**
+ * A cgroup v2 directory and a temporary directory of the test's own, for servers whose dead
+ * instance only the next of them may reap: every server reaps dead instances beneath its cgroup
+ * root and its TMPDIR, so another server on the host starting meanwhile (a quick-start server,
+ * another suite) could otherwise reap it first, and the log lines asserted would be its.
+ */
+async function privateRoots(): Promise<{ env: Record<string, string>; remove(): void }> {
+  const hierarchy = cgroupRoot(undefined);
+  assert.ok(hierarchy, "no writable cgroup v2 hierarchy");
+  const cgroup = `${hierarchy}/uexec-test-${crypto.randomUUID()}`;
+  Deno.mkdirSync(cgroup);
+  // Sessions pass through TMPDIR to their HOME: searchable by their uids.
+  const tmp = await Deno.makeTempDir({ prefix: "uexec-tmp-" });
+  Deno.chmodSync(tmp, 0o755);
+  return {
+    env: { UEXEC_CGROUP_ROOT: cgroup, TMPDIR: tmp },
+    remove() {
+      removeDirs([cgroup]);
+      Deno.removeSync(tmp, { recursive: true });
+    },
+  };
+}
+
 Deno.test("after kill -9 of the server, the next one kills what its sessions left and removes their files", async () => {
-  const first = await startServer({ UEXEC_PROFILE: "workspace-write" });
+  const roots = await privateRoots();
+  try {
+    await killedServerIsReaped(roots.env);
+  } finally {
+    roots.remove();
+  }
+  assert.equal(exists(roots.env.UEXEC_CGROUP_ROOT), false);
+});
+
+async function killedServerIsReaped(env: Record<string, string>): Promise<void> {
+  const first = await startServer({ ...env, UEXEC_PROFILE: "workspace-write" });
   let daemon = 0;
   let instanceDir = "";
   try {
@@ -235,7 +268,7 @@ Deno.test("after kill -9 of the server, the next one kills what its sessions lef
   }
   assert.equal(alive(daemon), true, "the daemon should still run after the crash");
   assert.ok(exists(instanceDir), `${instanceDir} should be left after the crash`);
-  const second = await startServer();
+  const second = await startServer(env);
   try {
     // The dead instance's cgroups are gone by the time the new server listens.
     assert.equal(alive(daemon), false, "the next server left the dead instance's daemon");
@@ -249,7 +282,7 @@ Deno.test("after kill -9 of the server, the next one kills what its sessions lef
     assert.match(stderr, /"msg":"dead_instance_dirs_removed".*"directories":\d+/);
     assert.equal(exists(instanceDir), false, `${instanceDir} was left`);
   }
-});
+}
 
 Deno.test({
   name:
