@@ -3,7 +3,7 @@
  * did with sessions, process groups or double forks (`cgroup.kill`), and so that its whole
  * tree is limited and accounted. Cgroups live at `<v2 root>/uexec/<instance>/<session>`; the
  * instance name records the server's pid and start time, so a later server can tell that an
- * instance is dead (even after pid reuse) and kill and remove what it left.
+ * instance is dead (even after pid reuse) and kill and remove what it left (`dead_instances.ts`).
  *
  * On hybrid hosts, where the v1 hierarchies own the `pids` and `memory` controllers, each
  * session also gets a cgroup of the same name beneath this server's own v1 cgroup there, for
@@ -27,36 +27,18 @@
  * @module
  */
 
-import {
-  closeAll,
-  E,
-  errno,
-  listDir,
-  O,
-  openFile,
-  OsError,
-  readSmallFile,
-} from "../../ffi/libc.ts";
-import { INSTANCE_NAME, instanceName, instanceRuns } from "../instance.ts";
+import { closeAll, E, errno, O, openFile, OsError, readSmallFile } from "../../ffi/libc.ts";
+import { instanceName } from "../instance.ts";
 import { cloneIntoCgroupWorks, type Placement } from "../../pty/clone_into_cgroup.ts";
 import type { DescriptorReserve } from "../../io/descriptor_reserve.ts";
 import type { Reactor } from "../../io/reactor.ts";
-import {
-  type Baseline,
-  type CgroupPlan,
-  makeCgroups,
-  removeDirs,
-  rmdir,
-  writeFile,
-} from "./cgroup_fs.ts";
+import { type Baseline, type CgroupPlan, makeCgroups, rmdir, writeFile } from "./cgroup_fs.ts";
 import { CgroupJanitor } from "./cgroup_janitor.ts";
 import { SandboxUnavailableError } from "../errors.ts";
 import type { ResourceLimits } from "../policy/policy.ts";
-
 import {
   type EmptyWatch,
   enableControllers,
-  killAndRemove,
   killTree,
   mkdirs,
   PARENT,
@@ -64,7 +46,7 @@ import {
   watchEmpty,
 } from "./hierarchy.ts";
 import { FRESH, SessionCgroup } from "./session_cgroup.ts";
-import { deadInstances, forgetInstance, recordInstance } from "./instance_records.ts";
+import { forgetInstance, recordInstance } from "./instance_records.ts";
 
 /**
  * Session cgroups kept made ahead per set of limits: enough for a burst of starts to find
@@ -574,50 +556,6 @@ export class CgroupHost {
       }
     }
     if (removed) forgetInstance(instanceName());
-  }
-
-  /**
-   * Kill and remove what instances that no longer run left beneath `root`; resolves to how
-   * many of their session cgroups still held processes (empty ones are removed too).
-   */
-  static async reapDead(reactor: Reactor, root: string): Promise<number> {
-    const parent = `${root}/${PARENT}`;
-    let instances: string[];
-    try {
-      instances = listDir(parent).filter((n) => INSTANCE_NAME.test(n));
-    } catch {
-      instances = [];
-    }
-    // Where each dead instance said its v1 cgroups are (beneath the cgroup its server ran in),
-    // and where they would be beneath ours (an instance of a server that kept no record).
-    const recorded = deadInstances();
-    const own = (["pids", "memory"] as const).map(v1Own).filter((d) => d !== undefined);
-    const v1Of = (instance: string) => [
-      ...new Set([
-        ...(recorded.get(instance) ?? []),
-        ...own.map((d) => `${d}/${PARENT}/${instance}`),
-      ]),
-    ];
-    let count = 0;
-    for (const instance of instances) {
-      if (instanceRuns(instance)) continue;
-      const dir = `${parent}/${instance}`;
-      const sessions = listDir(dir).filter((n) => /^s\d+$/.test(n));
-      const v1 = v1Of(instance);
-      for (const s of sessions) {
-        if (await killAndRemove(reactor, `${dir}/${s}`, v1.map((d) => `${d}/${s}`))) count++;
-      }
-      removeDirs([dir, ...v1]);
-      recorded.delete(instance);
-      forgetInstance(instance);
-    }
-    // Dead instances whose v2 directory is gone but whose v1 ones were left (a reaper that did
-    // not know where they were): their processes died with the v2 cgroup; the directories go.
-    for (const [instance, dirs] of recorded) {
-      removeDirs(dirs);
-      forgetInstance(instance);
-    }
-    return count;
   }
 }
 
