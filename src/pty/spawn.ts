@@ -13,7 +13,7 @@
  * @module
  */
 
-import { cString, E, errno, errnoName, libc, O, OsError } from "../ffi/libc.ts";
+import { cString, cStringArray, E, errno, errnoName, libc, O, OsError } from "../ffi/libc.ts";
 import { cloneIntoCgroup, type Placement } from "./clone_into_cgroup.ts";
 import { openPty, resizePty, type WindowSize } from "./open.ts";
 
@@ -73,17 +73,6 @@ export class SpawnError extends Error {
 
 /** Strings referenced only through raw pointers; held here so GC cannot free them mid-call. */
 let pinned: Uint8Array[] = [];
-
-/** A NULL-terminated array of pointers to NUL-terminated strings (pinned until the next spawn). */
-function cStringArray(items: string[]): Uint8Array {
-  const strings = items.map(cString);
-  pinned.push(...strings);
-  const ptrs = new BigUint64Array(items.length + 1);
-  strings.forEach((buf, i) =>
-    ptrs[i] = BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(buf)))
-  );
-  return new Uint8Array(ptrs.buffer);
-}
 
 /**
  * Start the child described by `spec`; its pid is also its session and group id. No
@@ -196,8 +185,8 @@ function spawnWith(
     c.posix_spawn_file_actions_addclosefrom_np(actions, spec.gate === undefined ? 3 : 4);
     pinned = [];
     const file = cString(spec.file ?? spec.argv[0]);
-    const argv = cStringArray(spec.argv);
-    const envp = cStringArray(spec.env);
+    const argv = cStringArray(spec.argv, pinned);
+    const envp = cStringArray(spec.env, pinned);
     const pid = new Int32Array(1);
     const pidBuf = new Uint8Array(pid.buffer);
     const rc = c.posix_spawnp(pidBuf, file, actions, attr, argv, envp);
