@@ -27,7 +27,7 @@
  * @module
  */
 
-import { cString, E, errno, libc, OsError, rawSyscall } from "../ffi/libc.ts";
+import { cString, cStringArray, E, errno, libc, OsError, rawSyscall } from "../ffi/libc.ts";
 
 const SYS = {
   rt_sigaction: 13,
@@ -323,16 +323,6 @@ class Program {
   }
 }
 
-function pointerArray(items: string[], held: Uint8Array[]): Uint8Array {
-  const ptrs = new BigUint64Array(items.length + 1);
-  items.forEach((s, i) => {
-    const c = cString(s);
-    held.push(c);
-    ptrs[i] = BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(c)));
-  });
-  return new Uint8Array(ptrs.buffer);
-}
-
 const ZERO_SIGACTION = new Uint8Array(32);
 const EMPTY_SIGSET = new Uint8Array(8);
 
@@ -383,8 +373,8 @@ export function cloneIntoCgroup(spec: CloneSpec, stdio: ChildStdio, placement: P
   }
   program.call(SYS.dup2, true, 1, 2);
   program.call(SYS.close_range, true, 3, 0xffffffff, 0);
-  const argv = pointerArray(spec.argv, held);
-  const envp = pointerArray(spec.env, held);
+  const argv = cStringArray(spec.argv, held);
+  const envp = cStringArray(spec.env, held);
   program.call(SYS.execve, true, cString(spec.file), argv, envp);
   const list = program.end();
 

@@ -13,9 +13,9 @@
  * @module
  */
 
-import { cString, E, errno, errnoName, libc, O, OsError } from "../ffi/libc.ts";
+import { cString, cStringArray, E, errno, errnoName, libc, O, OsError } from "../ffi/libc.ts";
 import { cloneIntoCgroup, type Placement } from "./clone_into_cgroup.ts";
-import { openPty, type WindowSize } from "./open.ts";
+import { openPty, resizePty, type WindowSize } from "./open.ts";
 
 const POSIX_SPAWN_SETSIGDEF = 0x04;
 const POSIX_SPAWN_SETSIGMASK = 0x08;
@@ -74,26 +74,60 @@ export class SpawnError extends Error {
 /** Strings referenced only through raw pointers; held here so GC cannot free them mid-call. */
 let pinned: Uint8Array[] = [];
 
-/** A NULL-terminated array of pointers to NUL-terminated strings (pinned until the next spawn). */
-function cStringArray(items: string[]): Uint8Array {
-  const strings = items.map(cString);
-  pinned.push(...strings);
-  const ptrs = new BigUint64Array(items.length + 1);
-  strings.forEach((buf, i) =>
-    ptrs[i] = BigInt(Deno.UnsafePointer.value(Deno.UnsafePointer.of(buf)))
-  );
-  return new Uint8Array(ptrs.buffer);
-}
-
 /**
  * Start the child described by `spec`; its pid is also its session and group id. No
  * pseudo-terminal left (the system's `kernel.pty.max` reached) is a `SpawnError` of ENOSPC.
  */
-export function spawnChild(spec: SpawnSpec): Spawned {
+/**
+ * A terminal opened ahead on a spawner thread for its next spawn, so that the open
+ * (`posix_openpt`, `grantpt`, `unlockpt`, `ptsname_r`: about 50 µs) is off the request's path.
+ * Its master is kept in memory shared with the main thread (`slot`), which closes it when it
+ * stops the worker; whoever takes it first (`Atomics.exchange`) owns it. Only for a thread that
+ * neither switches uid (a terminal belongs to whoever opens it) nor spawns in terminal slots
+ * (other devpts instances): all its spawns are alike. A worker stopped while it opens one leaves
+ * that one descriptor open.
+ */
+export class SparePty {
+  /** The slave's path of the master in the slot (this thread's own knowledge). */
+  #path?: string;
+
+  constructor(readonly slot: Int32Array) {}
+
+  /** Open one ahead when the slot is empty; nothing when none can be opened now. */
+  fill(): void {
+    if (Atomics.load(this.slot, 0) >= 0) return;
+    try {
+      const pty = openPty({ rows: 24, cols: 80 });
+      this.#path = pty.slavePath;
+      Atomics.store(this.slot, 0, pty.master);
+    } catch {
+      // The next spawn opens its own, and says why it cannot.
+    }
+  }
+
+  /** The terminal in the slot, in `size`, when there is one (it is then this caller's). */
+  take(size: WindowSize): { master: number; slavePath: string } | undefined {
+    const master = Atomics.exchange(this.slot, 0, -1);
+    if (master < 0 || this.#path === undefined) return undefined;
+    try {
+      resizePty(master, size);
+    } catch {
+      libc().close(master);
+      return undefined;
+    }
+    return { master, slavePath: this.#path };
+  }
+}
+
+/**
+ * Start the child of `spec`; its terminal from `spare` when that holds one (see
+ * {@link SparePty}), else a new one.
+ */
+export function spawnChild(spec: SpawnSpec, spare?: SparePty): Spawned {
   if (spec.stdio.kind === "pipes") return { pid: spawnWith(spec, spec.stdio) };
   let pty;
   try {
-    pty = openPty(spec.stdio.size);
+    pty = spare?.take(spec.stdio.size) ?? openPty(spec.stdio.size);
   } catch (err) {
     if (err instanceof OsError && err.errno === E.ENOSPC) {
       throw new SpawnError("a terminal", E.ENOSPC);
@@ -151,8 +185,8 @@ function spawnWith(
     c.posix_spawn_file_actions_addclosefrom_np(actions, spec.gate === undefined ? 3 : 4);
     pinned = [];
     const file = cString(spec.file ?? spec.argv[0]);
-    const argv = cStringArray(spec.argv);
-    const envp = cStringArray(spec.env);
+    const argv = cStringArray(spec.argv, pinned);
+    const envp = cStringArray(spec.env, pinned);
     const pid = new Int32Array(1);
     const pidBuf = new Uint8Array(pid.buffer);
     const rc = c.posix_spawnp(pidBuf, file, actions, attr, argv, envp);

@@ -303,6 +303,7 @@ export class SessionManager {
   async shutdown(): Promise<void> {
     this.#closing = true;
     await Promise.allSettled([...this.#starting]);
+    this.#opts.cgroups?.closing();
     const all = [...this.#sessions.values()];
     await this.#terminate(all, "shutdown", true);
     for (const s of all) this.#remove(s);
@@ -499,7 +500,15 @@ export class SessionManager {
     } else for (const s of live) cgroupOf(s)?.signal(SIGHUP, SIGTERM);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const grace = new Promise<void>((r) => timer = setTimeout(r, this.#opts.killGraceMs ?? 1000));
-    await Promise.race([Promise.all(live.map((s) => s.closed)), grace]);
+    // At shutdown the grace also ends once nothing runs in any session cgroup: their ends,
+    // recorded one by one on this thread, need not be waited for before the kill and the sweep.
+    const all = everything ? cgroups?.watchAll() : undefined;
+    await Promise.race([
+      Promise.all(live.map((s) => s.closed)),
+      grace,
+      all?.emptied() ?? grace,
+    ]);
+    all?.close();
     clearTimeout(timer);
     if (cgroups) {
       if (everything) await cgroups.killAll();

@@ -64,6 +64,8 @@ export class Spawner {
   #stopped = Promise.withResolvers<void>();
   /** Spawns asked of it and not answered yet. */
   #spawning = 0;
+  /** The terminal master the worker opened ahead for its next spawn, -1 when none. */
+  #spare = new Int32Array(new SharedArrayBuffer(4)).fill(-1);
 
   /** Start a worker running `module` (the spawner; a test may wrap it). */
   constructor(module: URL = SPAWNER_MODULE) {
@@ -99,7 +101,7 @@ export class Spawner {
     let reply: WorkerReply;
     this.#spawning++;
     try {
-      reply = await this.#request({ type: "spawn", spec, started, slot });
+      reply = await this.#request({ type: "spawn", spec, started, spare: this.#spare, slot });
     } catch (err) {
       const pid = Atomics.load(started, 0);
       if (!(err instanceof SpawnFailure) || err.kind !== "died" || pid < 0) throw err;
@@ -153,11 +155,13 @@ export class Spawner {
     return this.#spawning;
   }
 
-  /** Stop the worker thread (its children live on). */
+  /** Stop the worker thread (its children live on; its spare terminal is closed). */
   terminate(): void {
     closeAll(this.#namespaces);
     this.#namespaces = [];
     this.#worker.terminate();
+    const spare = Atomics.exchange(this.#spare, 0, -1);
+    if (spare >= 0) closeAll([spare]);
     this.#stopped.resolve();
   }
 

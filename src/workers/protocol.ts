@@ -24,6 +24,12 @@ export type WorkerRequest =
     type: "spawn";
     spec: SpawnSpec;
     started: Int32Array;
+    /**
+     * The worker's spare terminal master (-1: none), shared for the worker's life: the worker
+     * opens one after a spawn's reply and takes it (`Atomics.exchange`) for the next spawn; the
+     * main thread takes and closes it when it stops the worker (see `pty/spawn.ts` SparePty).
+     */
+    spare: Int32Array;
     /** The session's terminal slot (terminal_slots.ts), joined just around the spawn. */
     slot?: number;
   }

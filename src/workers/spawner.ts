@@ -19,7 +19,7 @@
 
 /// <reference lib="deno.worker" />
 
-import { openGate, spawnChild, SpawnError } from "../pty/spawn.ts";
+import { openGate, SparePty, spawnChild, SpawnError } from "../pty/spawn.ts";
 import { PlacementError } from "../pty/clone_into_cgroup.ts";
 import { type Applied, applySandbox, SandboxUnavailableError } from "../sandbox/enforce/apply.ts";
 import {
@@ -35,6 +35,8 @@ import type { WorkerReply, WorkerRequest } from "./protocol.ts";
 
 let broken: string | undefined;
 let restricted = false;
+/** The terminal opened ahead for the next spawn, where this thread's spawns are alike. */
+let spare: SparePty | undefined;
 /**
  * Whether a session may share this thread's IPC namespace (the host's, before the restriction):
  * a switching spawner moves to a new one before its next spawn, at the latest.
@@ -85,8 +87,13 @@ function handle(req: WorkerRequest): WorkerReply {
         const { uid } = req.spec;
         freshIpc();
         ipcUsed = true;
+        if (!restricted && !switchesUid() && req.slot === undefined) {
+          spare ??= new SparePty(req.spare);
+        }
         const spawn = () =>
-          uid === undefined ? spawnChild(req.spec) : withThreadUid(uid, () => spawnChild(req.spec));
+          uid === undefined
+            ? spawnChild(req.spec, restricted ? undefined : spare)
+            : withThreadUid(uid, () => spawnChild(req.spec));
         const spawned = inSlotOf(req.slot, spawn);
         // The master first: a pid there means both are known, should this worker die now.
         Atomics.store(req.started, 1, spawned.master ?? -1);
@@ -156,6 +163,8 @@ self.onmessage = (e: MessageEvent<WorkerRequest>) => {
   try {
     freshIpc();
   } catch { /* the next spawn tries again and fails with the reason */ }
+  // Likewise its terminal (see SparePty).
+  if (e.data.type === "spawn" && !broken && !restricted) spare?.fill();
 };
 
 reply({ type: "ready" });

@@ -5,7 +5,8 @@
  * reuses fail (the caller then makes its cgroups itself, and removes what it would have reused).
  *
  * It must never be the only record of a directory to remove: a removal it did not confirm is
- * done again by the caller's thread.
+ * done again by the caller's thread, except after {@link CgroupJanitor.abandon} at shutdown,
+ * when the instance's record (`instance_records.ts`) has the next start remove what is left.
  *
  * @module
  */
@@ -116,6 +117,22 @@ export class CgroupJanitor {
     if (req.type === "make") throw new Error("the cgroup janitor is gone");
     removeDirs(req.type === "remove" ? req.dirs : req.plan.dirs);
     return { id: req.id, removed: true };
+  }
+
+  /**
+   * Stop the worker now, leaving what it has not done undone (server shutdown past its wait for
+   * the removals: the instance's record has the next start remove what is left). Pending makes
+   * fail, pending removals resolve.
+   */
+  abandon(): void {
+    if (this.#dead) return;
+    this.#dead = true;
+    this.#worker.terminate();
+    for (const p of this.#pending.values()) {
+      if (p.req.type === "make") p.reject(new Error("the cgroup janitor stopped"));
+      else p.resolve({ id: p.req.id, removed: true });
+    }
+    this.#pending.clear();
   }
 
   #stop(): void {

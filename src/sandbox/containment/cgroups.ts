@@ -3,7 +3,7 @@
  * did with sessions, process groups or double forks (`cgroup.kill`), and so that its whole
  * tree is limited and accounted. Cgroups live at `<v2 root>/uexec/<instance>/<session>`; the
  * instance name records the server's pid and start time, so a later server can tell that an
- * instance is dead (even after pid reuse) and kill and remove what it left.
+ * instance is dead (even after pid reuse) and kill and remove what it left (`dead_instances.ts`).
  *
  * On hybrid hosts, where the v1 hierarchies own the `pids` and `memory` controllers, each
  * session also gets a cgroup of the same name beneath this server's own v1 cgroup there, for
@@ -27,27 +27,27 @@
  * @module
  */
 
-import { closeAll, errno, listDir, O, openFile, OsError, readSmallFile } from "../../ffi/libc.ts";
-import { INSTANCE_NAME, instanceName, instanceRuns } from "../instance.ts";
+import { closeAll, E, errno, O, openFile, OsError, readSmallFile } from "../../ffi/libc.ts";
+import { instanceName } from "../instance.ts";
 import { cloneIntoCgroupWorks, type Placement } from "../../pty/clone_into_cgroup.ts";
 import type { DescriptorReserve } from "../../io/descriptor_reserve.ts";
 import type { Reactor } from "../../io/reactor.ts";
-import {
-  type Baseline,
-  type CgroupPlan,
-  makeCgroups,
-  removeDirs,
-  rmdir,
-  writeFile,
-} from "./cgroup_fs.ts";
+import { type Baseline, type CgroupPlan, makeCgroups, rmdir, writeFile } from "./cgroup_fs.ts";
 import { CgroupJanitor } from "./cgroup_janitor.ts";
 import { SandboxUnavailableError } from "../errors.ts";
 import type { ResourceLimits } from "../policy/policy.ts";
-
-import { enableControllers, killAndRemove, killTree, mkdirs, PARENT, v1Own } from "./hierarchy.ts";
+import {
+  type EmptyWatch,
+  enableControllers,
+  killTree,
+  mkdirs,
+  PARENT,
+  v1Own,
+  watchEmpty,
+} from "./hierarchy.ts";
 import { FRESH, SessionCgroup } from "./session_cgroup.ts";
-import { screenCpuDirs, ScreenCpuGroup } from "./screen_cpu.ts";
-import { deadInstances, forgetInstance, recordInstance } from "./instance_records.ts";
+import { ScreenCpuGroup } from "./screen_cpu.ts";
+import { forgetInstance, recordInstance } from "./instance_records.ts";
 
 /**
  * Session cgroups kept made ahead per set of limits: enough for a burst of starts to find
@@ -64,6 +64,16 @@ export const KEPT = 2 * SPARES;
  * still charged to them: the next session's peak is counted above it, so it bounds the error.
  */
 const REUSE_MAX_LEFT_BYTES = 1 << 20;
+/**
+ * How long after the server began to shut down (see {@link CgroupHost.closing})
+ * {@link CgroupHost.close} waits at most for the removal of every session's directories (the
+ * sweep, begun on the janitor's thread once {@link CgroupHost.killAll} emptied them all, while
+ * the main thread records the sessions' ends). 10,000 sessions have 30,000 of them on a hybrid
+ * host, a second or more of `rmdir`s on two busy cores: what is left then is removed by the
+ * next server's start (the instance's record says where), so that the exit stays within the
+ * 3 s the shutdown has.
+ */
+const SWEEP_DEADLINE_MS = 2000;
 
 /** How a limit is enforced by the kernel on this host. */
 export type Enforcement = "cgroup-v2" | "cgroup-v1" | "rlimit" | "none";
@@ -120,7 +130,14 @@ export class CgroupHost {
   /** How often each owner's spares were dropped (see {@link forget}). */
   #forgotten = new Map<string, number>();
   #janitor = new CgroupJanitor();
+  /** Shutting down: no cgroup is made ahead or kept for reuse any more. */
   #closed = false;
+  /** The removal of every session's directories, once {@link killAll} emptied them all. */
+  #sweep?: Promise<void>;
+  /** At shutdown (see {@link closing}): resolves once {@link killAll} emptied every cgroup. */
+  #killedAll?: PromiseWithResolvers<void>;
+  /** When the sweep is given up at the latest (`performance.now()`), from {@link closing}. */
+  #sweepDeadline = Infinity;
   /** This server's own v1 `tasks` files, opened for the first placement (see placementOf). */
   #home?: number[];
   /**
@@ -312,10 +329,12 @@ export class CgroupHost {
    * thread. Where memory is accounted by v2, whose peak cannot be reset, they are always removed.
    */
   retire(name: string, limits: ResourceLimits, owner: string, killed = false): Promise<void> {
+    // Shutting down: the sweep after killAll removes every session's directories at once.
+    if (this.#closed) return Promise.resolve();
     const key = keyOf(limits);
     const ready = this.#ready(key);
     const waiting = ready.length + (this.#reusing.get(key) ?? 0);
-    if (this.#closed || this.#short || this.#v2.has("memory") || waiting >= KEPT) {
+    if (this.#short || this.#v2.has("memory") || waiting >= KEPT) {
       return this.remove(this.dirsOf(name));
     }
     add(this.#reusing, key, 1);
@@ -457,12 +476,50 @@ export class CgroupHost {
   }
 
   /**
+   * The server shuts down: from now on no cgroup is made ahead or kept for reuse, and those
+   * retired are left to the sweep after {@link killAll}.
+   */
+  closing(): void {
+    if (this.#killedAll) return;
+    this.#closed = true;
+    this.#killedAll = Promise.withResolvers();
+    this.#killedAll.promise.catch(() => {}); // each session's kill reports a failed one
+    this.#sweepDeadline = performance.now() + SWEEP_DEADLINE_MS;
+  }
+
+  /**
+   * A watch on this instance's cgroup until nothing runs in any session cgroup (see
+   * `hierarchy.ts` watchEmpty); undefined when it is gone.
+   */
+  watchAll(): EmptyWatch | undefined {
+    return watchEmpty(this.reactor, this.dir, () => this.makeRoom());
+  }
+
+  /**
    * SIGKILL everything in every session cgroup of this instance with one `cgroup.kill`;
-   * resolves once all of them are empty (server shutdown; each session's `kill` then only
-   * removes its directories).
+   * resolves once all of them are empty (server shutdown, after {@link closing}). Their
+   * directories are then removed together on the janitor's thread (see {@link close}); a
+   * session's `kill` has nothing left to do.
    */
   async killAll(): Promise<void> {
-    await killTree(this.reactor, this.dir);
+    this.closing();
+    const all = this.#killedAll!;
+    try {
+      await killTree(this.reactor, this.dir, () => this.makeRoom());
+    } catch (err) {
+      all.reject(err);
+      throw err;
+    }
+    this.#sweep ??= this.remove([this.dir, ...this.#v1.map((v) => v.dir)]).catch(() => {});
+    all.resolve();
+  }
+
+  /**
+   * Once the server shuts down (see {@link closing}): resolves once {@link killAll} emptied
+   * every session cgroup. A session's kill then waits for that instead of killing its own.
+   */
+  get killedAll(): Promise<void> | undefined {
+    return this.#killedAll?.promise;
   }
 
   /**
@@ -478,11 +535,18 @@ export class CgroupHost {
     }
   }
 
-  /** Remove this instance's (empty) directories (server shutdown, after every session). */
+  /**
+   * Remove this instance's (empty) directories (server shutdown, after every session): waits
+   * for the sweep {@link killAll} began until {@link SWEEP_DEADLINE_MS} after {@link closing}
+   * at most; what it has not removed by then, and anything still draining, is removed by the
+   * next start (by the instance's record).
+   */
   async close(): Promise<void> {
     this.#closed = true;
     closeAll(this.#home ?? []);
     this.#home = undefined;
+    const left = this.#sweepDeadline - performance.now();
+    if (this.#sweep && !await settlesWithin(this.#sweep, left)) this.#janitor.abandon();
     await this.#janitor.close();
     await this.shed();
     try {
@@ -494,61 +558,24 @@ export class CgroupHost {
     for (const d of [this.dir, ...this.#v1.map((v) => v.dir)]) {
       try {
         rmdir(d);
-      } catch {
-        // A session cgroup still draining; the next start removes it (by the record).
-        removed = false;
+      } catch (err) {
+        // Gone (swept), else a session cgroup still draining or left by an abandoned sweep.
+        if (!(err instanceof OsError && err.errno === E.ENOENT)) removed = false;
       }
     }
     if (removed) forgetInstance(instanceName());
   }
+}
 
-  /**
-   * Kill and remove what instances that no longer run left beneath `root`; resolves to how
-   * many of their session cgroups still held processes (empty ones are removed too).
-   */
-  static async reapDead(reactor: Reactor, root: string): Promise<number> {
-    const parent = `${root}/${PARENT}`;
-    let instances: string[];
-    try {
-      instances = listDir(parent).filter((n) => INSTANCE_NAME.test(n));
-    } catch {
-      instances = [];
-    }
-    // Where each dead instance said its v1 cgroups are (beneath the cgroup its server ran in),
-    // and where they would be beneath ours (an instance of a server that kept no record).
-    const recorded = deadInstances();
-    const own = (["pids", "memory"] as const).map(v1Own).filter((d) => d !== undefined);
-    const v1Of = (instance: string) => [
-      ...new Set([
-        ...(recorded.get(instance) ?? []),
-        ...own.map((d) => `${d}/${PARENT}/${instance}`),
-      ]),
-    ];
-    // The screen workers' cgroups of instances that no longer run (their threads died with them).
-    const cpu = v1Own("cpu");
-    for (const { instance, dir } of cpu === undefined ? [] : screenCpuDirs(cpu)) {
-      if (INSTANCE_NAME.test(instance) && !instanceRuns(instance)) removeDirs([dir]);
-    }
-    let count = 0;
-    for (const instance of instances) {
-      if (instanceRuns(instance)) continue;
-      const dir = `${parent}/${instance}`;
-      const sessions = listDir(dir).filter((n) => /^s\d+$/.test(n));
-      const v1 = v1Of(instance);
-      for (const s of sessions) {
-        if (await killAndRemove(reactor, `${dir}/${s}`, v1.map((d) => `${d}/${s}`))) count++;
-      }
-      removeDirs([dir, ...v1]);
-      recorded.delete(instance);
-      forgetInstance(instance);
-    }
-    // Dead instances whose v2 directory is gone but whose v1 ones were left (a reaper that did
-    // not know where they were): their processes died with the v2 cgroup; the directories go.
-    for (const [instance, dirs] of recorded) {
-      removeDirs(dirs);
-      forgetInstance(instance);
-    }
-    return count;
+/** Whether `promise` settles within `ms` milliseconds (Infinity: waits for it). */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  if (ms === Infinity) return await promise.then(() => true, () => true);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<false>((r) => timer = setTimeout(() => r(false), Math.max(0, ms)));
+  try {
+    return await Promise.race([promise.then(() => true, () => true), late]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

@@ -22,6 +22,7 @@ import type { DescriptorReserve } from "../../io/descriptor_reserve.ts";
 import type { Reactor } from "../../io/reactor.ts";
 import { SandboxUnavailableError } from "../errors.ts";
 import { CgroupHost, type ContainmentReport } from "./cgroups.ts";
+import { reapDeadInstances } from "./dead_instances.ts";
 import { cgroupRoot } from "./hierarchy.ts";
 
 /** This server's containment: cgroups where possible (or required), else process groups. */
@@ -56,7 +57,7 @@ export async function openContainment(
   const root = cgroupRoot(configuredRoot);
   try {
     if (root === undefined) throw new Error("no cgroup v2 hierarchy is mounted");
-    const reaped = await CgroupHost.reapDead(reactor, root);
+    const reaped = await reapDeadInstances(reactor, root);
     const host = CgroupHost.open(reactor, root, descriptors, memoryMax);
     return {
       host,

@@ -19,7 +19,7 @@ import {
   OsError,
   readSmallFile,
 } from "../../ffi/libc.ts";
-import type { Reactor } from "../../io/reactor.ts";
+import type { Reactor, Registration } from "../../io/reactor.ts";
 import { removeDirs, writeFile } from "./cgroup_fs.ts";
 
 const EPOLLPRI = 0x2;
@@ -89,37 +89,73 @@ const latin1 = new TextDecoder("latin1");
  * (woken by `cgroup.events`, no polling) until it is empty; false when it held nothing.
  */
 export async function killTree(reactor: Reactor, dir: string, room?: () => void): Promise<boolean> {
+  const watch = watchEmpty(reactor, dir, room);
+  if (!watch) return false; // gone already
+  try {
+    // Emptied already (the common case: a command that left nothing): no kill, no watch.
+    if (!watch.populated()) return false;
+    writeFile(`${dir}/cgroup.kill`, "1", false, room);
+    await watch.emptied();
+    return true;
+  } finally {
+    watch.close();
+  }
+}
+
+/** A watch on a v2 cgroup's `cgroup.events` (see {@link watchEmpty}). */
+export interface EmptyWatch {
+  /** Whether anything runs in it (or beneath it) now. */
+  populated(): boolean;
+  /** Resolves once nothing runs in it or beneath it (at once when nothing does now). */
+  emptied(): Promise<void>;
+  /** Stop watching (close the file). */
+  close(): void;
+}
+
+/**
+ * Watch the v2 cgroup `dir` until nothing runs in it or beneath it (woken by `cgroup.events`,
+ * no polling); undefined when it is gone. A watch that finds no descriptor free throws (never
+ * a kill or a wait that silently did nothing).
+ */
+export function watchEmpty(
+  reactor: Reactor,
+  dir: string,
+  room?: () => void,
+): EmptyWatch | undefined {
   const c = libc();
   const fd = openFile(`${dir}/cgroup.events`, O.CLOEXEC, room);
   if (fd < 0) {
-    // Never a kill that silently did nothing for want of a descriptor.
     const code = errno();
     if (noDescriptorFree(code)) throw new OsError(`open(${dir}/cgroup.events)`, code);
-    return false; // gone already
+    return undefined;
   }
-  try {
-    const populated = () => {
-      const n = c.pread(fd, eventsText, BigInt(eventsText.length), 0n);
-      return n > 0 && /^populated 1$/m.test(latin1.decode(eventsText.subarray(0, n)));
-    };
-    // Emptied already (the common case: a command that left nothing): no kill, no watch.
-    if (!populated()) return false;
-    const { promise, resolve } = Promise.withResolvers<void>();
-    const reg = reactor.add(fd, EPOLLPRI, {
-      readable: () => {
-        if (!populated()) resolve();
-      },
-    });
-    try {
-      writeFile(`${dir}/cgroup.kill`, "1", false, room);
-      if (populated()) await promise;
-      return true;
-    } finally {
-      reactor.remove(reg);
-    }
-  } finally {
+  const populated = () => {
+    const n = c.pread(fd, eventsText, BigInt(eventsText.length), 0n);
+    return n > 0 && /^populated 1$/m.test(latin1.decode(eventsText.subarray(0, n)));
+  };
+  const { promise, resolve } = Promise.withResolvers<void>();
+  let reg: Registration | undefined;
+  let closed = false;
+  const close = () => {
+    if (closed) return;
+    closed = true;
+    if (reg) reactor.remove(reg);
     c.close(fd);
-  }
+  };
+  return {
+    populated,
+    emptied() {
+      if (closed || reg !== undefined) return promise;
+      if (!populated()) resolve();
+      else {
+        reg = reactor.add(fd, EPOLLPRI, { readable: () => populated() || resolve() });
+        // Emptied between the look and the watch: no event would come.
+        if (!populated()) resolve();
+      }
+      return promise;
+    },
+    close,
+  };
 }
 
 /** {@link killTree} on the v2 cgroup `dir`, then remove it and its v1 twins `v1`. */

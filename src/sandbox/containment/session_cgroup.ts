@@ -41,6 +41,8 @@ export interface CgroupOwner {
   placementOf(name: string): Placement;
   v1Dir(controller: "pids" | "memory", name: string): string | undefined;
   makeRoom(): void;
+  /** At shutdown: resolves once one kill of the instance emptied every session cgroup. */
+  readonly killedAll: Promise<void> | undefined;
   retire(name: string, limits: ResourceLimits, owner: string, killed?: boolean): Promise<void>;
 }
 
@@ -148,10 +150,14 @@ export class SessionCgroup {
     if (!this.#killed) {
       closeAll(this.#procs ?? []);
       this.#procs = undefined;
-      const killed = killTree(this.#host.reactor, this.dir, () => this.#host.makeRoom())
-        .then((wrote) =>
-          this.#host.retire(this.name, this.limits, this.owner, wrote || !this.placeable)
-        );
+      // At shutdown the instance's one kill empties them all (no file of its own is read).
+      const all = this.#host.killedAll;
+      const tree = all
+        ? all.then(() => true)
+        : killTree(this.#host.reactor, this.dir, () => this.#host.makeRoom());
+      const killed = tree.then((wrote) =>
+        this.#host.retire(this.name, this.limits, this.owner, wrote || !this.placeable)
+      );
       // One that failed (no descriptor even then) is tried again by the next kill.
       killed.catch(() => {
         if (this.#killed === killed) this.#killed = undefined;

@@ -1,12 +1,13 @@
 /**
  * How a failed libc call's errno is read: results come back as small numbers (nothing is
- * allocated between the call and the read), and errno is this thread's own.
+ * allocated between the call and the read), and errno is this thread's own; and the string
+ * arrays handed to execve.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
-import { cString, E, errno, libc, rawSyscall } from "../../../src/ffi/libc.ts";
+import { cString, cStringArray, E, errno, libc, rawSyscall } from "../../../src/ffi/libc.ts";
 import { SYS } from "../../../src/sandbox/syscalls.ts";
 
 Deno.test("a failed call returns -1 as a number, and errno names the failure", () => {
@@ -45,4 +46,18 @@ Deno.test("errno is the calling thread's: a worker's failure does not change thi
     worker.terminate();
   }
   assert.equal(errno(), E.EBADF);
+});
+
+Deno.test("cStringArray: NUL-terminated copies, packed, behind a NULL-terminated pointer array", () => {
+  const items = ["/bin/sh", "", "LANG=C.UTF-8", "é→✓ 🙂", "x".repeat(5000)];
+  const held: Uint8Array[] = [];
+  const array = cStringArray(items, held);
+  assert.equal(held.length, 1, "one buffer holds every string");
+  const ptrs = new BigUint64Array(array.buffer);
+  assert.equal(ptrs.length, items.length + 1);
+  assert.equal(ptrs[items.length], 0n, "NULL-terminated");
+  const read = [...ptrs.subarray(0, items.length)].map((p) =>
+    Deno.UnsafePointerView.getCString(Deno.UnsafePointer.create(p)!)
+  );
+  assert.deepEqual(read, items);
 });

@@ -152,3 +152,52 @@ Deno.test("a worker that dies is forgotten: its child is reported, its domain bo
     await pool.close();
   }
 });
+
+/** The terminal masters (`/dev/ptmx`) this process holds open. */
+function ptmxOpen(): number {
+  let n = 0;
+  for (const e of Deno.readDirSync("/proc/self/fd")) {
+    try {
+      if (Deno.readLinkSync(`/proc/self/fd/${e.name}`) === "/dev/ptmx") n++;
+    } catch { /* closed meanwhile */ }
+  }
+  return n;
+}
+
+/** What an exited child wrote to its terminal (then the master reads EIO: no slave is open). */
+function drain(master: number): string {
+  const buf = new Uint8Array(4096);
+  let out = "";
+  for (let n = libc().read(master, buf, 4096n); n > 0; n = libc().read(master, buf, 4096n)) {
+    out += new TextDecoder().decode(buf.subarray(0, n));
+  }
+  return out;
+}
+
+Deno.test("a worker opens the next spawn's terminal ahead, in the size asked for; stopping it closes that one", async () => {
+  const pool = new SpawnerPool({ warm: 1, idleMs: 60_000 });
+  const before = ptmxOpen();
+  try {
+    const lease = await pool.acquire("open");
+    const tty = (rows: number, cols: number) => ({
+      argv: ["/bin/sh", "-c", "stty size"],
+      env: [],
+      cwd: "/",
+      stdio: { kind: "pty" as const, size: { rows, cols } },
+    });
+    const outputs: string[] = [];
+    for (const [rows, cols] of [[24, 80], [30, 100], [7, 33]]) {
+      const child = await lease.spawner.spawn(tty(rows, cols));
+      assert.equal(reap(child.pid), 0);
+      outputs.push(drain(child.master!).trim());
+      libc().close(child.master!);
+    }
+    // The first opened its own; the next two took the one opened ahead after each reply.
+    assert.deepEqual(outputs, ["24 80", "30 100", "7 33"]);
+    assert.equal(ptmxOpen(), before + 1, "one terminal is held ahead");
+    lease.release();
+  } finally {
+    await pool.close();
+  }
+  assert.equal(ptmxOpen(), before, "the terminal held ahead outlived its worker");
+});
