@@ -28,10 +28,13 @@ const MAX_EVENTS = 256;
 const WAKE_TOKEN = 0;
 /**
  * After a batch, descriptors that became ready while it was handled are taken at once with a
- * zero-timeout wait on this thread (a trip through the pool thread costs two thread wake-ups),
- * for at most this many more batches before control goes back to the event loop.
+ * zero-timeout wait on this thread (a trip through the pool thread costs two thread wake-ups, and
+ * under a flood the PTY is ready again after nearly every read), batch after batch for at most
+ * this many milliseconds before control goes back to the event loop. A PTY read returns at most
+ * the line discipline's 4 KiB, so a bound in batches (it was 2) sent a flood through the pool
+ * thread every 12 KiB; 2 ms of batches is about 70-100 KiB, and the event loop waits at most that.
  */
-const CATCH_UP_ROUNDS = 2;
+const CATCH_UP_MS = 2;
 
 /** What a watched descriptor does when the kernel reports it ready. */
 export interface Watcher {
@@ -107,14 +110,15 @@ export class Reactor {
     const c = libc();
     while (!this.#closed) {
       let n = await c.epoll_wait_async(this.#epfd, this.#events, MAX_EVENTS, -1);
-      for (let round = 0; n > 0; round++) {
+      const until = performance.now() + CATCH_UP_MS;
+      while (n > 0) {
         for (let i = 0; i < n; i++) {
           const bits = view.getUint32(i * EVENT_SIZE, true);
           const token = Number(view.getBigUint64(i * EVENT_SIZE + 4, true));
           if (token === WAKE_TOKEN) continue;
           this.#dispatch(token, bits);
         }
-        if (round === CATCH_UP_ROUNDS || this.#closed) break;
+        if (this.#closed || performance.now() >= until) break;
         n = c.epoll_wait(this.#epfd, this.#events, MAX_EVENTS, 0);
       }
     }
