@@ -1,7 +1,9 @@
 /**
  * One epoll instance that wakes uexec on file-descriptor readiness: PTY masters, pipes and
  * pidfds of processes waited for. A single pool thread sits in `epoll_wait`; everything else runs on the
- * main thread when it returns. There is no timer and no polling here: only kernel events.
+ * main thread when it returns. While descriptors keep becoming ready (a flood), the main thread
+ * waits for them itself, for at most `CATCH_UP_MS` per turn of the event loop. There is no timer
+ * and no polling here: only kernel events.
  *
  * This module must never read or write the watched descriptors itself; watchers do that.
  *
@@ -32,7 +34,10 @@ const WAKE_TOKEN = 0;
  * under a flood the PTY is ready again after nearly every read), batch after batch for at most
  * this many milliseconds before control goes back to the event loop. A PTY read returns at most
  * the line discipline's 4 KiB, so a bound in batches (it was 2) sent a flood through the pool
- * thread every 12 KiB; 2 ms of batches is about 70-100 KiB, and the event loop waits at most that.
+ * thread every 12 KiB. Once such a wait found more (a flood), the next ones may block on this
+ * thread for what is left of the turn: the kernel then wakes this thread itself when the next
+ * chunk is there, as it wakes `script` in its `poll`, instead of the pool thread waking it. The
+ * event loop waits at most this long either way.
  */
 const CATCH_UP_MS = 2;
 
@@ -111,15 +116,16 @@ export class Reactor {
     while (!this.#closed) {
       let n = await c.epoll_wait_async(this.#epfd, this.#events, MAX_EVENTS, -1);
       const until = performance.now() + CATCH_UP_MS;
-      while (n > 0) {
+      for (let flood = false; n > 0; flood = true) {
         for (let i = 0; i < n; i++) {
           const bits = view.getUint32(i * EVENT_SIZE, true);
           const token = Number(view.getBigUint64(i * EVENT_SIZE + 4, true));
           if (token === WAKE_TOKEN) continue;
           this.#dispatch(token, bits);
         }
-        if (this.#closed || performance.now() >= until) break;
-        n = c.epoll_wait(this.#epfd, this.#events, MAX_EVENTS, 0);
+        const left = until - performance.now();
+        if (this.#closed || left <= 0) break;
+        n = c.epoll_wait(this.#epfd, this.#events, MAX_EVENTS, flood ? Math.floor(left) : 0);
       }
     }
   }
