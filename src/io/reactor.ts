@@ -1,8 +1,9 @@
 /**
  * One epoll instance that wakes uexec on file-descriptor readiness: PTY masters, pipes and
  * pidfds of processes waited for. A single pool thread sits in `epoll_wait`; everything else runs on the
- * main thread when it returns. While descriptors keep becoming ready (a flood), the main thread
- * waits for them itself, for at most `CATCH_UP_MS` per turn of the event loop. There is no timer
+ * main thread when it returns. While a watcher reports a flood (its read filled the kernel's
+ * buffer), the main thread waits for the next data itself, for at most `CATCH_UP_MS` per turn of
+ * the event loop. There is no timer
  * and no polling here: only kernel events.
  *
  * This module must never read or write the watched descriptors itself; watchers do that.
@@ -34,17 +35,22 @@ const WAKE_TOKEN = 0;
  * under a flood the PTY is ready again after nearly every read), batch after batch for at most
  * this many milliseconds before control goes back to the event loop. A PTY read returns at most
  * the line discipline's 4 KiB, so a bound in batches (it was 2) sent a flood through the pool
- * thread every 12 KiB. Once such a wait found more (a flood), the next ones may block on this
- * thread for what is left of the turn: the kernel then wakes this thread itself when the next
- * chunk is there, as it wakes `script` in its `poll`, instead of the pool thread waking it. The
- * event loop waits at most this long either way.
+ * thread every 12 KiB. While a batch had a read that filled the kernel's buffer (a flood: the
+ * writer is ahead), the next wait may block on this thread for what is left of the turn: the
+ * kernel then wakes this thread itself when the next chunk is there, as it wakes `script` in its
+ * `poll`, instead of the pool thread waking it. Small reads (echoes, prompts, many sessions'
+ * round trips) never block here: their next requests wait in the event loop. The event loop
+ * waits at most this long either way.
  */
 const CATCH_UP_MS = 2;
 
 /** What a watched descriptor does when the kernel reports it ready. */
 export interface Watcher {
-  /** Called on readability, hang-up or error. */
-  readable?(): void;
+  /**
+   * Called on readability, hang-up or error. Returns true when what it read filled the kernel's
+   * buffer, so that more is most likely on its way (a flood); see `CATCH_UP_MS`.
+   */
+  readable?(): boolean | void;
   /** Called when writable (only while registered with EPOLLOUT). */
   writable?(): void;
 }
@@ -116,12 +122,13 @@ export class Reactor {
     while (!this.#closed) {
       let n = await c.epoll_wait_async(this.#epfd, this.#events, MAX_EVENTS, -1);
       const until = performance.now() + CATCH_UP_MS;
-      for (let flood = false; n > 0; flood = true) {
+      while (n > 0) {
+        let flood = false;
         for (let i = 0; i < n; i++) {
           const bits = view.getUint32(i * EVENT_SIZE, true);
           const token = Number(view.getBigUint64(i * EVENT_SIZE + 4, true));
           if (token === WAKE_TOKEN) continue;
-          this.#dispatch(token, bits);
+          if (this.#dispatch(token, bits)) flood = true;
         }
         const left = until - performance.now();
         if (this.#closed || left <= 0) break;
@@ -130,12 +137,17 @@ export class Reactor {
     }
   }
 
-  #dispatch(token: number, bits: number): void {
+  /** Runs the watcher; true when its read reported a flood. */
+  #dispatch(token: number, bits: number): boolean {
+    let flood = false;
     try {
-      if (bits & (EPOLLIN | EPOLLHUP | EPOLLERR)) this.#watchers.get(token)?.readable?.();
+      if (bits & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        flood = this.#watchers.get(token)?.readable?.() === true;
+      }
       if (bits & EPOLLOUT) this.#watchers.get(token)?.writable?.();
     } catch (err) {
       console.error("uexec: descriptor watcher failed:", err);
     }
+    return flood;
   }
 }

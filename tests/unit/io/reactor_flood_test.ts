@@ -17,7 +17,11 @@ import { openPty } from "../../../src/pty/open.ts";
 
 const READ_SIZE = 64 * 1024;
 
-/** Reads the master as its watcher until the slave side is closed (EIO); resolves the chunks. */
+/**
+ * Reads the master as `Child` does: on each readiness until a short read (or `EAGAIN`), telling
+ * the reactor of a flood when a read filled the line discipline's buffer (4,095 bytes); resolves
+ * once the slave side is closed (EIO).
+ */
 function drain(
   reactor: Reactor,
   master: number,
@@ -32,14 +36,15 @@ function drain(
         const n = c.read(master, buf, BigInt(buf.length));
         if (n > 0) {
           onChunk(buf.slice(0, n));
+          if (n < READ_SIZE) return n >= 4095;
           continue;
         }
         const code = n < 0 ? errno() : 0;
         if (code === E.EINTR) continue;
-        if (code === E.EAGAIN) return;
+        if (code === E.EAGAIN) return false;
         reactor.remove(reg);
         done.resolve();
-        return;
+        return false;
       }
     },
   });
