@@ -37,7 +37,7 @@ export const FULL: Sizes = {
   loginShellRuns: 20,
   writeRuns: 1000,
   throughputBytes: 50_000_000,
-  throughputRuns: 2,
+  throughputRuns: 3,
   concurrentSessions: 100,
   concurrentRounds: 20,
   concurrentPasses: 5,

@@ -1,7 +1,10 @@
 /**
  * One epoll instance that wakes uexec on file-descriptor readiness: PTY masters, pipes and
  * pidfds of processes waited for. A single pool thread sits in `epoll_wait`; everything else runs on the
- * main thread when it returns. There is no timer and no polling here: only kernel events.
+ * main thread when it returns. While a watcher reports a flood (its read filled the kernel's
+ * buffer), the main thread waits for the next data itself, for at most `CATCH_UP_MS` per turn of
+ * the event loop. There is no timer
+ * and no polling here: only kernel events.
  *
  * This module must never read or write the watched descriptors itself; watchers do that.
  *
@@ -28,15 +31,26 @@ const MAX_EVENTS = 256;
 const WAKE_TOKEN = 0;
 /**
  * After a batch, descriptors that became ready while it was handled are taken at once with a
- * zero-timeout wait on this thread (a trip through the pool thread costs two thread wake-ups),
- * for at most this many more batches before control goes back to the event loop.
+ * zero-timeout wait on this thread (a trip through the pool thread costs two thread wake-ups, and
+ * under a flood the PTY is ready again after nearly every read), batch after batch for at most
+ * this many milliseconds before control goes back to the event loop. A PTY read returns at most
+ * the line discipline's 4 KiB, so a bound in batches (it was 2) sent a flood through the pool
+ * thread every 12 KiB. While a batch had a read that filled the kernel's buffer (a flood: the
+ * writer is ahead), the next wait may block on this thread for what is left of the turn: the
+ * kernel then wakes this thread itself when the next chunk is there, as it wakes `script` in its
+ * `poll`, instead of the pool thread waking it. Small reads (echoes, prompts, many sessions'
+ * round trips) never block here: their next requests wait in the event loop. The event loop
+ * waits at most this long either way.
  */
-const CATCH_UP_ROUNDS = 2;
+const CATCH_UP_MS = 2;
 
 /** What a watched descriptor does when the kernel reports it ready. */
 export interface Watcher {
-  /** Called on readability, hang-up or error. */
-  readable?(): void;
+  /**
+   * Called on readability, hang-up or error. Returns true when what it read filled the kernel's
+   * buffer, so that more is most likely on its way (a flood); see `CATCH_UP_MS`.
+   */
+  readable?(): boolean | void;
   /** Called when writable (only while registered with EPOLLOUT). */
   writable?(): void;
 }
@@ -107,25 +121,33 @@ export class Reactor {
     const c = libc();
     while (!this.#closed) {
       let n = await c.epoll_wait_async(this.#epfd, this.#events, MAX_EVENTS, -1);
-      for (let round = 0; n > 0; round++) {
+      const until = performance.now() + CATCH_UP_MS;
+      while (n > 0) {
+        let flood = false;
         for (let i = 0; i < n; i++) {
           const bits = view.getUint32(i * EVENT_SIZE, true);
           const token = Number(view.getBigUint64(i * EVENT_SIZE + 4, true));
           if (token === WAKE_TOKEN) continue;
-          this.#dispatch(token, bits);
+          if (this.#dispatch(token, bits)) flood = true;
         }
-        if (round === CATCH_UP_ROUNDS || this.#closed) break;
-        n = c.epoll_wait(this.#epfd, this.#events, MAX_EVENTS, 0);
+        const left = until - performance.now();
+        if (this.#closed || left <= 0) break;
+        n = c.epoll_wait(this.#epfd, this.#events, MAX_EVENTS, flood ? Math.floor(left) : 0);
       }
     }
   }
 
-  #dispatch(token: number, bits: number): void {
+  /** Runs the watcher; true when its read reported a flood. */
+  #dispatch(token: number, bits: number): boolean {
+    let flood = false;
     try {
-      if (bits & (EPOLLIN | EPOLLHUP | EPOLLERR)) this.#watchers.get(token)?.readable?.();
+      if (bits & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        flood = this.#watchers.get(token)?.readable?.() === true;
+      }
       if (bits & EPOLLOUT) this.#watchers.get(token)?.writable?.();
     } catch (err) {
       console.error("uexec: descriptor watcher failed:", err);
     }
+    return flood;
   }
 }

@@ -22,6 +22,11 @@ export { decodeWaitStatus, type ExitStatus } from "./reaper.ts";
 const READ_SIZE = 64 * 1024;
 const READ_SIZE_BIG = BigInt(READ_SIZE);
 const MAX_READS_PER_WAKE = 64;
+/**
+ * The most a PTY master's read returns: the line discipline's read buffer (4 KiB) less one byte. A
+ * read this long means the writer is ahead of us (a flood); see the reactor's `CATCH_UP_MS`.
+ */
+const TTY_READ_MAX = 4095;
 /** After the exit, how long to wait for EOF while another process still holds the terminal. */
 const EOF_GRACE_MS = 200;
 
@@ -215,23 +220,25 @@ export class Child {
     }
   }
 
-  #drain(): void {
+  /** Reads what is there; true when the last read was full (more is most likely coming). */
+  #drain(): boolean {
     const c = libc();
     for (let i = 0; i < MAX_READS_PER_WAKE && !this.#eof && !this.#paused; i++) {
       const n = c.read(this.#output, readBuf, READ_SIZE_BIG);
       if (n > 0) {
         this.#sink.output(readBuf.subarray(0, n));
         // A short read took all there was; the (level-triggered) reactor reports what comes next.
-        if (n < READ_SIZE) return;
+        if (n < READ_SIZE) return n >= TTY_READ_MAX;
         continue;
       }
       if (n < 0) {
         const code = errno();
         if (code === E.EINTR) continue;
-        if (code === E.EAGAIN) return;
+        if (code === E.EAGAIN) return false;
       }
       this.#onEof();
     }
+    return !this.#eof && !this.#paused;
   }
 
   #onEof(): void {
