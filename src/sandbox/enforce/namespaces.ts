@@ -134,7 +134,7 @@ function fdPath(fd: number): string {
  * (through its descriptor, so a path swapped meanwhile changes nothing). Paths that are gone,
  * no longer sockets, or resolve into a reachable place are left alone.
  */
-function hideSocket(path: string, reachable: (realPath: string) => boolean): void {
+export function hideSocket(path: string, reachable: (realPath: string) => boolean): void {
   const fd = rawSyscall(SYS.openat, AT_FDCWD, cString(path), O.PATH | O.CLOEXEC, 0);
   if (fd < 0) {
     // Gone, or a path `connect` cannot resolve either; anything else is a real failure.
@@ -154,8 +154,7 @@ function hideSocket(path: string, reachable: (realPath: string) => boolean): voi
       OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC,
     );
     try {
-      checkedSyscall(
-        `move_mount(/dev/null over ${path})`,
+      const moved = rawSyscall(
         SYS.move_mount,
         tree,
         cString(""),
@@ -163,6 +162,11 @@ function hideSocket(path: string, reachable: (realPath: string) => boolean): voi
         cString(""),
         MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
       );
+      // ENOENT: the socket was unlinked since it was opened (another server on the host closing
+      // its relay, a daemon stopping): its path no longer leads to it, as for one gone at open.
+      if (moved < 0 && errno() !== E.ENOENT) {
+        throw new OsError(`move_mount(/dev/null over ${path})`, errno());
+      }
     } finally {
       closeFd(tree);
     }

@@ -192,3 +192,30 @@ Deno.test("the domain key changes when a socket to hide appears or is bound agai
     Deno.removeSync(workspace, { recursive: true });
   }
 });
+
+Deno.test("hiding a socket unlinked between its open and its cover leaves it alone, no error", async () => {
+  // Another server on the host closing its relay socket while this one makes a domain: the
+  // socket is opened, then unlinked before /dev/null is mounted over it (here the `reachable`
+  // check, which runs between the two, unlinks it). Run in a private mount namespace: a mount
+  // made by mistake stays there.
+  const dir = await Deno.makeTempDir({ prefix: "uexec-hide-" });
+  const path = `${dir}/gone.sock`;
+  const listener = Deno.listen({ transport: "unix", path });
+  try {
+    const module = new URL("../../../../src/sandbox/enforce/namespaces.ts", import.meta.url);
+    const script = `import { hideSocket } from ${JSON.stringify(module.href)};\n` +
+      `hideSocket(${JSON.stringify(path)}, () => { Deno.removeSync(${JSON.stringify(path)}); ` +
+      `return false; });\nconsole.log("left alone");`;
+    const out = await new Deno.Command("unshare", {
+      args: ["--mount", "--propagation", "private", Deno.execPath(), "eval", script],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stderr = new TextDecoder().decode(out.stderr);
+    assert.equal(out.code, 0, stderr);
+    assert.equal(new TextDecoder().decode(out.stdout).trim(), "left alone");
+  } finally {
+    listener.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
