@@ -5,11 +5,13 @@
  * server's exit on SIGTERM with all of them live. On a host too slow to open all N within the workload's time limit
  * (less a reserve for the measurements), opening stops there and the rows say how many opened.
  * N beyond the kernel's PTY limit needs `kernel.pty.max` raised: as root the bench raises it for
- * the run and puts it back after; otherwise the row says so. The sessions end with the server's
+ * the run, on a lease shared with other benches on the host (the last to end puts back the value
+ * found first); otherwise the row says so. The sessions end with the server's
  * SIGTERM shutdown.
  * @module
  */
 
+import { leaseAtLeast } from "../host_setting.ts";
 import { log, ticker } from "../log.ts";
 import { listProcDir } from "../procfs.ts";
 import { noFigure, row } from "../report.ts";
@@ -29,28 +31,36 @@ function sysctl(...args: string[]): string {
   return text.decode(res.stdout).trim();
 }
 
+/** Where benches on this host share their lease on kernel.pty.max (see host_setting.ts). */
+const PTY_MAX_LEASES = "/run/uexec-bench/kernel.pty.max";
+
 /**
  * Raises kernel.pty.max so that `more` terminals fit beside those in use on the machine now
- * (other servers, tests) when it is lower and settable; returns the restore step.
+ * (other servers, tests) when it is lower and settable, on a lease shared with the other benches
+ * on the host; returns the restore step (the last bench to end puts the value found back).
  */
 function raisePtyMax(more: number): { ok: boolean; note: string; restore: () => void } {
   const want = Number(sysctl("-n", "kernel.pty.nr")) + more;
-  const before = Number(sysctl("-n", PTY_MAX));
-  if (before >= want) return { ok: true, note: `kernel.pty.max ${before}`, restore: () => {} };
+  const knob = {
+    read: () => Number(sysctl("-n", PTY_MAX)),
+    write: (value: number) => void sysctl("-w", `${PTY_MAX}=${value}`),
+  };
   try {
-    sysctl("-w", `${PTY_MAX}=${want}`);
+    const lease = leaseAtLeast(knob, want, PTY_MAX_LEASES);
+    return {
+      ok: true,
+      note: lease.before >= want
+        ? `kernel.pty.max ${lease.before}`
+        : `kernel.pty.max raised from ${lease.before} to ${lease.now} for the run`,
+      restore: lease.release,
+    };
   } catch (err) {
     return {
       ok: false,
-      note: `kernel.pty.max is ${before} and could not be raised: ${(err as Error).message}`,
+      note: `kernel.pty.max could not be raised to ${want}: ${(err as Error).message}`,
       restore: () => {},
     };
   }
-  return {
-    ok: true,
-    note: `kernel.pty.max raised from ${before} to ${want} for the run`,
-    restore: () => sysctl("-w", `${PTY_MAX}=${before}`),
-  };
 }
 
 /**
