@@ -74,18 +74,21 @@ export class SpawnError extends Error {
 /** Strings referenced only through raw pointers; held here so GC cannot free them mid-call. */
 let pinned: Uint8Array[] = [];
 
-/**
- * Start the child described by `spec`; its pid is also its session and group id. No
- * pseudo-terminal left (the system's `kernel.pty.max` reached) is a `SpawnError` of ENOSPC.
- */
+/** A spare-terminal slot holding no terminal. */
+export const SPARE_EMPTY = -1;
+/** A spare-terminal slot whose worker was stopped: nothing may be put in it any more. */
+export const SPARE_STOPPED = -2;
+
 /**
  * A terminal opened ahead on a spawner thread for its next spawn, so that the open
  * (`posix_openpt`, `grantpt`, `unlockpt`, `ptsname_r`: about 50 µs) is off the request's path.
- * Its master is kept in memory shared with the main thread (`slot`), which closes it when it
- * stops the worker; whoever takes it first (`Atomics.exchange`) owns it. Only for a thread that
- * neither switches uid (a terminal belongs to whoever opens it) nor spawns in terminal slots
- * (other devpts instances): all its spawns are alike. A worker stopped while it opens one leaves
- * that one descriptor open.
+ * Its master is kept in memory shared with the main thread (`slot`), which marks the slot
+ * {@link SPARE_STOPPED} and closes what it held when it stops the worker; whoever takes a master
+ * out of the slot first owns it, and a terminal opened after the stop is closed by its opener.
+ * Only for a thread that neither switches uid (a terminal belongs to whoever opens it) nor spawns
+ * in terminal slots (other devpts instances): all its spawns are alike. The one window left: a
+ * worker whose JavaScript is stopped between its open's return and its store leaves that one
+ * descriptor open (no public API lets the main thread wait for a terminated worker's thread).
  */
 export class SparePty {
   /** The slave's path of the master in the slot (this thread's own knowledge). */
@@ -95,20 +98,25 @@ export class SparePty {
 
   /** Open one ahead when the slot is empty; nothing when none can be opened now. */
   fill(): void {
-    if (Atomics.load(this.slot, 0) >= 0) return;
+    if (Atomics.load(this.slot, 0) !== SPARE_EMPTY) return;
+    let pty;
     try {
-      const pty = openPty({ rows: 24, cols: 80 });
-      this.#path = pty.slavePath;
-      Atomics.store(this.slot, 0, pty.master);
+      pty = openPty({ rows: 24, cols: 80 });
     } catch {
-      // The next spawn opens its own, and says why it cannot.
+      return; // The next spawn opens its own, and says why it cannot.
+    }
+    this.#path = pty.slavePath;
+    // Stopped meanwhile: the main thread will not close it, so its opener does.
+    if (Atomics.compareExchange(this.slot, 0, SPARE_EMPTY, pty.master) !== SPARE_EMPTY) {
+      libc().close(pty.master);
     }
   }
 
   /** The terminal in the slot, in `size`, when there is one (it is then this caller's). */
   take(size: WindowSize): { master: number; slavePath: string } | undefined {
-    const master = Atomics.exchange(this.slot, 0, -1);
+    const master = Atomics.load(this.slot, 0);
     if (master < 0 || this.#path === undefined) return undefined;
+    if (Atomics.compareExchange(this.slot, 0, master, SPARE_EMPTY) !== master) return undefined;
     try {
       resizePty(master, size);
     } catch {
@@ -120,8 +128,9 @@ export class SparePty {
 }
 
 /**
- * Start the child of `spec`; its terminal from `spare` when that holds one (see
- * {@link SparePty}), else a new one.
+ * Start the child of `spec`; its pid is also its session and group id. Its terminal from
+ * `spare` when that holds one (see {@link SparePty}), else a new one. No pseudo-terminal left
+ * (the system's `kernel.pty.max` reached) is a `SpawnError` of ENOSPC.
  */
 export function spawnChild(spec: SpawnSpec, spare?: SparePty): Spawned {
   if (spec.stdio.kind === "pipes") return { pid: spawnWith(spec, spec.stdio) };

@@ -17,7 +17,7 @@
 
 import { closeAll, OsError } from "../ffi/libc.ts";
 import { startWorker } from "../io/descriptor_reserve.ts";
-import type { Spawned, SpawnSpec } from "../pty/spawn.ts";
+import { SPARE_EMPTY, SPARE_STOPPED, type Spawned, type SpawnSpec } from "../pty/spawn.ts";
 import { SandboxUnavailableError } from "../sandbox/errors.ts";
 import type { Restriction } from "../sandbox/enforce/apply.ts";
 import type { TakeBack } from "../sandbox/identity/reaper.ts";
@@ -65,7 +65,7 @@ export class Spawner {
   /** Spawns asked of it and not answered yet. */
   #spawning = 0;
   /** The terminal master the worker opened ahead for its next spawn, -1 when none. */
-  #spare = new Int32Array(new SharedArrayBuffer(4)).fill(-1);
+  #spare = new Int32Array(new SharedArrayBuffer(4)).fill(SPARE_EMPTY);
 
   /** Start a worker running `module` (the spawner; a test may wrap it). */
   constructor(module: URL = SPAWNER_MODULE) {
@@ -160,7 +160,7 @@ export class Spawner {
     closeAll(this.#namespaces);
     this.#namespaces = [];
     this.#worker.terminate();
-    const spare = Atomics.exchange(this.#spare, 0, -1);
+    const spare = Atomics.exchange(this.#spare, 0, SPARE_STOPPED);
     if (spare >= 0) closeAll([spare]);
     this.#stopped.resolve();
   }
