@@ -10,8 +10,11 @@ import { handleConnection } from "../../../src/egress/proxy.ts";
 import { Resolver } from "../../../src/egress/resolver.ts";
 import { parseCidr } from "../../../src/egress/rules.ts";
 
-/** An origin that answers each connection with what it received up to the end of a head. */
-function echoOrigin(): { port: number; heads: string[]; close(): void } {
+/**
+ * An origin that answers each connection with what it received: up to the end of a head (`"head"`,
+ * the heads kept in `heads`) or all of it, once the client's side ended (`"all"`).
+ */
+function startOrigin(upTo: "head" | "all"): { port: number; heads: string[]; close(): void } {
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const heads: string[] = [];
   (async () => {
@@ -20,7 +23,12 @@ function echoOrigin(): { port: number; heads: string[]; close(): void } {
       const buf = new Uint8Array(4096);
       for (let n = await conn.read(buf); n !== null; n = await conn.read(buf)) {
         text += new TextDecoder("latin1").decode(buf.subarray(0, n));
-        if (text.includes("\r\n\r\n")) break;
+        if (upTo === "head" && text.includes("\r\n\r\n")) break;
+      }
+      if (upTo === "all") {
+        await conn.write(new TextEncoder().encode(`HTTP/1.1 200 OK\r\n\r\n${text}`));
+        conn.close();
+        continue;
       }
       heads.push(text);
       const body = new TextEncoder().encode(text);
@@ -56,7 +64,7 @@ async function throughProxy(request: string): Promise<string> {
 }
 
 Deno.test("egress proxy: a header line with a bare LF or CR is refused, never forwarded", async () => {
-  const origin = echoOrigin();
+  const origin = startOrigin("head");
   try {
     const ok = await throughProxy(
       `GET http://127.0.0.1:${origin.port}/a HTTP/1.1\r\nx-a: b\r\n\r\n`,
@@ -77,23 +85,6 @@ Deno.test("egress proxy: a header line with a bare LF or CR is refused, never fo
     origin.close();
   }
 });
-
-/** An origin that answers each connection with all it received, once the client's side ended. */
-function wholeOrigin(): { port: number; close(): void } {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  (async () => {
-    for await (const conn of listener) {
-      let text = "";
-      const buf = new Uint8Array(4096);
-      for (let n = await conn.read(buf); n !== null; n = await conn.read(buf)) {
-        text += new TextDecoder("latin1").decode(buf.subarray(0, n));
-      }
-      await conn.write(new TextEncoder().encode(`HTTP/1.1 200 OK\r\n\r\n${text}`));
-      conn.close();
-    }
-  })().catch(() => {});
-  return { port: listener.addr.port, close: () => listener.close() };
-}
 
 /** A client connection whose reads return `chunks` one by one, then its end; keeps what it got. */
 function chunkedClient(chunks: string[]): { conn: Deno.TcpConn; received(): string } {
@@ -118,7 +109,7 @@ function chunkedClient(chunks: string[]): { conn: Deno.TcpConn; received(): stri
 }
 
 Deno.test("egress proxy: a head split across reads, its end too, goes up whole with its body", async () => {
-  const origin = wholeOrigin();
+  const origin = startOrigin("all");
   try {
     const ctx = {
       rules: { allow: ["127.0.0.1"], deny: [], methods: "all" as const },
