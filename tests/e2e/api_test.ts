@@ -8,15 +8,7 @@
 import assert from "node:assert/strict";
 import { startServer, type TestServer } from "../helpers/server.ts";
 import { connectSse } from "../helpers/sse.ts";
-
-function alive(pid: number): boolean {
-  try {
-    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
-  } catch {
-    return false;
-  }
-}
+import { alive } from "../helpers/procs.ts";
 
 async function execLive(server: TestServer, cmd: string, extra: Record<string, unknown> = {}) {
   const r = await server.post("/v1/exec_command", {

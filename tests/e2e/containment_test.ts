@@ -16,6 +16,7 @@ import { limitFiles, limitLeaving, openFiles } from "../helpers/descriptors.ts";
 import { exists } from "../helpers/fs.ts";
 import { type Client, startServer } from "../helpers/server.ts";
 import { connectSse } from "../helpers/sse.ts";
+import { alive } from "../helpers/procs.ts";
 
 /** Whether process `pid` exits (or has exited) within `seconds`, watched through a pidfd. */
 async function exitsWithin(pid: number, seconds: number): Promise<boolean> {
@@ -23,15 +24,6 @@ async function exitsWithin(pid: number, seconds: number): Promise<boolean> {
     `print(bool(select.select([os.pidfd_open(${pid})], [], [], ${seconds})[0]))`;
   const out = await new Deno.Command("python3", { args: ["-c", script] }).output();
   return new TextDecoder().decode(out.stdout) === "True\n";
-}
-
-function alive(pid: number): boolean {
-  try {
-    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
-  } catch {
-    return false;
-  }
 }
 
 /** Start a command that leaves a `setsid` daemon behind; returns the session and the daemon. */

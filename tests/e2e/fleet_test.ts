@@ -9,6 +9,7 @@ import { TextLineStream } from "../helpers/lines.ts";
 import { connectSse } from "../helpers/sse.ts";
 import { RpcSocket } from "../helpers/ws.ts";
 import { routerConf, TEMPLATE } from "../../src/fleet/launch/router.ts";
+import { alive } from "../helpers/procs.ts";
 
 const ROOT = new URL("../..", import.meta.url).pathname;
 
@@ -120,16 +121,6 @@ async function cat(base: string, token: string, tty = true): Promise<{ id: numbe
   const got = await call(base, token, "GET", `/v1/sessions/${id}`);
   assert.equal(got.status, 200, JSON.stringify(got.body));
   return { id, node: got.body.node };
-}
-
-/** Whether `pid` runs (a zombie, ended but not yet reaped by init, does not). */
-function alive(pid: number): boolean {
-  try {
-    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
-  } catch {
-    return false;
-  }
 }
 
 /** Whether something accepts TCP connections at `url`. */
