@@ -75,41 +75,42 @@ Deno.test("output_mode plain: what a reader sees", async (t) => {
     assert.ok(!r.body.output.includes("\x1b"));
   });
 
-  await t.step("an escape sequence split across two calls neither leaks nor is lost", async () => {
-    const { id, first } = await live(server, {
-      cmd: "stty -echo; printf 'A\\e['; read x; printf '31mB\\e[0m\\n'; read y",
-      output_mode: "plain",
-      until: "A\\x1b\\[$",
+  // Output cut between two calls: the first call ends at `firstUntil`, the second (after a line
+  // typed) at `secondUntil`; each call's plain text is exact.
+  for (
+    const { name, cmd, firstUntil, first, secondUntil, second } of [
+      {
+        name: "an escape sequence split across two calls neither leaks nor is lost",
+        cmd: "stty -echo; printf 'A\\e['; read x; printf '31mB\\e[0m\\n'; read y",
+        firstUntil: "A\\x1b\\[$",
+        first: "A",
+        secondUntil: "B",
+        second: "B\n",
+      },
+      {
+        name: "a carriage return split across calls redraws the line",
+        cmd: "stty -echo; printf 'old\\r'; read x; printf 'new\\n'; read y",
+        firstUntil: "old\\r",
+        first: "old",
+        secondUntil: "new",
+        second: "new\n",
+      },
+    ]
+  ) {
+    await t.step(name, async () => {
+      const started = await live(server, { cmd, output_mode: "plain", until: firstUntil });
+      assert.equal(started.first.output, first);
+      const next = await server.post("/v1/write_stdin", {
+        session_id: started.id,
+        chars: "\n",
+        output_mode: "plain",
+        until: secondUntil,
+        yield_time_ms: 10_000,
+      });
+      assert.equal(next.body.output, second);
+      await server.del(`/v1/sessions/${started.id}`);
     });
-    assert.equal(first.output, "A");
-    const second = await server.post("/v1/write_stdin", {
-      session_id: id,
-      chars: "\n",
-      output_mode: "plain",
-      until: "B",
-      yield_time_ms: 10_000,
-    });
-    assert.equal(second.body.output, "B\n");
-    await server.del(`/v1/sessions/${id}`);
-  });
-
-  await t.step("a carriage return split across calls redraws the line", async () => {
-    const { id, first } = await live(server, {
-      cmd: "stty -echo; printf 'old\\r'; read x; printf 'new\\n'; read y",
-      output_mode: "plain",
-      until: "old\\r",
-    });
-    assert.equal(first.output, "old");
-    const second = await server.post("/v1/write_stdin", {
-      session_id: id,
-      chars: "\n",
-      output_mode: "plain",
-      until: "new",
-      yield_time_ms: 10_000,
-    });
-    assert.equal(second.body.output, "new\n");
-    await server.del(`/v1/sessions/${id}`);
-  });
+  }
 
   await t.step("the HTTP default stays raw", async () => {
     const r = await server.post("/v1/exec_command", { ...SH, cmd: "printf '\\e[1mb\\e[0m'" });
