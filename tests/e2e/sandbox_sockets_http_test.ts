@@ -9,8 +9,14 @@
 import assert from "node:assert/strict";
 import { startServer } from "../helpers/server.ts";
 
-/** Connects to each path given, prints the greeting or the error; then its own socket's. */
-const PROBE = `
+/**
+ * A probe that connects to each path given and prints the greeting or the error class, after its
+ * own socket's (bound in TMPDIR by the session). `late`: it first says "ready" and waits for a
+ * line on stdin, and prints its answers after "got".
+ */
+function probe(late: boolean): string {
+  const wait = late ? `    print("ready", flush=True)\n    sys.stdin.readline()\n` : "";
+  return `
 import os, socket, sys
 def greet(path):
     try:
@@ -23,13 +29,18 @@ own = os.path.join(os.environ["TMPDIR"], "own.sock")
 with socket.socket(socket.AF_UNIX) as srv:
     srv.bind(own)
     srv.listen()
-    with socket.socket(socket.AF_UNIX) as c:
+${wait}    with socket.socket(socket.AF_UNIX) as c:
         c.connect(own)
         a, _ = srv.accept()
         a.send(b"own")
         a.close()
-        print(c.recv(8).decode(), *[greet(p) for p in sys.argv[1:]])
+        print(${
+    late ? `"got", ` : ""
+  }c.recv(8).decode(), *[greet(p) for p in sys.argv[1:]], flush=True)
 `;
+}
+
+const PROBE = probe(false);
 
 /** A root service on a 0777 pathname socket that greets every client with `name`. */
 function rootService(path: string, name: string) {
@@ -99,32 +110,7 @@ Deno.test("root services' sockets are out of reach unless the profile lists them
   }
 });
 
-/**
- * Waits for a line on stdin, then connects to each path given and prints the greeting or the
- * error class; its own socket (bound in TMPDIR by the session) is tried too.
- */
-const LATE_PROBE = `
-import os, socket, sys
-def greet(path):
-    try:
-        with socket.socket(socket.AF_UNIX) as s:
-            s.connect(path)
-            return s.recv(16).decode()
-    except OSError as e:
-        return type(e).__name__
-own = os.path.join(os.environ["TMPDIR"], "own.sock")
-with socket.socket(socket.AF_UNIX) as srv:
-    srv.bind(own)
-    srv.listen()
-    print("ready", flush=True)
-    sys.stdin.readline()
-    with socket.socket(socket.AF_UNIX) as c:
-        c.connect(own)
-        a, _ = srv.accept()
-        a.send(b"own")
-        a.close()
-        print("got", c.recv(8).decode(), *[greet(p) for p in sys.argv[1:]], flush=True)
-`;
+const LATE_PROBE = probe(true);
 
 // Issue 29 point 8, not enforced yet: the hiding above is a snapshot taken when a domain's
 // worker is made, so a root socket bound while a session runs answers it. This is the
