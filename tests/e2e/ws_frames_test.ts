@@ -10,7 +10,7 @@
 
 import assert from "node:assert/strict";
 import { startServer } from "../helpers/server.ts";
-import { clientFrame, FrameReader, rawUpgrade, type ServerFrame, wsUrl } from "../helpers/ws.ts";
+import { FrameReader, rawRequest, rawUpgrade, type ServerFrame, wsUrl } from "../helpers/ws.ts";
 
 const encoder = new TextEncoder();
 /** How long a client here waits for the server before the test fails. */
@@ -216,12 +216,7 @@ Deno.test("websocket frames: a subscriber that fell behind learns of the gap onc
     });
     const id = run.body.session_id;
     const frames = new FrameReader(conn, rest);
-    await conn.write(clientFrame(JSON.stringify({
-      jsonrpc: "2.0",
-      id: 1,
-      method: "subscribe",
-      params: { session_id: id },
-    })));
+    await rawRequest(conn, 1, "subscribe", { session_id: id });
     const sub = JSON.parse(await frames.next());
     const from = sub.result.offset;
     // The flood runs to its END while this client reads nothing.

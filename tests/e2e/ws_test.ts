@@ -10,9 +10,9 @@ import type { Buffer } from "node:buffer";
 import WsClient from "ws";
 import { startServer } from "../helpers/server.ts";
 import {
-  clientFrame,
   type Frame,
   FrameReader,
+  rawRequest,
   rawUpgrade,
   RpcSocket,
   wsUrl,
@@ -344,21 +344,11 @@ Deno.test("websocket: a client that does not read is dropped, then told the gap"
     });
     const id = run.body.session_id;
     const frames = new FrameReader(conn, rest);
-    await conn.write(clientFrame(JSON.stringify({
-      jsonrpc: "2.0",
-      id: 1,
-      method: "subscribe",
-      params: { session_id: id },
-    })));
+    await rawRequest(conn, 1, "subscribe", { session_id: id });
     const sub = JSON.parse(await frames.next());
     assert.equal(sub.id, 1);
     const from = sub.result.offset;
-    await conn.write(clientFrame(JSON.stringify({
-      jsonrpc: "2.0",
-      id: 2,
-      method: "write_stdin",
-      params: { session_id: id, chars: "\n", yield_time_ms: 0 },
-    })));
+    await rawRequest(conn, 2, "write_stdin", { session_id: id, chars: "\n", yield_time_ms: 0 });
     // The command runs to its end while this client reads nothing.
     const done = await server.post("/v1/write_stdin", {
       session_id: id,

@@ -137,6 +137,16 @@ export function clientFrame(text: string): Uint8Array {
   return out;
 }
 
+/** Sends the JSON-RPC request `id` calling `method` with `params` over a raw connection. */
+export async function rawRequest(
+  conn: Deno.Conn,
+  id: number,
+  method: string,
+  params: unknown,
+): Promise<void> {
+  await conn.write(clientFrame(JSON.stringify({ jsonrpc: "2.0", id, method, params })));
+}
+
 /**
  * A raw upgrade of `GET /v1/ws` at `url` (ws://...) over TCP with `headers`: the connection and the response
  * head as text (status line and headers), with any bytes read past the head.
