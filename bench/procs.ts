@@ -26,11 +26,19 @@ export function memory(pid: number): Memory {
   };
 }
 
+/**
+ * The fields of /proc/<pid>/stat after "pid (comm) " (comm may hold spaces and parentheses):
+ * state is 0, ppid 1, utime 11, stime 12 (clock ticks, 100 per second), starttime 19. Throws when
+ * the process is gone.
+ */
+export function statFields(pid: number | string): string[] {
+  const stat = readProcText(`/proc/${pid}/stat`);
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+}
+
 /** CPU seconds (user + system) `pid` has used so far, from /proc/<pid>/stat. */
 export function cpuSeconds(pid: number): number {
-  const stat = readProcText(`/proc/${pid}/stat`);
-  // Fields after "(comm) ": state is 0, utime 11, stime 12, in clock ticks (100 per second).
-  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  const f = statFields(pid);
   return (Number(f[11]) + Number(f[12])) / 100;
 }
 
@@ -40,9 +48,7 @@ function processTable(): Map<number, { ppid: number; state: string }> {
   for (const name of listProcDir("/proc")) {
     if (!/^\d+$/.test(name)) continue;
     try {
-      const stat = readProcText(`/proc/${name}/stat`);
-      // "pid (comm) state ppid ...": comm may contain spaces and parentheses.
-      const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      const rest = statFields(name);
       table.set(Number(name), { state: rest[0], ppid: Number(rest[1]) });
     } catch {
       // The process exited while we listed /proc.
@@ -71,8 +77,7 @@ export function descendants(pid: number): number[] {
 /** Whether `pid` still exists and is not a zombie. */
 export function alive(pid: number): boolean {
   try {
-    const stat = readProcText(`/proc/${pid}/stat`);
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z";
+    return statFields(pid)[0] !== "Z";
   } catch {
     return false;
   }
