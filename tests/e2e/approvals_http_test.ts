@@ -176,11 +176,24 @@ async function outsideDir(): Promise<string> {
   return dir;
 }
 
-Deno.test("on-failure: denied, asked, then retried, refused or remembered", async (t) => {
+/** Runs `fn` with a harness on `env` and a directory outside the workspace; both go after it. */
+async function withHarness(
+  env: Record<string, string>,
+  fn: (h: Harness, out: string) => Promise<void>,
+): Promise<void> {
   const out = await outsideDir();
-  const h = await harness({ UEXEC_APPROVAL_POLICY: "on-failure" });
-  let decidedId = "";
+  const h = await harness(env);
   try {
+    await fn(h, out);
+  } finally {
+    await h.stop();
+    await Deno.remove(out, { recursive: true });
+  }
+}
+
+Deno.test("on-failure: denied, asked, then retried, refused or remembered", (t) =>
+  withHarness({ UEXEC_APPROVAL_POLICY: "on-failure" }, async (h, out) => {
+    let decidedId = "";
     await t.step("approved: the retry runs with write access to that directory only", async () => {
       const cmd = `id -u > ${out}/approved && echo wrote`;
       const pending = h.exec(cmd);
@@ -323,19 +336,13 @@ Deno.test("on-failure: denied, asked, then retried, refused or remembered", asyn
       await assert.rejects(Deno.stat(target), Deno.errors.NotFound);
       await h.eventsUntilMarker();
     });
-  } finally {
-    await h.stop();
-    await Deno.remove(out, { recursive: true });
-  }
-});
+  }));
 
-Deno.test("an approval nobody decides times out as denied", async (t) => {
-  const out = await outsideDir();
-  const h = await harness({
+Deno.test("an approval nobody decides times out as denied", (t) =>
+  withHarness({
     UEXEC_APPROVAL_POLICY: "on-failure",
     UEXEC_APPROVAL_TIMEOUT_MS: "300",
-  });
-  try {
+  }, async (h, out) => {
     await t.step("a retry question times out: the denial comes back", async () => {
       const target = `${out}/late`;
       const r = await h.exec(`echo x > ${target}`);
@@ -380,16 +387,10 @@ Deno.test("an approval nobody decides times out as denied", async (t) => {
       assert.deepEqual(kinds(events), ["approval_requested", "approval_decided"]);
       assert.equal(events[1].data.approval.status, "timed_out");
     });
-  } finally {
-    await h.stop();
-    await Deno.remove(out, { recursive: true });
-  }
-});
+  }));
 
-Deno.test("on-request: require_escalated asks with the justification", async (t) => {
-  const out = await outsideDir();
-  const h = await harness({ UEXEC_APPROVAL_POLICY: "on-request" });
-  try {
+Deno.test("on-request: require_escalated asks with the justification", (t) =>
+  withHarness({ UEXEC_APPROVAL_POLICY: "on-request" }, async (h, out) => {
     await t.step("approved: runs without the sandbox, as root", async () => {
       const justification = "need to read root-only state for the diagnosis";
       const pending = h.exec("id -u", { sandbox_permissions: "require_escalated", justification });
@@ -446,16 +447,10 @@ Deno.test("on-request: require_escalated asks with the justification", async (t)
       const events = await h.eventsUntilMarker();
       assert.deepEqual(kinds(events), ["begin", "end"]);
     });
-  } finally {
-    await h.stop();
-    await Deno.remove(out, { recursive: true });
-  }
-});
+  }));
 
-Deno.test("never: no prompts, and escalation is rejected", async (t) => {
-  const out = await outsideDir();
-  const h = await harness({ UEXEC_APPROVAL_POLICY: "never" });
-  try {
+Deno.test("never: no prompts, and escalation is rejected", (t) =>
+  withHarness({ UEXEC_APPROVAL_POLICY: "never" }, async (h, out) => {
     await t.step("require_escalated is 403 rejected without asking", async () => {
       const target = `${out}/never`;
       const r = await h.exec(`touch ${target}`, {
@@ -487,17 +482,11 @@ Deno.test("never: no prompts, and escalation is rejected", async (t) => {
       const events = await h.eventsUntilMarker();
       assert.deepEqual(kinds(events), ["begin", "end"]);
     });
-  } finally {
-    await h.stop();
-    await Deno.remove(out, { recursive: true });
-  }
-});
+  }));
 
-Deno.test("untrusted: known-safe commands run, others ask", async (t) => {
-  const out = await outsideDir();
-  const h = await harness({ UEXEC_APPROVAL_POLICY: "untrusted" });
-  const ws = h.server.workspace;
-  try {
+Deno.test("untrusted: known-safe commands run, others ask", (t) =>
+  withHarness({ UEXEC_APPROVAL_POLICY: "untrusted" }, async (h, out) => {
+    const ws = h.server.workspace;
     await t.step("ls and id -u run sandboxed without asking", async () => {
       await Deno.writeTextFile(`${ws}/listed.txt`, "x");
       const ls = await h.exec("ls");
@@ -576,8 +565,4 @@ Deno.test("untrusted: known-safe commands run, others ask", async (t) => {
         "approval_decided",
       ]);
     });
-  } finally {
-    await h.stop();
-    await Deno.remove(out, { recursive: true });
-  }
-});
+  }));
