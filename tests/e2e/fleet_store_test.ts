@@ -70,6 +70,24 @@ async function bounded<T>(promise: Promise<T>, what: string): Promise<T> {
   }
 }
 
+/**
+ * Revokes `agent` on node `on` and waits until node `hears` (whose node id is `name`) says, on
+ * its operator's event stream, that it heard of it from the store.
+ */
+async function revokeHeard(
+  on: TestServer,
+  hears: TestServer,
+  name: string,
+  agent: string,
+): Promise<void> {
+  const events = await connectSse(`${hears.url}/v1/events`, hears.operator.auth);
+  assert.equal((await on.operator.del(`/v1/agents/${agent}`)).status, 200);
+  await events.until((all) =>
+    all.some((e) => e.event === "agent_revoked" && e.data.agent === agent && e.data.node === name)
+  );
+  await events.close();
+}
+
 /** A live `cat` session of `client` on `node`, its id. */
 async function catSession(node: TestServer, token: string): Promise<number> {
   const res = await node.as(token).post("/v1/exec_command", {
@@ -143,14 +161,7 @@ Deno.test({
       const again = await n3.operator.post("/v1/agents", { name: "alice" });
       assert.equal(again.status, 409);
       // Revoked on node 2: node 3 hears it from the store (its own streams say so), and refuses.
-      const n3events = await connectSse(`${n3.url}/v1/events`, n3.operator.auth);
-      assert.equal((await n2.operator.del("/v1/agents/alice")).status, 200);
-      await n3events.until((all) =>
-        all.some((e) =>
-          e.event === "agent_revoked" && e.data.agent === "alice" && e.data.node === "n3"
-        )
-      );
-      await n3events.close();
+      await revokeHeard(n2, n3, "n3", "alice");
       const revoked = await n3.as(minted.body.token).post("/v1/exec_command", { cmd: "true" });
       assert.equal(revoked.status, 401);
     } finally {
@@ -494,14 +505,7 @@ Deno.test({
       const names = (await fleet.pg.sql("SELECT name FROM uexec_agents ORDER BY name")).trim();
       assert.deepEqual(names.split("\n"), ["before", "default", "during"]);
       // The nodes listen again: a revocation on node 1 reaches node 3 through the store.
-      const n3events = await connectSse(`${n3.url}/v1/events`, n3.operator.auth);
-      assert.equal((await n1.operator.del("/v1/agents/before")).status, 200);
-      await n3events.until((all) =>
-        all.some((e) =>
-          e.event === "agent_revoked" && e.data.agent === "before" && e.data.node === "n3"
-        )
-      );
-      await n3events.close();
+      await revokeHeard(n1, n3, "n3", "before");
       assert.equal((await n3.as(before).post("/v1/exec_command", { cmd: "true" })).status, 401);
       // The history written under load is all there, from every node.
       const loaded = await n2.operator.get("/v1/history?q=under-load&limit=100");
