@@ -63,6 +63,20 @@ async function connect(server: TestServer, token: string) {
   };
 }
 
+/** Runs `fn` with a fresh server and an MCP client of its default agent; both go after it. */
+async function withMcp(
+  fn: (server: TestServer, mcp: Awaited<ReturnType<typeof connect>>) => Promise<void>,
+): Promise<void> {
+  const server = await startServer();
+  const mcp = await connect(server, server.agentToken);
+  try {
+    await fn(server, mcp);
+  } finally {
+    await mcp.close();
+    await server.stop();
+  }
+}
+
 /** An initialize request, as a client POSTs it. */
 function initialize(headers: Record<string, string>): RequestInit {
   return {
@@ -91,10 +105,8 @@ function comparable(result: CallResult) {
   return { ...result, chunk_id: "", wall_time_seconds: 0, usage };
 }
 
-Deno.test("mcp: five tools, with the HTTP API's input schemas and an output schema each", async () => {
-  const server = await startServer();
-  const mcp = await connect(server, server.agentToken);
-  try {
+Deno.test("mcp: five tools, with the HTTP API's input schemas and an output schema each", () =>
+  withMcp(async (server, mcp) => {
     const { tools } = await mcp.client.listTools();
     assert.deepEqual(tools.map((t) => t.name), [
       "exec_command",
@@ -137,16 +149,10 @@ Deno.test("mcp: five tools, with the HTTP API's input schemas and an output sche
       assert.equal(tool.inputSchema.type, "object", tool.name);
       assert.equal(tool.outputSchema?.type, "object", tool.name);
     }
-  } finally {
-    await mcp.close();
-    await server.stop();
-  }
-});
+  }));
 
-Deno.test("mcp: an interactive session over two calls, then killed", async () => {
-  const server = await startServer();
-  const mcp = await connect(server, server.agentToken);
-  try {
+Deno.test("mcp: an interactive session over two calls, then killed", () =>
+  withMcp(async (server, mcp) => {
     const started = await mcp.call("exec_command", {
       cmd: "cat",
       login: false,
@@ -182,16 +188,10 @@ Deno.test("mcp: an interactive session over two calls, then killed", async () =>
     assert.equal(typeof killed.structured.exit_code, "number");
     assert.deepEqual(Object.keys(killed.structured).sort(), ["exit_code", "output"]);
     assert.deepEqual((await mcp.call("list_sessions", {})).structured, { sessions: [] });
-  } finally {
-    await mcp.close();
-    await server.stop();
-  }
-});
+  }));
 
-Deno.test("mcp: structuredContent is the HTTP API's JSON, the text its text form", async () => {
-  const server = await startServer();
-  const mcp = await connect(server, server.agentToken);
-  try {
+Deno.test("mcp: structuredContent is the HTTP API's JSON, the text its text form", () =>
+  withMcp(async (server, mcp) => {
     const body = { cmd: "printf '\\033[1mbold\\033[0m\\n'; exit 3", login: false };
     for (
       const [mode, output] of [
@@ -211,11 +211,7 @@ Deno.test("mcp: structuredContent is the HTTP API's JSON, the text its text form
       assert.equal(viaMcp.structured.output, output);
       assert.equal(viaMcp.text, resultText(viaMcp.structured));
     }
-  } finally {
-    await mcp.close();
-    await server.stop();
-  }
-});
+  }));
 
 Deno.test("mcp: failures are tool errors with the HTTP API's messages", async (t) => {
   const server = await startServer();
@@ -331,10 +327,8 @@ Deno.test("mcp: failures are tool errors with the HTTP API's messages", async (t
   }
 });
 
-Deno.test("mcp: a waiting call sends progress as output arrives, only when asked", async () => {
-  const server = await startServer();
-  const mcp = await connect(server, server.agentToken);
-  try {
+Deno.test("mcp: a waiting call sends progress as output arrives, only when asked", () =>
+  withMcp(async (server, mcp) => {
     const started = await mcp.call("exec_command", {
       cmd: "cat",
       login: false,
@@ -394,11 +388,7 @@ Deno.test("mcp: a waiting call sends progress as output arrives, only when asked
     const message = JSON.parse(events[0].slice("data: ".length));
     assert.equal(message.id, 7);
     assert.equal(message.result.structuredContent.output, "again\nagain\n");
-  } finally {
-    await mcp.close();
-    await server.stop();
-  }
-});
+  }));
 
 Deno.test("mcp: who may reach /mcp", async (t) => {
   const server = await startServer({
