@@ -8,6 +8,7 @@
 
 import assert from "node:assert/strict";
 import { startServer } from "../helpers/server.ts";
+import { rootService } from "../helpers/unix_service.ts";
 
 /**
  * A probe that connects to each path given and prints the greeting or the error class, after its
@@ -16,6 +17,7 @@ import { startServer } from "../helpers/server.ts";
  */
 function probe(late: boolean): string {
   const wait = late ? `    print("ready", flush=True)\n    sys.stdin.readline()\n` : "";
+  const got = late ? `"got", ` : "";
   return `
 import os, socket, sys
 def greet(path):
@@ -34,29 +36,11 @@ ${wait}    with socket.socket(socket.AF_UNIX) as c:
         a, _ = srv.accept()
         a.send(b"own")
         a.close()
-        print(${
-    late ? `"got", ` : ""
-  }c.recv(8).decode(), *[greet(p) for p in sys.argv[1:]], flush=True)
+        print(${got}c.recv(8).decode(), *[greet(p) for p in sys.argv[1:]], flush=True)
 `;
 }
 
 const PROBE = probe(false);
-
-/** A root service on a 0777 pathname socket that greets every client with `name`. */
-function rootService(path: string, name: string) {
-  const listener = Deno.listen({ transport: "unix", path });
-  Deno.chmodSync(path, 0o777);
-  const serving = (async () => {
-    for await (const conn of listener) {
-      await conn.write(new TextEncoder().encode(name)).catch(() => {});
-      conn.close();
-    }
-  })();
-  return async () => {
-    listener.close();
-    await serving;
-  };
-}
 
 Deno.test("root services' sockets are out of reach unless the profile lists them", async () => {
   assert.equal(Deno.uid(), 0, "needs root (uid drop, mount namespace)");
@@ -67,7 +51,7 @@ Deno.test("root services' sockets are out of reach unless the profile lists them
     `${sockDir}/svc.sock`,
     `/run/uexec-http-${Deno.pid}-docker.sock`,
   ];
-  const stops = paths.map((p, i) => rootService(p, `svc${i}`));
+  const services = paths.map((p, i) => rootService(p, `svc${i}`));
   const profiles = await Deno.makeTempDir({ prefix: "uexec-profiles-" });
   const shipped = new URL("../../sandbox-profiles/", import.meta.url).pathname;
   for await (const entry of Deno.readDir(shipped)) {
@@ -104,7 +88,7 @@ Deno.test("root services' sockets are out of reach unless the profile lists them
     assert.equal(new TextDecoder().decode(out.stdout), "own svc0 svc1 svc2\n");
   } finally {
     await server.stop();
-    for (const stop of stops) await stop();
+    for (const service of services) await service.close();
     await Deno.remove(sockDir, { recursive: true });
     await Deno.remove(profiles, { recursive: true });
   }

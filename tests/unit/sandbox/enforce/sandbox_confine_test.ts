@@ -19,6 +19,7 @@ import {
 import type { NetworkMode, ResolvedPolicy } from "../../../../src/sandbox/policy/policy.ts";
 import type { CommandResult } from "../../../fixtures/sandbox/enforce_worker.ts";
 import { runSandboxed } from "../../../helpers/sandboxed.ts";
+import { rootService } from "../../../helpers/unix_service.ts";
 
 const SH = "/bin/sh";
 const PY = "/usr/bin/python3";
@@ -167,24 +168,6 @@ async function run(
 }
 
 const ok = (stdout: string) => ({ code: 0, signal: null, stdout, stderr: "" });
-
-/** A root service on a pathname socket, mode 0777, that greets every client with `name`. */
-function rootService(path: string, name: string): { close: () => Promise<void> } {
-  const listener = Deno.listen({ transport: "unix", path });
-  Deno.chmodSync(path, 0o777);
-  const serving = (async () => {
-    for await (const conn of listener) {
-      await conn.write(new TextEncoder().encode(name)).catch(() => {});
-      conn.close();
-    }
-  })();
-  return {
-    close: async () => {
-      listener.close(); // Deno removes the socket file
-      await serving;
-    },
-  };
-}
 
 Deno.test("every enforcing profile confines sockets, namespaces and kernel interfaces", async (t) => {
   assert.equal(Deno.uid(), 0, "these tests need root (uid drop, mount namespace)");
