@@ -6,20 +6,10 @@
  */
 
 import assert from "node:assert/strict";
-import { startServer, type TestServer } from "../helpers/server.ts";
+import { startServer } from "../helpers/server.ts";
+import { execLive } from "../helpers/sessions.ts";
 import { connectSse } from "../helpers/sse.ts";
 import { alive } from "../helpers/procs.ts";
-
-async function execLive(server: TestServer, cmd: string, extra: Record<string, unknown> = {}) {
-  const r = await server.post("/v1/exec_command", {
-    cmd,
-    login: false,
-    yield_time_ms: 250,
-    ...extra,
-  });
-  assert.equal(typeof r.body.session_id, "number", JSON.stringify(r.body));
-  return r.body.session_id as number;
-}
 
 function invalid(message: string) {
   return { error: { code: "invalid_request", message } };

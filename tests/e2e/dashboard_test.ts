@@ -11,7 +11,14 @@
 
 import assert from "node:assert/strict";
 import type { Page } from "puppeteer-core";
-import { launchBrowser, pageErrors, signInDashboard, signInLink } from "../helpers/dashboard.ts";
+import {
+  launchBrowser,
+  pageErrors,
+  signInDashboard,
+  signInLink,
+  terminalText,
+  waitForTerminal,
+} from "../helpers/dashboard.ts";
 import { startServer } from "../helpers/server.ts";
 
 /** The page's globals, as the functions puppeteer runs in the browser use them. */
@@ -41,20 +48,6 @@ const ARTIFACTS = new URL("../artifacts/", import.meta.url).pathname;
 async function screenshot(page: Page, name: string): Promise<void> {
   await Deno.mkdir(ARTIFACTS, { recursive: true });
   await page.screenshot({ path: `${ARTIFACTS}${name}.png` });
-}
-
-/** The text of the open terminal's rendered rows. */
-function terminalText(page: Page): Promise<string> {
-  return page.$eval("#terminal .xterm-rows", (rows) => rows.textContent ?? "");
-}
-
-/** Wait until the open terminal shows `text`. */
-async function waitForTerminal(page: Page, text: string): Promise<void> {
-  await page.waitForFunction(
-    (wanted) => document.querySelector("#terminal .xterm-rows")?.textContent?.includes(wanted),
-    {},
-    text,
-  );
 }
 
 Deno.test({

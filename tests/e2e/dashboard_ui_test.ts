@@ -10,7 +10,13 @@
 
 import assert from "node:assert/strict";
 import type { Page } from "puppeteer-core";
-import { launchBrowser, pageErrors, signInDashboard } from "../helpers/dashboard.ts";
+import {
+  launchBrowser,
+  pageErrors,
+  signInDashboard,
+  terminalText,
+  waitForTerminal,
+} from "../helpers/dashboard.ts";
 import { startServer, type TestServer } from "../helpers/server.ts";
 
 /** The page's globals, as the functions puppeteer runs in the browser use them. */
@@ -27,20 +33,6 @@ const SHOTS = Deno.env.get("UEXEC_SCREENSHOTS") ??
 async function shot(page: Page, name: string): Promise<void> {
   await Deno.mkdir(SHOTS, { recursive: true });
   await page.screenshot({ path: `${SHOTS}/${name}.png` });
-}
-
-/** The text of the open terminal's rendered rows. */
-function terminalText(page: Page): Promise<string> {
-  return page.$eval("#terminal .xterm-rows", (rows) => rows.textContent ?? "");
-}
-
-/** Wait until the open terminal shows `text`. */
-async function waitForTerminal(page: Page, text: string): Promise<void> {
-  await page.waitForFunction(
-    (wanted) => document.querySelector("#terminal .xterm-rows")?.textContent?.includes(wanted),
-    {},
-    text,
-  );
 }
 
 /** Start `cmd` in a PTY as the default agent; returns once its output matched `until`. */

@@ -10,19 +10,9 @@
 import assert from "node:assert/strict";
 import { DESCRIPTOR_RESERVE } from "../../src/sessions/start.ts";
 import { fileLimit, limitFiles, limitLeaving, openFiles } from "../helpers/descriptors.ts";
-import { startServer, type TestServer } from "../helpers/server.ts";
+import { startServer } from "../helpers/server.ts";
+import { execLive } from "../helpers/sessions.ts";
 import { connectSse, type SseEvent } from "../helpers/sse.ts";
-
-async function execLive(server: TestServer, cmd: string, extra: Record<string, unknown> = {}) {
-  const r = await server.post("/v1/exec_command", {
-    cmd,
-    login: false,
-    yield_time_ms: 250,
-    ...extra,
-  });
-  assert.equal(typeof r.body.session_id, "number", JSON.stringify(r.body));
-  return r.body.session_id as number;
-}
 
 /** Processes whose command line contains `marker` (zombies have none). */
 function processesWith(marker: string): number[] {

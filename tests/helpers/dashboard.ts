@@ -61,3 +61,22 @@ export function pageErrors(page: Page): string[] {
   });
   return errors;
 }
+
+/** The page's `document`, as far as the function puppeteer runs in the browser here uses it. */
+declare const document: {
+  querySelector(selector: string): { textContent: string | null } | null;
+};
+
+/** The text of the open terminal's rendered rows. */
+export function terminalText(page: Page): Promise<string> {
+  return page.$eval("#terminal .xterm-rows", (rows) => rows.textContent ?? "");
+}
+
+/** Wait until the open terminal shows `text`. */
+export async function waitForTerminal(page: Page, text: string): Promise<void> {
+  await page.waitForFunction(
+    (wanted) => document.querySelector("#terminal .xterm-rows")?.textContent?.includes(wanted),
+    {},
+    text,
+  );
+}
