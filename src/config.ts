@@ -56,6 +56,8 @@ export interface Config {
   maxSessions: number;
   /** `UEXEC_MAX_PTYS_PER_SESSION`: terminals one session may hold (default 64; a root server). */
   maxPtysPerSession: number;
+  /** `UEXEC_VIEW_MAX_AGE_S`, in ms: how stale a domain's read-only view may get (default 60 s). */
+  viewMaxAgeMs: number;
   /** Sandbox profiles, loaded and validated from `profilesDir`. */
   profiles: Map<string, Profile>;
   profilesDir: string;
@@ -238,6 +240,8 @@ export function loadConfig(
       1,
       4096,
     ),
+    viewMaxAgeMs: 1000 *
+      integer("UEXEC_VIEW_MAX_AGE_S", env.UEXEC_VIEW_MAX_AGE_S ?? "60", 1, 86_400),
     profiles,
     profilesDir,
     egress,

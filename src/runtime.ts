@@ -170,6 +170,7 @@ export async function startRuntime(config: Config, parts: RuntimeParts = {}): Pr
     grantJournal: new GrantJournal(state.file("grants")),
     tmpBytes: config.memoryMax,
     maxPtys: config.maxPtysPerSession,
+    views: { maxAgeMs: config.viewMaxAgeMs },
     // The session uids' reaper: an unrestricted root spawner (sandbox/ imports no workers/).
     reaper: () => new Spawner(),
   });

@@ -119,6 +119,12 @@ export const SETTINGS: readonly Setting[] = [
     description: "pseudo-terminals one session may hold, its own included (root server; 1 to 4096)",
   },
   {
+    name: "UEXEC_VIEW_MAX_AGE_S",
+    default: "60",
+    description:
+      "a root server's sandbox domain gets a fresh mount view for new commands after this (1 to 86400)",
+  },
+  {
     name: "UEXEC_HEADER_TIMEOUT_MS",
     default: "10000",
     description: "a connection's first request head must be complete within this",

@@ -212,6 +212,29 @@ export function readSmallFile(path: string, max = 4096, room?: () => void): stri
   }
 }
 
+/**
+ * A whole file of unknown size (a procfs table), read through libc: Deno's file APIs want
+ * --allow-all under /proc.
+ */
+export function readWholeFile(path: string): string {
+  const c = libc();
+  const fd = c.open(cString(path), O.CLOEXEC);
+  if (fd < 0) throw new OsError(`open(${path})`, errno());
+  try {
+    const decoder = new TextDecoder();
+    const buf = new Uint8Array(65536);
+    let text = "";
+    for (;;) {
+      const n = c.read(fd, buf, BigInt(buf.length));
+      if (n < 0) throw new OsError(`read(${path})`, errno());
+      if (n === 0) return text + decoder.decode();
+      text += decoder.decode(buf.subarray(0, n), { stream: true });
+    }
+  } finally {
+    c.close(fd);
+  }
+}
+
 /** Offset of `d_name` in glibc's `struct dirent` on x86_64. */
 const D_NAME_OFFSET = 19;
 

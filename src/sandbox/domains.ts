@@ -67,7 +67,7 @@ import { isWithin, type Profile, resolveProfile } from "./policy/profiles.ts";
 import { type UidCursor } from "./identity/uids.ts";
 import { DEFAULT_MAX_PTYS, DEFAULT_SLOTS, type TerminalPlan } from "./enforce/terminal_slots.ts";
 import { canonical, widen, type Widening } from "./policy/widening.ts";
-import { SocketListing, socketsToHide } from "./enforce/unix_sockets.ts";
+import { type DomainViewOptions, DomainViews, type ViewAge } from "./enforce/view_keys.ts";
 import { type GrantedRoot, GrantError } from "./grants/write_grant.ts";
 import { type HeldGrant, SessionGrants } from "./grants/session_grant.ts";
 import type { GrantJournal } from "./grants/grant_journal.ts";
@@ -140,8 +140,8 @@ export interface DomainOptions {
   workspace: string;
   /** Paths no sandboxed command may read, under any profile (the server's state directory). */
   hidden?: string[];
-  /** Where the bound unix sockets come from (default: `/proc/net/unix`, at most 1 s old). */
-  sockets?: SocketListing;
+  /** The mount views' ages and the socket listing (enforce/view_keys.ts). */
+  views?: DomainViewOptions;
   /** Domains that keep a spare for their next session; the least recently used lose it (64). */
   maxSpares?: number;
   /** Wakes the guard that keeps `.git` directories read-only (git_guard.ts). */
@@ -165,7 +165,7 @@ export interface DomainOptions {
   reaper: () => Reaper;
 }
 
-interface Domain {
+interface Domain extends ViewAge {
   /** The profile's `{tmp}`: where its sessions' private directories are made. */
   root: string;
   policy: ResolvedPolicy;
@@ -211,7 +211,7 @@ function giveBack({ uid, dir, unlist }: Reserved, uids: Uids | null): void {
 /** Resolves profiles into domains and owns their private directories and session uids. */
 export class SandboxDomains {
   #opts: DomainOptions;
-  #sockets: SocketListing;
+  #views: DomainViews;
   /** The session uids (a root server) and their reaper. */
   #uids: SessionUids;
   #domains = new Map<string, Domain>();
@@ -245,7 +245,7 @@ export class SandboxDomains {
       maxPtys: opts.maxPtys ?? DEFAULT_MAX_PTYS,
     };
     this.#gitconfig = new TextEncoder().encode(gitConfigText(opts.gitIdentity ?? {}));
-    this.#sockets = opts.sockets ?? new SocketListing();
+    this.#views = new DomainViews(opts.views);
     this.#protectedNames = protectedNames(
       [...opts.profiles.values()].flatMap((p) => p.enforce ? p.readOnlySubpaths : []),
     );
@@ -322,19 +322,20 @@ export class SandboxDomains {
     this.#guard?.settle();
     const protectedNow = this.#guard?.protectedAmong(domain.policy.readOnlySubpaths) ??
       existingPaths(domain.policy.readOnlySubpaths);
-    // A socket bound (or bound again) since the worker hid the others needs a fresh worker.
-    const hiddenNow = socketsToHide(domain.policy, this.#sockets.current())
-      .map((s) => `${s.inode} ${s.path}`);
+    const view = uids
+      ? this.#views.key(domain, domain.policy)
+      : this.#views.socketsBound(domain.policy);
     return {
       profile: name,
       policy: domain.policy,
-      domain: JSON.stringify([id, protectedNow, hiddenNow]),
+      domain: JSON.stringify([id, protectedNow, view]),
       restriction: () => ({
         policy: { ...domain.policy, readOnlySubpaths: protectedNow },
         uid: uids?.ids.spawner,
         gid: uids?.ids.gid,
         accounts: this.#accounts(domain, uids)?.files,
         terminals: uids ? this.#terminals : undefined,
+        view: uids ? { staging: this.#views.staging(this.#instanceDir!), workdir } : undefined,
       }),
       launch: (command, env, gate) => launch(command, env, { limits: domain.policy.limits, gate }),
       session: () => this.#session(domain, uids),

@@ -29,6 +29,8 @@ export const SYS = {
   setresuid: 117,
   setresgid: 119,
   prctl: 157,
+  chdir: 80,
+  pivot_root: 155,
   mount: 165,
   umount2: 166,
   lsetxattr: 189,

@@ -151,7 +151,7 @@ function writeRetry(dir: string, target: string) {
     denial: {
       kind: "fs-write",
       path: target,
-      evidence: `/bin/bash: line 1: ${target}: Permission denied`,
+      evidence: `/bin/bash: line 1: ${target}: Read-only file system`,
     },
     can_choose_unsandboxed: true,
   };
@@ -277,7 +277,7 @@ Deno.test("on-failure: denied, asked, then retried, refused or remembered", (t) 
       const decided = await h.decide(approval.id, "denied");
       assert.deepEqual(decided.body, settled(approval, decided.body, "denied"));
       const r = await pending;
-      const message = `/bin/bash: line 1: ${target}: Permission denied`;
+      const message = `/bin/bash: line 1: ${target}: Read-only file system`;
       assert.equal(r.body.output, `${message}\r\n`);
       assert.equal(r.body.exit_code, 1);
       assert.deepEqual(r.body.sandbox, {
@@ -440,7 +440,7 @@ Deno.test("on-request: require_escalated asks with the justification", (t) =>
       assert.equal(r.status, 200);
       assert.equal(
         uidLine(r.body.output),
-        `UID\r\n/bin/bash: line 1: ${target}: Permission denied\r\n`,
+        `UID\r\n/bin/bash: line 1: ${target}: Read-only file system\r\n`,
       );
       assert.equal(r.body.sandbox.denied, true);
       assert.equal(r.body.sandbox.retried, undefined);
@@ -474,7 +474,7 @@ Deno.test("never: no prompts, and escalation is rejected", (t) =>
       assert.equal(r.status, 200);
       assert.equal(
         uidLine(r.body.output),
-        `UID\r\ntouch: cannot touch '${target}': Permission denied\r\n`,
+        `UID\r\ntouch: cannot touch '${target}': Read-only file system\r\n`,
       );
       assert.equal(r.body.sandbox.denied, true);
       await assert.rejects(Deno.stat(target), Deno.errors.NotFound);

@@ -82,7 +82,10 @@ Deno.test("narrow escalation: a profile, writable directories, TCP ports", async
         cmd: `touch ${out}/x 2>&1; ${connectTo(open.port)}`,
         login: false,
       });
-      assert.match(r.body.output, new RegExp(`touch: cannot touch '${out}/x': Permission denied`));
+      assert.match(
+        r.body.output,
+        new RegExp(`touch: cannot touch '${out}/x': Read-only file system`),
+      );
       assert.match(r.body.output, new RegExp(`no ${open.port}`));
     });
 
@@ -102,7 +105,7 @@ Deno.test("narrow escalation: a profile, writable directories, TCP ports", async
       assert.match(
         r.body.output,
         new RegExp(
-          `^${SESSION_UID}touch: cannot touch '${other}/w': Permission denied\\r\\n` +
+          `^${SESSION_UID}touch: cannot touch '${other}/w': Read-only file system\\r\\n` +
             `cat: ${out}/secret: Permission denied\\r\\n$`,
         ),
         "the grant never lets the session read what it could not",

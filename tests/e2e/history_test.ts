@@ -237,7 +237,7 @@ Deno.test("history: rows, tails, filters, pages, scoping, approvals, restart", a
         const denial = (target: string) => ({
           kind: "fs-write",
           path: target,
-          evidence: `/bin/bash: line 1: ${target}: Permission denied`,
+          evidence: `/bin/bash: line 1: ${target}: Read-only file system`,
         });
         assert.equal(rows[0].command, deniedCmd);
         assert.equal(rows[0].status, "denied");
@@ -267,7 +267,7 @@ Deno.test("history: rows, tails, filters, pages, scoping, approvals, restart", a
         const detail = await server.get(`/v1/history/${rows[1].id}`);
         assert.equal(
           detail.body.output_tail,
-          `/bin/bash: line 1: ${out}/approved: Permission denied\nwrote\n`,
+          `/bin/bash: line 1: ${out}/approved: Read-only file system\nwrote\n`,
         );
         const escalated = exec(server, "id -u", { sandbox_permissions: "require_escalated" });
         const third = await asked(3);

@@ -238,11 +238,11 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
       }
     });
 
-    await t.step("writes outside the allowed roots fail with EACCES and fs-write", async () => {
+    await t.step("writes outside the allowed roots fail with EROFS and fs-write", async () => {
       for (const profile of SHIPPED) {
         const target = `${outside}/${profile}.txt`;
         const r = await run(server, `echo out > ${target}`, { profile });
-        const message = `/bin/bash: line 1: ${target}: Permission denied`;
+        const message = `/bin/bash: line 1: ${target}: Read-only file system`;
         assert.equal(r.output, `${message}\r\n`);
         assert.equal(r.exit_code, 1);
         assert.deepEqual(r.sandbox, denied(profile, "fs-write", message, target));
@@ -250,7 +250,7 @@ Deno.test("shipped profiles: filesystem, network, signals, identity, denials", a
       }
       // read-only: the workspace itself is not writable either.
       const r = await run(server, "echo x > ro.txt", { profile: "read-only" });
-      const message = "/bin/bash: line 1: ro.txt: Permission denied";
+      const message = "/bin/bash: line 1: ro.txt: Read-only file system";
       assert.equal(r.output, `${message}\r\n`);
       assert.equal(r.exit_code, 1);
       assert.deepEqual(r.sandbox, denied("read-only", "fs-write", message, `${ws}/ro.txt`));

@@ -12,8 +12,9 @@
  * Flow at a glance (the `enforce/` folder: what the spawner thread applies, and how a child is
  * launched under it):
  * - `apply.ts` (this file): the order above; `namespaces.ts` (mount, IPC, network, pid),
+ *   `mount_view.ts` (the tree a root server's domain sees: host sockets out of reach),
  *   `accounts.ts` (the passwd and group files children see), `terminal_slots.ts` (a devpts per
- *   session), `unix_sockets.ts` (which bound sockets stay reachable), `landlock.ts`,
+ *   session), `unix_sockets.ts` (a non-root server's check of bound sockets), `landlock.ts`,
  *   `seccomp.ts`; `confinement.ts` reports the same tables for `/healthz`.
  * - `launch.ts` and `limits.ts`: the argv a child starts with (its rlimits, its gate).
  * - `seatbelt.ts`: the same profile as a macOS Seatbelt policy (generated, not applied here).
@@ -36,7 +37,9 @@ import { installFilter, seccompSupported } from "./seccomp.ts";
 import { enterSpawnerIdentity, sandboxIdentity, sandboxIds } from "../identity/identity.ts";
 import { DASH, limitWrapper, PRLIMIT } from "./limits.ts";
 import { existingPaths } from "../fs/fsinfo.ts";
-import { boundUnixSockets, socketReachable, socketsToHide } from "./unix_sockets.ts";
+import { boundUnixSockets, socketsToHide } from "./unix_sockets.ts";
+import type { LivePath } from "./mount_view.ts";
+import { isWithin } from "../policy/profiles.ts";
 import { checkedSyscall, closeFd, SYS, threadEuid } from "../syscalls.ts";
 import { AT_FDCWD, cString, O } from "../../ffi/libc.ts";
 import { makeTerminalSlots, type TerminalPlan } from "./terminal_slots.ts";
@@ -56,6 +59,32 @@ export interface ApplyOptions {
   accounts?: AccountFiles;
   /** The terminal slots to make, one per concurrent session (a root server). */
   terminals?: TerminalPlan;
+  /**
+   * Where a root server builds the domain's mount view (mount_view.ts), and the workdir it
+   * shows live: required on a root server, which fails closed without it.
+   */
+  view?: ViewSite;
+}
+
+/** The places {@link ApplyOptions.view} names. */
+export interface ViewSite {
+  /** An empty directory of the server's own to mount the staging tmpfs over, in its namespace. */
+  staging: string;
+  /** The session's workdir, shown live (read-only unless a writable root holds it). */
+  workdir: string;
+}
+
+/**
+ * The places a domain's view shows live: its writable roots, the workdir, the listed sockets.
+ * Every other host socket is behind an overlay, out of reach.
+ */
+export function livePlaces(policy: ResolvedPolicy, workdir: string): LivePath[] {
+  const writable = policy.writableRoots;
+  return [
+    ...writable.map((path) => ({ path, writable: true })),
+    ...writable.some((root) => isWithin(workdir, root)) ? [] : [{ path: workdir, writable: false }],
+    ...(policy.unixSockets ?? []).map((path) => ({ path, writable: false })),
+  ];
 }
 
 /** How a domain's spawner worker restricts itself: {@link applySandbox}'s policy and options. */
@@ -102,12 +131,18 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): A
   const readOnlyMounts = root
     ? sandboxStep("read-only subpaths", () => existingPaths(policy.readOnlySubpaths))
     : [];
-  const hidden = sandboxStep("unix sockets", () => socketsToHide(policy, boundUnixSockets()));
-  if (!root && hidden.length > 0) {
+  const hidden = root
+    ? []
+    : sandboxStep("unix sockets", () => socketsToHide(policy, boundUnixSockets()));
+  if (hidden.length > 0) {
     throw new SandboxUnavailableError(
       `unix sockets outside the writable roots (${hidden[0].path} and ${hidden.length - 1} ` +
-        "more) can only be hidden by a root server; list them in the profile's unix_sockets",
+        "more) can only be kept out of reach by a root server; list them in the profile's " +
+        "unix_sockets",
     );
+  }
+  if (root && !opts.view) {
+    throw new SandboxUnavailableError("no staging directory for the domain's mount view");
   }
   sandboxStep(
     "namespaces",
@@ -119,10 +154,14 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): A
         privateTerminals: root,
         maxTerminals: opts.terminals?.maxPtys,
         accounts: opts.accounts,
-        hiddenSockets: {
-          paths: hidden.map((s) => s.path),
-          reachable: (path) => socketReachable(policy, path),
-        },
+        ...(root && opts.view
+          ? {
+            view: {
+              staging: opts.view.staging,
+              live: livePlaces(policy, opts.view.workdir),
+            },
+          }
+          : {}),
       }),
   );
   const slots = root && opts.terminals

@@ -12,7 +12,10 @@ import { type SeccompDenials, seccompDenials } from "./seccomp.ts";
 
 /** What one enforcing profile denies beyond files. */
 export interface ProfileDenials extends SeccompDenials {
-  /** Pathname unix sockets: every bound one outside the writable roots is hidden, but these. */
+  /**
+   * Pathname unix sockets: every one outside the writable roots and the workdir is out of reach,
+   * whenever it was bound, but these.
+   */
   unix_sockets: { hidden: string; reachable: string[] };
 }
 
@@ -24,7 +27,7 @@ export function deniedByProfile(
   return {
     ...seccompDenials(profile.network),
     unix_sockets: {
-      hidden: "every bound pathname socket outside the writable roots",
+      hidden: "every pathname socket outside the writable roots and the workdir, whenever bound",
       reachable: [...profile.unixSockets ?? []],
     },
   };

@@ -33,7 +33,7 @@
  * @module
  */
 
-import { cString, errno, libc, O, OsError } from "../../ffi/libc.ts";
+import { readWholeFile } from "../../ffi/libc.ts";
 import type { ResolvedPolicy } from "../policy/policy.ts";
 import { isWithin } from "../policy/profiles.ts";
 
@@ -66,27 +66,7 @@ export function parseUnixSockets(text: string): BoundSocket[] {
 
 /** Every bound pathname socket in the calling thread's network namespace. */
 export function boundUnixSockets(): BoundSocket[] {
-  return parseUnixSockets(readProcFile("/proc/thread-self/net/unix"));
-}
-
-/** A whole procfs file, read through libc (Deno's file APIs want --allow-all under /proc). */
-function readProcFile(path: string): string {
-  const c = libc();
-  const fd = c.open(cString(path), O.CLOEXEC);
-  if (fd < 0) throw new OsError(`open(${path})`, errno());
-  try {
-    const decoder = new TextDecoder();
-    const buf = new Uint8Array(65536);
-    let text = "";
-    for (;;) {
-      const n = c.read(fd, buf, BigInt(buf.length));
-      if (n < 0) throw new OsError(`read(${path})`, errno());
-      if (n === 0) return text + decoder.decode();
-      text += decoder.decode(buf.subarray(0, n), { stream: true });
-    }
-  } finally {
-    c.close(fd);
-  }
+  return parseUnixSockets(readWholeFile("/proc/thread-self/net/unix"));
 }
 
 /** True when `policy` lets its children reach a socket at `path` (absolute, normalised). */

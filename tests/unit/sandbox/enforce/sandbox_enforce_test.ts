@@ -219,7 +219,7 @@ Deno.test("sandbox enforcement on the real kernel", async (t) => {
         code: 2,
         signal: null,
         stdout: "",
-        stderr: `/bin/sh: 1: cannot create ${f.outside}/x: Permission denied\n`,
+        stderr: `/bin/sh: 1: cannot create ${f.outside}/x: Read-only file system\n`,
       });
       assert.deepEqual(git, {
         code: 0,

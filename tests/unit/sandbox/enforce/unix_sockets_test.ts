@@ -1,8 +1,10 @@
 /**
- * Which pathname unix sockets a domain hides: the `/proc/net/unix` parser, the policy filter,
- * the refresh of the listing, the profile field that keeps sockets reachable, the domain key
- * that makes a fresh worker when a socket appears or is bound again, and the `/healthz`
- * summary of what each profile denies.
+ * Which pathname unix sockets a domain may reach: the `/proc/net/unix` parser and policy filter
+ * (a server that is not root refuses to run beside such a socket), the refresh of the listing,
+ * the profile field that keeps sockets reachable, the root server's domain key that makes a
+ * fresh worker when a listed socket is bound again, and the `/healthz` summary of what each
+ * profile denies. The view itself (mount_view.ts) is tested in mount_view_test.ts and, on a real
+ * server, in tests/e2e/sandbox_sockets_http_test.ts.
  *
  * @module
  */
@@ -145,7 +147,7 @@ Deno.test("deniedByProfile: what each shipped profile denies, for /healthz", () 
   assert.equal(none.conditional.clone, "with any CLONE_NEW* flag");
   assert.deepEqual(none.enosys, ["clone3", "pidfd_open"]);
   assert.deepEqual(none.unix_sockets, {
-    hidden: "every bound pathname socket outside the writable roots",
+    hidden: "every pathname socket outside the writable roots and the workdir, whenever bound",
     reachable: [],
   });
   assert.deepEqual(
@@ -155,67 +157,60 @@ Deno.test("deniedByProfile: what each shipped profile denies, for /healthz", () 
   );
 });
 
-Deno.test("the domain key changes when a socket to hide appears or is bound again", async () => {
+Deno.test("a root server's domain key changes when a listed socket is bound again, or the view ages", async () => {
   assert.equal(Deno.uid(), 0, "needs root (the domain's private directory)");
   const workspace = Deno.makeTempDirSync({ prefix: "uexec-key-" });
   Deno.chmodSync(workspace, 0o777);
-  const path = `/run/uexec-key-test-${Deno.pid}.sock`;
-  // The real listing, read on every call, narrowed to this test's sockets: other processes on
-  // the machine bind and close sockets meanwhile.
-  const ours = (s: BoundSocket) => s.path === path || s.path.startsWith(`${workspace}/`);
+  const listed = `/run/uexec-key-test-${Deno.pid}.sock`;
+  const other = `/run/uexec-key-other-${Deno.pid}.sock`;
+  const base = JSON.parse(Deno.readTextFileSync(`${PROFILE_DIR}/workspace-write.json`));
+  const profiles = loadProfiles(PROFILE_DIR);
+  profiles.set(
+    "listed",
+    parseProfile("p/listed.json", JSON.stringify({ ...base, unix_sockets: [listed] })),
+  );
   const reactor = new Reactor();
+  let now = 0;
   const domains = testDomains(workspace, reactor, {
-    sockets: new SocketListing(0, () => boundUnixSockets().filter(ours)),
+    profiles,
+    views: { maxAgeMs: 60_000, now: () => now },
   });
-  const key = () => domains.choose("workspace-write", workspace).domain;
+  const key = () => domains.choose("listed", workspace).domain;
   try {
     const before = key();
     assert.equal(key(), before, "stable while nothing changes");
-    let service = Deno.listen({ transport: "unix", path });
-    const withSocket = key();
-    assert.notEqual(withSocket, before);
-    assert.ok(withSocket.includes(path));
-    service.close();
-    service = Deno.listen({ transport: "unix", path });
-    const rebound = key();
-    assert.notEqual(rebound, withSocket, "a service that binds again gets a fresh worker");
-    service.close();
-    const inside = Deno.listen({ transport: "unix", path: `${workspace}/own.sock` });
+    const unlisted = Deno.listen({ transport: "unix", path: other });
     try {
-      assert.equal(key(), before, "sockets in the writable roots change nothing");
+      assert.equal(
+        key(),
+        before,
+        "a socket the profile does not list changes nothing: it is out of reach",
+      );
     } finally {
-      inside.close();
+      unlisted.close();
+    }
+    let service = Deno.listen({ transport: "unix", path: listed });
+    const withSocket = key();
+    assert.notEqual(withSocket, before, "the listed socket appeared");
+    service.close();
+    service = Deno.listen({ transport: "unix", path: listed });
+    let rebound: string;
+    try {
+      rebound = key();
+      assert.notEqual(rebound, withSocket, "a service that binds again gets a fresh worker");
+      now = 59_999;
+      assert.equal(key(), rebound, "a view younger than viewMaxAgeMs is kept");
+      now = 60_000;
+      const aged = key();
+      assert.notEqual(aged, rebound, "past viewMaxAgeMs new commands get a fresh view");
+      now = 119_999;
+      assert.equal(key(), aged, "and keep it for as long again");
+    } finally {
+      service.close();
     }
   } finally {
     await domains.close();
     await reactor.close();
     Deno.removeSync(workspace, { recursive: true });
-  }
-});
-
-Deno.test("hiding a socket unlinked between its open and its cover leaves it alone, no error", async () => {
-  // Another server on the host closing its relay socket while this one makes a domain: the
-  // socket is opened, then unlinked before /dev/null is mounted over it (here the `reachable`
-  // check, which runs between the two, unlinks it). Run in a private mount namespace: a mount
-  // made by mistake stays there.
-  const dir = await Deno.makeTempDir({ prefix: "uexec-hide-" });
-  const path = `${dir}/gone.sock`;
-  const listener = Deno.listen({ transport: "unix", path });
-  try {
-    const module = new URL("../../../../src/sandbox/enforce/namespaces.ts", import.meta.url);
-    const script = `import { hideSocket } from ${JSON.stringify(module.href)};\n` +
-      `hideSocket(${JSON.stringify(path)}, () => { Deno.removeSync(${JSON.stringify(path)}); ` +
-      `return false; });\nconsole.log("left alone");`;
-    const out = await new Deno.Command("unshare", {
-      args: ["--mount", "--propagation", "private", Deno.execPath(), "eval", script],
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const stderr = new TextDecoder().decode(out.stderr);
-    assert.equal(out.code, 0, stderr);
-    assert.equal(new TextDecoder().decode(out.stdout).trim(), "left alone");
-  } finally {
-    listener.close();
-    await Deno.remove(dir, { recursive: true });
   }
 });
