@@ -1,32 +1,19 @@
 /**
- * Which pathname unix sockets a sandbox domain must not reach. Landlock (ABI 7) does not
- * mediate `connect` on pathname sockets and seccomp cannot read the address, so a root
- * service's 0777 socket (`/run/docker.sock`, the D-Bus system bus, ...) would answer any child.
- * The kernel lists every bound pathname socket of a network namespace in `/proc/net/unix`; the
- * ones outside the policy's writable roots and not listed in its `unixSockets` are hidden by
- * `namespaces.ts` (a bind mount over each, in the domain's private mount namespace), so
- * `connect` finds no socket there and fails with ECONNREFUSED.
+ * Which bound pathname unix sockets a domain's policy does not open to it, read from
+ * `/proc/net/unix`. Landlock (ABI 7) does not mediate `connect` on pathname sockets and seccomp
+ * cannot read the address, so a root service's 0777 socket (`/run/docker.sock`, the D-Bus
+ * system bus, ...) would answer any child.
  *
- * Limits, stated honestly:
- * - the listing covers the server's network namespace only: a socket bound in another one
- *   (a container's) and reachable through a shared directory is not seen;
- * - only the path a socket was bound to is listed: one bound with a relative path, renamed
- *   after binding, or also reachable through a hard link or bind mount its owner made elsewhere
- *   is not hidden under those other names;
- * - the hiding is a snapshot, not a rule (issue 29 point 8, open): it is made when a domain's
- *   worker is created. {@link SocketListing} reads the listing again at most once per
- *   `maxAgeMs` (default 1 s) and the domain key includes the sockets to hide, so a socket bound
- *   later, or re-bound by a restarted service (the unlink removes the mount over the old one),
- *   gets a fresh worker for the next command; commands already running (a shell session, a
- *   long build) keep their worker's view and CAN REACH such a socket until they exit, directly
- *   or through a symlink, and a command started less than `maxAgeMs` after the socket appeared
- *   may still miss it. Churn costs at most one new worker per domain per `maxAgeMs`. The test
- *   that shows it is gated by `UEXEC_TEST_UNIX_SOCKET_RULE=1` in
- *   `tests/e2e/sandbox_sockets_http_test.ts`; the mechanisms that would make this a rule (Landlock
- *   ABI 9's `LANDLOCK_ACCESS_FS_RESOLVE_UNIX`; a seccomp supervisor below that; BPF LSM, whose
- *   programs this test host refuses to load) are weighed in `docs/isolation-unix-sockets.md`;
- * - hiding needs a root server (a mount namespace); a non-root server fails closed when there
- *   is a socket to hide.
+ * A root server keeps every such socket out of reach by rule, whenever it is bound: its domains
+ * run in a mount view where the host's file systems are overlays (mount_view.ts), and this
+ * listing is not needed there. A server that is not root cannot make a mount view; it refuses to
+ * start a domain's worker while a socket outside the policy's places is bound
+ * (`applySandbox`), and the domain key carries the listing (view_keys.ts) so the next command
+ * looks again. **Stated limit of a server that is not root:** a socket bound after its worker
+ * started is reachable from the commands that worker runs (docs/isolation-unix-sockets.md).
+ *
+ * Only the path a socket was bound to is listed (one bound with a relative path, renamed, or
+ * reached through another name is not seen), and only in the server's network namespace.
  *
  * This module only reads; it must never mount or change a file.
  *
