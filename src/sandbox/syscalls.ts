@@ -61,6 +61,20 @@ export const SYS = {
   renameat2: 316,
 } as const;
 
+/** mount(2) flags. */
+export const MS = {
+  RDONLY: 0x1,
+  NOSUID: 0x2,
+  NODEV: 0x4,
+  NOEXEC: 0x8,
+  BIND: 0x1000,
+  REC: 0x4000,
+  PRIVATE: 1 << 18,
+} as const;
+
+const MOUNT_ATTR_RDONLY = 1n;
+const AT_RECURSIVE = 0x8000;
+
 /** Like `rawSyscall` but throws an `OsError` on failure. */
 export function checkedSyscall(name: string, nr: number, ...args: SyscallArg[]): number {
   const r = rawSyscall(nr, ...args);
@@ -93,4 +107,39 @@ export function prctl(name: string, option: number, ...args: SyscallArg[]): numb
 /** The effective uid of the calling thread. */
 export function threadEuid(): number {
   return rawSyscall(SYS.geteuid);
+}
+
+/** `mount(2)` on this thread, throwing an `OsError` named `what` on failure. */
+export function mount(
+  what: string,
+  source: string | null,
+  target: string,
+  fsType: string | null,
+  flags: number,
+  data: string | null = null,
+): void {
+  checkedSyscall(
+    what,
+    SYS.mount,
+    source === null ? null : cString(source),
+    cString(target),
+    fsType === null ? null : cString(fsType),
+    flags,
+    data === null ? null : cString(data),
+  );
+}
+
+/** Makes the mount at `target`, and every mount beneath it, read-only. */
+export function setReadOnly(target: string): void {
+  const attr = new Uint8Array(32);
+  new DataView(attr.buffer).setBigUint64(0, MOUNT_ATTR_RDONLY, true);
+  checkedSyscall(
+    `mount_setattr(${target}, RDONLY)`,
+    SYS.mount_setattr,
+    AT_FDCWD,
+    cString(target),
+    AT_RECURSIVE,
+    attr,
+    attr.length,
+  );
 }

@@ -154,13 +154,8 @@ export function applySandbox(policy: ResolvedPolicy, opts: ApplyOptions = {}): A
         privateTerminals: root,
         maxTerminals: opts.terminals?.maxPtys,
         accounts: opts.accounts,
-        ...(root && opts.view
-          ? {
-            view: {
-              staging: opts.view.staging,
-              live: livePlaces(policy, opts.view.workdir),
-            },
-          }
+        ...(root
+          ? { view: { staging: opts.view!.staging, live: livePlaces(policy, opts.view!.workdir) } }
           : {}),
       }),
   );

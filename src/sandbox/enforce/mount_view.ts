@@ -41,17 +41,10 @@ import {
   S_IF,
   STAT_SIZE,
 } from "../../ffi/libc.ts";
-import { checkedSyscall, closeFd, SYS } from "../syscalls.ts";
+import { checkedSyscall, closeFd, mount, MS, setReadOnly, SYS } from "../syscalls.ts";
+import { isWithin } from "../policy/profiles.ts";
 
-const MS_RDONLY = 0x1;
-const MS_NOSUID = 0x2;
-const MS_NODEV = 0x4;
-const MS_NOEXEC = 0x8;
-const MS_BIND = 0x1000;
-const MS_REC = 0x4000;
 const MNT_DETACH = 2;
-const MOUNT_ATTR_RDONLY = 1n;
-const AT_RECURSIVE = 0x8000;
 
 /**
  * File systems shown as bind mounts of the host's: none of them can hold a socket inode
@@ -123,9 +116,9 @@ export function parseMountInfo(text: string): MountEntry[] {
     entries.push({
       mountPoint: unescape(fields[4]),
       fsType: fields[dash + 1],
-      flags: (options.includes("nosuid") ? MS_NOSUID : 0) |
-        (options.includes("nodev") ? MS_NODEV : 0) |
-        (options.includes("noexec") ? MS_NOEXEC : 0),
+      flags: (options.includes("nosuid") ? MS.NOSUID : 0) |
+        (options.includes("nodev") ? MS.NODEV : 0) |
+        (options.includes("noexec") ? MS.NOEXEC : 0),
     });
   }
   return entries;
@@ -135,10 +128,6 @@ function depth(path: string): number {
   return path === "/" ? 0 : path.split("/").length - 1;
 }
 
-function within(path: string, dir: string): boolean {
-  return path === dir || path.startsWith(dir === "/" ? "/" : `${dir}/`);
-}
-
 /**
  * The mounts to show, one per mount point (the one listed last: stacked mounts are listed
  * bottom first), parents before children, none at or beneath `staging`.
@@ -146,7 +135,7 @@ function within(path: string, dir: string): boolean {
 export function viewMounts(entries: MountEntry[], staging: string): MountEntry[] {
   const byPoint = new Map<string, MountEntry>();
   for (const entry of entries) {
-    if (within(entry.mountPoint, staging)) continue;
+    if (isWithin(entry.mountPoint, staging)) continue;
     byPoint.delete(entry.mountPoint);
     byPoint.set(entry.mountPoint, entry);
   }
@@ -186,40 +175,6 @@ function openPlace(path: string): { fd: number; type: number } | null {
   return { fd, type: fileType(stat) };
 }
 
-function mount(
-  what: string,
-  source: string | null,
-  target: string,
-  fsType: string | null,
-  flags: number,
-  data: string | null = null,
-): void {
-  checkedSyscall(
-    what,
-    SYS.mount,
-    source === null ? null : cString(source),
-    cString(target),
-    fsType === null ? null : cString(fsType),
-    flags,
-    data === null ? null : cString(data),
-  );
-}
-
-/** Makes the mount at `target`, and every mount beneath it, read-only. */
-export function setReadOnly(target: string): void {
-  const attr = new Uint8Array(32);
-  new DataView(attr.buffer).setBigUint64(0, MOUNT_ATTR_RDONLY, true);
-  checkedSyscall(
-    `mount_setattr(${target}, RDONLY)`,
-    SYS.mount_setattr,
-    AT_FDCWD,
-    cString(target),
-    AT_RECURSIVE,
-    attr,
-    attr.length,
-  );
-}
-
 /** Shows one host mount at `target`: an overlay of it, a bind of it, or nothing (a socket). */
 function showMount(entry: MountEntry, target: string, empty: string): void {
   const place = openPlace(entry.mountPoint);
@@ -228,7 +183,7 @@ function showMount(entry: MountEntry, target: string, empty: string): void {
     const source = fdPath(place.fd);
     if (place.type === S_IF.SOCK) return; // the parent's overlay shows an inert node there
     if (place.type !== S_IF.DIR || NO_SOCKETS.has(entry.fsType)) {
-      mount(`mount(bind ${entry.mountPoint})`, source, target, null, MS_BIND);
+      mount(`mount(bind ${entry.mountPoint})`, source, target, null, MS.BIND);
       if (place.type !== S_IF.DIR) setReadOnly(target);
       return;
     }
@@ -239,7 +194,7 @@ function showMount(entry: MountEntry, target: string, empty: string): void {
       "overlay",
       target,
       "overlay",
-      MS_RDONLY | entry.flags,
+      MS.RDONLY | entry.flags,
       `lowerdir=${source}:${empty}`,
     );
   } finally {
@@ -252,7 +207,7 @@ function showLive(live: LivePath, target: string): void {
   const place = openPlace(live.path);
   if (!place) return;
   try {
-    mount(`mount(bind ${live.path})`, fdPath(place.fd), target, null, MS_BIND | MS_REC);
+    mount(`mount(bind ${live.path})`, fdPath(place.fd), target, null, MS.BIND | MS.REC);
   } finally {
     closeFd(place.fd);
   }
@@ -280,7 +235,7 @@ export function buildView(plan: ViewPlan): void {
     "tmpfs",
     plan.staging,
     "tmpfs",
-    MS_NOSUID | MS_NODEV | MS_NOEXEC,
+    MS.NOSUID | MS.NODEV | MS.NOEXEC,
     "mode=0700,size=64k",
   );
   const root = `${plan.staging}/root`;

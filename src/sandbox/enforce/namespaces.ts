@@ -13,19 +13,12 @@
  * @module
  */
 
-import { cString } from "../../ffi/libc.ts";
-import { checkedSyscall, closeFd, SYS } from "../syscalls.ts";
+import { checkedSyscall, closeFd, mount, MS, setReadOnly, SYS } from "../syscalls.ts";
 import { type AccountFiles, HOST_FILES } from "./accounts.ts";
-import { buildView, setReadOnly, type ViewPlan } from "./mount_view.ts";
+import { buildView, type ViewPlan } from "./mount_view.ts";
 
 const CLONE_NEWNS = 0x00020000;
 const CLONE_NEWNET = 0x40000000;
-const MS_NOSUID = 0x2;
-const MS_NODEV = 0x4;
-const MS_NOEXEC = 0x8;
-const MS_BIND = 0x1000;
-const MS_REC = 0x4000;
-const MS_PRIVATE = 1 << 18;
 const AF_INET = 2;
 const SOCK_DGRAM = 2;
 const SOCK_CLOEXEC = 0o2000000;
@@ -77,16 +70,7 @@ function bringLoopbackUp(): void {
 
 /** Bind-mounts `source` (default: `target` itself) over `target`, read-only. */
 function bindReadOnly(target: string, source = target): void {
-  const p = cString(target);
-  checkedSyscall(
-    `mount(bind ${source} over ${target})`,
-    SYS.mount,
-    cString(source),
-    p,
-    null,
-    MS_BIND | MS_REC,
-    null,
-  );
+  mount(`mount(bind ${source} over ${target})`, source, target, null, MS.BIND | MS.REC);
   setReadOnly(target);
 }
 
@@ -99,15 +83,7 @@ export function enterNamespaces(plan: NamespacePlan): void {
   checkedSyscall("unshare", SYS.unshare, flags);
   if (plan.privateNetwork) bringLoopbackUp();
   if (!mounts) return;
-  checkedSyscall(
-    "mount(/, MS_REC|MS_PRIVATE)",
-    SYS.mount,
-    null,
-    cString("/"),
-    null,
-    MS_REC | MS_PRIVATE,
-    null,
-  );
+  mount("mount(/, MS_REC|MS_PRIVATE)", null, "/", null, MS.REC | MS.PRIVATE);
   if (plan.view) buildView(plan.view);
   for (const path of plan.readOnlyPaths) bindReadOnly(path);
   if (plan.accounts) {
@@ -116,14 +92,13 @@ export function enterNamespaces(plan: NamespacePlan): void {
   }
   if (plan.privateTerminals) mountTerminals(plan.maxTerminals);
   if (plan.hideProcesses) {
-    checkedSyscall(
+    mount(
       "mount(proc, /proc, hidepid=invisible)",
-      SYS.mount,
-      cString("proc"),
-      cString("/proc"),
-      cString("proc"),
-      MS_NOSUID | MS_NODEV | MS_NOEXEC,
-      cString("hidepid=invisible"),
+      "proc",
+      "/proc",
+      "proc",
+      MS.NOSUID | MS.NODEV | MS.NOEXEC,
+      "hidepid=invisible",
     );
   }
 }
@@ -133,15 +108,12 @@ export function enterNamespaces(plan: NamespacePlan): void {
  * calling thread's mount namespace.
  */
 export function mountTerminals(maxPtys?: number): void {
-  checkedSyscall(
+  mount(
     "mount(devpts, /dev/pts, newinstance)",
-    SYS.mount,
-    cString("devpts"),
-    cString("/dev/pts"),
-    cString("devpts"),
-    MS_NOSUID | MS_NOEXEC,
-    cString(
-      `newinstance,ptmxmode=0666,mode=0600${maxPtys === undefined ? "" : `,max=${maxPtys}`}`,
-    ),
+    "devpts",
+    "/dev/pts",
+    "devpts",
+    MS.NOSUID | MS.NOEXEC,
+    `newinstance,ptmxmode=0666,mode=0600${maxPtys === undefined ? "" : `,max=${maxPtys}`}`,
   );
 }

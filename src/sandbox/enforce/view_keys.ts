@@ -60,6 +60,7 @@ export class DomainViews {
   #sockets: SocketListing;
   #maxAgeMs: number;
   #now: () => number;
+  #staging?: string;
 
   constructor(opts: DomainViewOptions = {}) {
     this.#sockets = opts.sockets ?? new SocketListing();
@@ -89,14 +90,19 @@ export class DomainViews {
     return socketsToHide(policy, this.#sockets.current()).map((s) => `${s.inode} ${s.path}`);
   }
 
-  /** The empty directory, in `instanceDir`, that domains' workers build their views over. */
+  /**
+   * The empty directory, in `instanceDir`, that domains' workers build their views over: made
+   * on first use, then the same for every worker.
+   */
   staging(instanceDir: string): string {
     const dir = `${instanceDir}/${STAGING}`;
+    if (this.#staging === dir) return dir;
     try {
       Deno.mkdirSync(dir, { mode: 0o700 });
     } catch (e) {
       if (!(e instanceof Deno.errors.AlreadyExists)) throw e;
     }
+    this.#staging = dir;
     return dir;
   }
 }

@@ -20,7 +20,7 @@ import {
   OsError,
   rawSyscall,
 } from "../../ffi/libc.ts";
-import { checkedSyscall, SYS } from "../syscalls.ts";
+import { checkedSyscall, mount, MS, SYS } from "../syscalls.ts";
 import { INSTANCE_NAME, instanceName, instanceRuns } from "../instance.ts";
 import { gitConfigText } from "./git_config.ts";
 import type { SandboxIdentity } from "./identity.ts";
@@ -60,8 +60,6 @@ function tempRoot(): string {
 
 const INSTANCE_DIR_PREFIX = "uexec-";
 
-const MS_NOSUID = 0x2;
-const MS_NODEV = 0x4;
 const MNT_DETACH = 2;
 
 /**
@@ -85,15 +83,7 @@ export function createInstanceDir(gid: number | null, tmpBytes?: number): string
   if (gid !== null && tmpBytes !== undefined) {
     const options = `size=${tmpBytes},mode=0${groupDirMode(gid).toString(8)},uid=0,gid=${gid}`;
     try {
-      checkedSyscall(
-        `mount(tmpfs, ${dir})`,
-        SYS.mount,
-        cString("tmpfs"),
-        cString(dir),
-        cString("tmpfs"),
-        MS_NOSUID | MS_NODEV,
-        cString(options),
-      );
+      mount(`mount(tmpfs, ${dir})`, "tmpfs", dir, "tmpfs", MS.NOSUID | MS.NODEV, options);
     } catch (err) {
       Deno.removeSync(dir);
       throw new SandboxUnavailableError(
