@@ -7,6 +7,7 @@
  */
 
 import type { EgressEvent } from "../egress/gateway.ts";
+import { loggable } from "../ffi/libc.ts";
 
 /** Why a session ended. */
 export type EndReason = "exit" | "kill" | "prune" | "timeout" | "shutdown" | "revoke";
@@ -76,7 +77,7 @@ export class EventBus {
       try {
         listener(event);
       } catch (err) {
-        console.error("uexec: event listener failed:", err);
+        console.error("uexec: event listener failed:", loggable(err));
       }
     }
   }

@@ -332,6 +332,18 @@ export function outOfDescriptors(err: unknown): boolean {
     /\bE[MN]FILE\b|Too many open files/.test(err.message);
 }
 
+/**
+ * What to hand `console.error` for `err`: the error itself (whose stack it prints), or, for a
+ * failure to get a descriptor, its one-line text. Printing a stack makes Deno source-map it,
+ * which may read an emitted module from its cache: with no descriptor free, Deno 2.9.6 then
+ * falls back to parsing the module, whose stack-size probe (stacker) cannot open
+ * `/proc/self/maps` and aborts the whole process. Seen when the git guard reported a `.git` it
+ * could not open at the descriptor limit (tests/e2e/robust_test.ts).
+ */
+export function loggable(err: unknown): unknown {
+  return outOfDescriptors(err) ? String(err) : err;
+}
+
 /** The symbolic name of an errno value, e.g. `ENOENT`. */
 export function errnoName(code: number): string {
   return Object.entries(E).find(([, value]) => value === code)?.[0] ?? `errno ${code}`;

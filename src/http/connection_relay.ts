@@ -12,6 +12,7 @@
  */
 
 import type { ConnectionLimits } from "../config.ts";
+import { loggable } from "../ffi/libc.ts";
 import { concat } from "../output/head_tail.ts";
 import { FrameSocket } from "../ws/socket.ts";
 import {
@@ -60,7 +61,7 @@ const RELAY_CHUNK = 64 * 1024;
 
 /** Deno.serve's default for a handler that throws. */
 export function internalError(err: unknown): Response {
-  console.error("uexec: request handler failed:", err);
+  console.error("uexec: request handler failed:", loggable(err));
   return new Response("Internal Server Error", { status: 500 });
 }
 

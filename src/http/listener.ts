@@ -43,7 +43,7 @@
  */
 
 import type { ConnectionLimits } from "../config.ts";
-import { outOfDescriptors } from "../ffi/libc.ts";
+import { loggable, outOfDescriptors } from "../ffi/libc.ts";
 import {
   answerAndLinger,
   closeQuietly,
@@ -277,7 +277,7 @@ class Listener implements HttpListener {
         peer = this.#peerOf?.(conn.remoteAddr) ??
           { sandboxed: false, key: conn.remoteAddr.hostname };
       } catch (err) {
-        console.error("uexec: peer lookup failed; refusing the connection:", err);
+        console.error("uexec: peer lookup failed; refusing the connection:", loggable(err));
         peer = { sandboxed: true };
       }
     }

@@ -11,7 +11,7 @@
  * @module
  */
 
-import { check, libc } from "../ffi/libc.ts";
+import { check, libc, loggable } from "../ffi/libc.ts";
 
 /** epoll event bits. */
 export const EPOLLIN = 0x1;
@@ -146,7 +146,7 @@ export class Reactor {
       }
       if (bits & EPOLLOUT) this.#watchers.get(token)?.writable?.();
     } catch (err) {
-      console.error("uexec: descriptor watcher failed:", err);
+      console.error("uexec: descriptor watcher failed:", loggable(err));
     }
     return flood;
   }

@@ -70,6 +70,7 @@ import {
   AT_FDCWD,
   cString,
   errno,
+  loggable,
   OsError,
   rawSyscall,
   readSmallFile,
@@ -180,7 +181,7 @@ export class GitGuard {
         try {
           this.settle();
         } catch (e) {
-          console.error("uexec: protecting new directories failed:", e);
+          console.error("uexec: protecting new directories failed:", loggable(e));
         }
       },
     });

@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { E, OsError, outOfDescriptors } from "../../../src/ffi/libc.ts";
+import { E, loggable, OsError, outOfDescriptors } from "../../../src/ffi/libc.ts";
 
 Deno.test("descriptor reserve: spent at the limit, taken back only when twice its size is free", async () => {
   const child = new URL("../../fixtures/descriptor_reserve_child.ts", import.meta.url);
@@ -55,4 +55,16 @@ Deno.test("out of descriptors: recognised from our calls, Deno's errors and a wo
   ];
   assert.deepEqual(yes.map(outOfDescriptors), yes.map(() => true));
   assert.deepEqual(no.map(outOfDescriptors), no.map(() => false));
+});
+
+Deno.test("loggable: a failure to get a descriptor is logged as its one line, other errors whole", () => {
+  const emfile = new OsError("open(/x)", E.EMFILE);
+  assert.equal(loggable(emfile), `OsError: ${emfile.message}`);
+  const denoEmfile = Object.assign(new Error("Too many open files (os error 24)"), {
+    code: "EMFILE",
+  });
+  assert.equal(loggable(denoEmfile), "Error: Too many open files (os error 24)");
+  const other = new TypeError("not a descriptor matter");
+  assert.equal(loggable(other), other, "printed with its stack, as before");
+  assert.equal(loggable("text"), "text");
 });
