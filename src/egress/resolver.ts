@@ -12,6 +12,7 @@
  */
 
 import { canonicalHost, parseAddress } from "./rules.ts";
+import { fileStamp } from "../ffi/libc.ts";
 
 /** Looks names up. */
 export class Resolver {
@@ -49,8 +50,7 @@ export class Resolver {
   #fromHostsFile(host: string): string[] {
     if (!this.#hostsFile) return [];
     // A stat on this thread costs microseconds; an asynchronous read a trip through a pool.
-    const info = Deno.statSync(this.#hostsFile);
-    const stamp = `${info.mtime?.getTime()} ${info.size} ${info.ino}`;
+    const stamp = fileStamp(this.#hostsFile);
     if (this.#parsed?.stamp !== stamp) {
       this.#parsed = { stamp, names: parseHosts(Deno.readTextFileSync(this.#hostsFile)) };
     }

@@ -2,13 +2,20 @@
  * The egress proxy's byte relay (src/egress/relay.ts) on real loopback sockets: every byte
  * arrives in order and is counted, the end of one direction half-closes the other side (the
  * reply still flows), and large buffers stay within the server-wide budget however many bulk
- * transfers run at once, all returned when they end.
+ * transfers run at once, all returned when they end; the pool keeps a few for the next transfer,
+ * never one a cut-off transfer may still be reading into.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
-import { BULK_BUDGET, bulkBytesLent, relay } from "../../../src/egress/relay.ts";
+import {
+  BULK_BUDGET,
+  bulkBuffersPooled,
+  bulkBytesLent,
+  POOL_MAX,
+  relay,
+} from "../../../src/egress/relay.ts";
 
 /** A connected pair of loopback TCP sockets. */
 async function pair(): Promise<[Deno.TcpConn, Deno.TcpConn]> {
@@ -108,4 +115,40 @@ Deno.test("egress relay: bulk transfers at once stay within the large-buffer bud
   assert.ok(peak.lent > 0, "some transfer was bulk");
   assert.ok(peak.lent <= BULK_BUDGET, `${peak.lent} > ${BULK_BUDGET}`);
   assert.equal(bulkBytesLent(), 0, "every large buffer is returned");
+});
+
+Deno.test("egress relay: large buffers are pooled after a clean end, never after a cut-off one", async () => {
+  // Two bulk transfers, one after the other: the second reuses the first one's buffers and
+  // carries its own bytes only.
+  const a = pattern(6 * 1024 * 1024, 4);
+  const b = pattern(5 * 1024 * 1024 + 3, 5);
+  assert.deepEqual((await relayed(a, new Uint8Array(0))).atServer, a);
+  const pooled = bulkBuffersPooled();
+  assert.ok(pooled >= 2 && pooled <= POOL_MAX, `pooled ${pooled}`);
+  assert.deepEqual((await relayed(b, new Uint8Array(0))).atServer, b);
+  assert.equal(bulkBuffersPooled(), pooled);
+
+  // A bulk transfer cut off while it reads: its buffers are not pooled (a read may still be
+  // filling them), and the budget gets them back.
+  const [client, proxyIn] = await pair();
+  const [proxyOut, server] = await pair();
+  let relayed_ = 0;
+  let cut!: () => void;
+  const cutNow = new Promise<void>((resolve) => cut = resolve);
+  const done = relay(proxyIn, proxyOut, (n) => {
+    relayed_ += n;
+    if (relayed_ > 4 * 1024 * 1024) cut();
+  });
+  const sending = writeAll(client, pattern(64 * 1024 * 1024, 6)).catch(() => {});
+  const draining = readToEnd(server).catch(() => new Uint8Array(0));
+  await cutNow;
+  assert.equal(bulkBuffersPooled(), pooled - 2, "the transfer took two pooled buffers");
+  proxyIn.close();
+  proxyOut.close();
+  await done;
+  assert.equal(bulkBuffersPooled(), pooled - 2, "a cut-off transfer pools nothing");
+  assert.equal(bulkBytesLent(), 0);
+  client.close();
+  server.close();
+  await Promise.all([sending, draining]);
 });
