@@ -1,17 +1,21 @@
 /**
- * The egress proxy's cost: `curl` downloads 100 MB (5 MB with --quick) from an origin the bench
- * serves on loopback, once through uexec's proxy (a session under workspace-write-egress, the
+ * The egress proxy's cost: `curl` downloads 100 MB (5 MB with --quick) from an origin on loopback
+ * (bench/origin.ts, a process of its own), once through uexec's proxy (a session under workspace-write-egress, the
  * origin's name mapped by UEXEC_EGRESS_HOSTS and its address let through by
  * UEXEC_EGRESS_ALLOW_PRIVATE) and once directly (a full-access session on the host's network,
  * the same curl and origin), alternately, in the same run. Reported: time to first byte and
- * throughput, medians, through the proxy against direct.
+ * throughput, medians, through the proxy against direct; and what a download costs the API's
+ * other users: write_stdin round trips to a `cat` session on a second connection, back to back
+ * for as long as each download runs, their p99 beside the downloads through the proxy against
+ * beside the same downloads made directly (the proxy relays on its own thread, not the one that
+ * serves the API).
  * @module
  */
 
 import { UexecClient } from "../client.ts";
 import { log } from "../log.ts";
 import { row } from "../report.ts";
-import { SH } from "../sessions.ts";
+import { closeSessions, openCat, roundTrip, SH } from "../sessions.ts";
 import { summarize } from "../stats.ts";
 import { connect, type Context, type Outcome, startServer } from "../workload.ts";
 
@@ -19,36 +23,39 @@ const WORKLOAD = "egress proxy: 100 MB download";
 const NAME = "origin.bench.test";
 const RUNS = 5;
 
-/** An HTTP origin that answers every request with `bytes` bytes, as fast as loopback takes. */
-function origin(bytes: number) {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const block = new Uint8Array(1024 * 1024).fill(0x61);
-  const serve = async (conn: Deno.TcpConn) => {
-    try {
-      const buf = new Uint8Array(16 * 1024);
-      let head = "";
-      while (!head.includes("\r\n\r\n")) {
-        const n = await conn.read(buf);
-        if (n === null) return;
-        head += new TextDecoder().decode(buf.subarray(0, n));
-      }
-      await conn.write(new TextEncoder().encode(
-        `HTTP/1.1 200 OK\r\nContent-Length: ${bytes}\r\nConnection: close\r\n\r\n`,
-      ));
-      for (let left = bytes; left > 0;) {
-        const n = await conn.write(block.subarray(0, Math.min(left, block.length)));
-        left -= n;
-      }
-    } catch {
-      // The client went away.
-    } finally {
-      conn.close();
-    }
+/** The origin (bench/origin.ts) in a process of its own, answering every request with `bytes`. */
+async function origin(bytes: number) {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "--allow-net", new URL("../origin.ts", import.meta.url).pathname, String(bytes)],
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  const lines = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  const first = await lines.read();
+  const port = Number(first.value?.trim());
+  if (!(port > 0)) throw new Error(`origin: no port (${JSON.stringify(first.value)})`);
+  return {
+    port,
+    close: async () => {
+      await child.stdin.close();
+      await lines.cancel();
+      await child.status;
+    },
   };
-  (async () => {
-    for await (const conn of listener) serve(conn);
-  })().catch(() => {});
-  return { port: listener.addr.port, close: () => listener.close() };
+}
+
+/** Round trips (ms) to `cat` session `id`, back to back, until `done` settles. */
+async function roundTripsDuring(
+  client: UexecClient,
+  id: number,
+  done: Promise<unknown>,
+): Promise<number[]> {
+  let over = false;
+  done.finally(() => over = true).catch(() => {});
+  const times: number[] = [];
+  for (let i = 0; !over; i++) times.push(await roundTrip(client, id, `e${i}z`));
+  return times;
 }
 
 /** One download by curl in a session; its time to first byte (ms) and speed (bytes/s). */
@@ -75,7 +82,7 @@ async function download(
 
 export async function egressProxy(ctx: Context): Promise<Outcome> {
   const bytes = ctx.sizes.throughputBytes >= 50_000_000 ? 100_000_000 : 5_000_000;
-  const web = origin(bytes);
+  const web = await origin(bytes);
   const hosts = await Deno.makeTempFile({ prefix: "uexec-bench-hosts-" });
   try {
     await Deno.writeTextFile(hosts, `127.0.0.1 ${NAME}\n`);
@@ -86,23 +93,38 @@ export async function egressProxy(ctx: Context): Promise<Outcome> {
       UEXEC_HISTORY: "off",
     });
     const client = connect(ctx, server);
-    const proxied = { ttfb: [] as number[], speed: [] as number[] };
-    const direct = { ttfb: [] as number[], speed: [] as number[] };
+    // The API's other user: its own connection, its own session.
+    const neighbour = connect(ctx, server);
+    const cat = await openCat(neighbour);
+    const proxied = { ttfb: [] as number[], speed: [] as number[], beside: [] as number[] };
+    const direct = { ttfb: [] as number[], speed: [] as number[], beside: [] as number[] };
     log(`curl ${bytes / 1e6} MB through the egress proxy and directly, alternately, x${RUNS}`);
     // A first download through each warms the domain's worker and listener (not measured).
     await download(client, `http://${NAME}:${web.port}/`, bytes, "workspace-write-egress");
-    for (let i = 0; i < RUNS; i++) {
-      const p = await download(
-        client,
-        `http://${NAME}:${web.port}/`,
-        bytes,
-        "workspace-write-egress",
-      );
-      const d = await download(client, `http://127.0.0.1:${web.port}/`, bytes, "full-access");
-      proxied.ttfb.push(p.ttfbMs);
-      proxied.speed.push(p.bytesPerSecond);
-      direct.ttfb.push(d.ttfbMs);
-      direct.speed.push(d.bytesPerSecond);
+    const sides = [
+      [proxied, "workspace-write-egress", `http://${NAME}:${web.port}/`],
+      [direct, "full-access", `http://127.0.0.1:${web.port}/`],
+    ] as const;
+    try {
+      // The downloads alone first (the rows of the issue's goals), then again with the
+      // neighbour's round trips running (so these do not take the downloads' CPU).
+      for (let i = 0; i < RUNS; i++) {
+        for (const [into, profile, at] of sides) {
+          const { ttfbMs, bytesPerSecond } = await download(client, at, bytes, profile);
+          into.ttfb.push(ttfbMs);
+          into.speed.push(bytesPerSecond);
+        }
+      }
+      log(`the same downloads again, write_stdin round trips on another session meanwhile`);
+      for (let i = 0; i < RUNS; i++) {
+        for (const [into, profile, at] of sides) {
+          const got = download(client, at, bytes, profile);
+          into.beside.push(...await roundTripsDuring(neighbour, cat, got));
+          await got;
+        }
+      }
+    } finally {
+      await closeSessions(neighbour, [cat]);
     }
     const median = (xs: number[]) => summarize(xs).p50;
     const ttfbProxy = median(proxied.ttfb);
@@ -126,11 +148,26 @@ export async function egressProxy(ctx: Context): Promise<Outcome> {
           baseline: { value: mbps(direct.speed), label: "direct" },
           goal: { op: ">=", value: 0.8, on: "ratio", text: ">= 0.8x direct" },
         }),
+        row({
+          workload: WORKLOAD,
+          metric: "write_stdin round trip on another session meanwhile (p99)",
+          unit: "ms",
+          uexec: summarize(proxied.beside).p99,
+          baseline: { value: summarize(direct.beside).p99, label: "beside direct downloads" },
+          note: `${proxied.beside.length} and ${direct.beside.length} round trips; p50 ` +
+            `${summarize(proxied.beside).p50} ms beside the proxy, ` +
+            `${summarize(direct.beside).p50} ms beside direct downloads`,
+        }),
       ],
-      details: { bytes, runs: RUNS, proxied, direct },
+      details: {
+        bytes,
+        runs: RUNS,
+        proxied: { ttfb: proxied.ttfb, speed: proxied.speed, beside: summarize(proxied.beside) },
+        direct: { ttfb: direct.ttfb, speed: direct.speed, beside: summarize(direct.beside) },
+      },
     };
   } finally {
-    web.close();
+    await web.close();
     await Deno.remove(hosts);
   }
 }

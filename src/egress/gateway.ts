@@ -1,28 +1,36 @@
 /**
  * The egress gateway: one proxy listener inside each egress domain's network namespace (at
  * `127.0.0.1:3128` there, the namespace's only way out), the sessions each connection is
- * attributed to, and the audit of every connection.
+ * attributed to, and the audit of every connection. The listeners, the attribution and the
+ * relays run on a thread of their own (gateway_worker.ts, started with the first egress domain);
+ * this is the main thread's handle on it: it tells the worker which uid is which session's and
+ * which listeners to open, and takes each connection's record from it for the audit and for the
+ * session's refusals.
  *
  * A connection is attributed by the kernel, not by anything the client says: every session runs
  * as a uid of its own, and the namespace's socket diagnostics (sandbox/identity/tcp_peers.ts)
  * name the uid that owns the client's socket. Connections per session are capped (a session past
  * the cap is refused without delaying others), and an idle connection is closed.
  *
- * It must never accept connections from outside a sandbox's namespace, never let a connection
- * through that its domain's rules refuse, and never drop the record of a request it judged.
+ * It must never let a domain run without its listener (an open that fails fails the domain:
+ * fail closed), never report a session's refusals before the records the worker made ahead of
+ * the ask ({@link EgressGateway.settle}), and never drop a record it was sent.
  *
  * @module
  */
 
-import { type ConnectionRecord, handleConnection, type ProxyContext } from "./proxy.ts";
-import { type Cidr, type EgressRules } from "./rules.ts";
-import { Resolver } from "./resolver.ts";
-import { insideNamespace } from "./netns.ts";
+import type { Cidr, EgressRules } from "./rules.ts";
+import {
+  type EgressEvent,
+  type EgressSession,
+  type FromWorker,
+  PROXY_PORT,
+  type ToWorker,
+} from "./gateway_worker.ts";
 import { closeAll } from "../ffi/libc.ts";
-import { TcpPeers } from "../sandbox/identity/tcp_peers.ts";
+import { startWorker } from "../io/descriptor_reserve.ts";
 
-/** Where the proxy listens inside every egress namespace. */
-export const PROXY_PORT = 3128;
+export { type EgressEvent, type EgressSession, PROXY_PORT };
 
 /** The environment that points a session's tools at the proxy. */
 export function proxyEnv(): Record<string, string> {
@@ -39,18 +47,6 @@ export function proxyEnv(): Record<string, string> {
   };
 }
 
-/** Who a connection belongs to. */
-export interface EgressSession {
-  sessionId: number;
-  agent: string;
-}
-
-/** One audited connection. */
-export interface EgressEvent extends ConnectionRecord {
-  session_id?: number;
-  agent?: string;
-}
-
 /** Settings of the gateway. */
 export interface GatewayOptions {
   /** `UEXEC_EGRESS_HOSTS`: a file in /etc/hosts form consulted before DNS. */
@@ -61,7 +57,7 @@ export interface GatewayOptions {
   maxPerSession?: number;
   /** Close a connection after this long without traffic (default 60 s). */
   idleMs?: number;
-  /** Told of every connection once it ended. */
+  /** Told of every connection once it ended (a refused one: once judged). */
   onConnection?: (event: EgressEvent) => void;
 }
 
@@ -78,26 +74,32 @@ const MAX_REFUSING_SESSIONS = 1024;
 /** Proxies, session attribution and audit for every egress domain. */
 export class EgressGateway {
   #opts: GatewayOptions;
-  #resolver: Resolver;
-  #sessions = new Map<number, EgressSession>();
-  #live = new Map<number, number>();
+  #worker?: Worker;
+  /** Why the worker stopped, once it did: nothing opens after that. */
+  #dead?: string;
+  #seq = 0;
+  /** Opens and settles waiting for the worker's answer, by their number. */
+  #waiting = new Map<number, (error?: string) => void>();
   #refusals = new Map<number, EgressEvent[]>();
-  #listeners = new Set<Deno.TcpListener>();
+  #closed = false;
 
   constructor(opts: GatewayOptions) {
     this.#opts = opts;
-    this.#resolver = new Resolver(opts.hostsFile);
   }
 
-  /** Connections from `uid` belong to `session` until the returned function is called. */
+  /**
+   * Connections from `uid` belong to `session` until the returned function is called. Throws
+   * when the worker cannot be had (the session cannot reach its proxy either).
+   */
   register(uid: number, session: EgressSession): () => void {
-    this.#sessions.set(uid, session);
-    return () => {
-      if (this.#sessions.get(uid) === session) this.#sessions.delete(uid);
-    };
+    this.#started().postMessage({ type: "register", uid, session } satisfies ToWorker);
+    return () => this.#post({ type: "unregister", uid, sessionId: session.sessionId });
   }
 
-  /** The connections refused to `sessionId` so far, oldest first; taken, not kept. */
+  /**
+   * The connections refused to `sessionId` so far, oldest first; taken, not kept. Those refused
+   * before a {@link settle} that has resolved are all here.
+   */
   takeRefusals(sessionId: number): EgressEvent[] {
     const found = this.#refusals.get(sessionId) ?? [];
     this.#refusals.delete(sessionId);
@@ -105,129 +107,112 @@ export class EgressGateway {
   }
 
   /**
-   * Opens the proxy listener inside the namespace `nsFd` (which the gateway takes over and
-   * closes), judging by `rules`.
+   * Resolves once every record the worker made before this call has been taken here (and told
+   * to `onConnection`): ask it after a session's exit, before its refusals.
    */
-  open(nsFd: number, rules: EgressRules): EgressListener {
-    let listener: Deno.TcpListener;
-    let owners: TcpPeers;
+  settle(): Promise<void> {
+    if (!this.#worker || this.#dead) return Promise.resolve();
+    return new Promise((resolve) => {
+      const seq = ++this.#seq;
+      this.#waiting.set(seq, () => resolve());
+      this.#post({ type: "settle", seq });
+    });
+  }
+
+  /**
+   * Opens the proxy listener inside the namespace `nsFd` (which the gateway takes over and
+   * closes), judging by `rules`; rejects when it cannot be opened.
+   */
+  async open(nsFd: number, rules: EgressRules): Promise<EgressListener> {
+    let worker: Worker;
     try {
-      [listener, owners] = insideNamespace(nsFd, () => {
-        // Made here, it answers for this namespace (its probe listens on this loopback).
-        const owners = new TcpPeers();
-        try {
-          return [Deno.listen({ hostname: "127.0.0.1", port: PROXY_PORT }), owners] as const;
-        } catch (err) {
-          owners.close();
-          throw err;
-        }
-      });
-    } finally {
-      // Both keep the namespace: its descriptor is needed no more.
+      worker = this.#started();
+    } catch (err) {
       closeAll([nsFd]);
+      throw err;
     }
-    this.#listeners.add(listener);
-    this.#serve(listener, owners, rules);
+    const id = ++this.#seq;
+    const error = await new Promise<string | undefined>((resolve) => {
+      this.#waiting.set(id, resolve);
+      worker.postMessage({ type: "open", id, nsFd, rules } satisfies ToWorker);
+    });
+    if (error !== undefined) throw new Error(`egress proxy listener: ${error}`);
     let closed = false;
     return {
       close: () => {
         if (closed) return;
         closed = true;
-        this.#listeners.delete(listener);
-        try {
-          listener.close();
-        } catch {
-          // Already closed.
-        }
+        this.#post({ type: "close", id });
       },
     };
   }
 
-  /** Stops every listener (server shutdown). */
+  /** Stops every listener and the worker (server shutdown). */
   close(): void {
-    for (const listener of this.#listeners) {
-      try {
-        listener.close();
-      } catch {
-        // Already closed.
-      }
-    }
-    this.#listeners.clear();
+    this.#closed = true;
+    this.#worker?.terminate();
+    this.#stopped("the egress gateway is closed");
   }
 
-  async #serve(listener: Deno.TcpListener, owners: TcpPeers, rules: EgressRules) {
-    const ctx: ProxyContext = {
-      rules,
-      allowPrivate: this.#opts.allowPrivate,
-      resolver: this.#resolver,
-      idleMs: this.#opts.idleMs ?? 60_000,
+  /** The worker, started with the settings at the first use. */
+  #started(): Worker {
+    if (this.#dead) throw new Error(this.#dead);
+    if (this.#closed) throw new Error("the egress gateway is closed");
+    if (this.#worker) return this.#worker;
+    const worker = startWorker(new URL("./gateway_worker.ts", import.meta.url));
+    worker.onmessage = (e: MessageEvent<FromWorker>) => this.#received(e.data);
+    worker.onerror = (e) => {
+      e.preventDefault();
+      console.error(`uexec: egress proxy thread failed: ${e.message}`);
+      this.#stopped(`the egress proxy thread failed: ${e.message}`);
+      worker.terminate();
     };
-    try {
-      for await (const conn of listener) this.#accepted(conn, owners, ctx);
-    } catch {
-      // The listener was closed.
-    } finally {
-      owners.close();
-    }
+    const o = this.#opts;
+    worker.postMessage(
+      {
+        type: "init",
+        settings: {
+          hostsFile: o.hostsFile,
+          allowPrivate: o.allowPrivate,
+          maxPerSession: o.maxPerSession ?? 64,
+          idleMs: o.idleMs ?? 60_000,
+        },
+      } satisfies ToWorker,
+    );
+    return this.#worker = worker;
   }
 
-  #accepted(conn: Deno.TcpConn, owners: TcpPeers, ctx: ProxyContext): void {
-    let uid: number | undefined;
-    try {
-      uid = owners.uid(conn.localAddr, conn.remoteAddr);
-    } catch (err) {
-      console.error(`uexec: egress: cannot attribute a connection: ${err}`);
-    }
-    const session = uid === undefined ? undefined : this.#sessions.get(uid);
-    // Connections no socket owner was found for share one allowance.
-    const key = uid ?? -1;
-    const live = this.#live.get(key) ?? 0;
-    const who = session ? { session_id: session.sessionId, agent: session.agent } : {};
-    if (live >= (this.#opts.maxPerSession ?? 64)) {
-      const rule = "limit:connections";
-      conn.write(new TextEncoder().encode(
-        `HTTP/1.1 503 Busy\r\nX-Uexec-Egress: error; rule=${rule}\r\n` +
-          "Content-Length: 0\r\nConnection: close\r\n\r\n",
-      )).catch(() => {}).finally(() => {
-        try {
-          conn.close();
-        } catch {
-          // Closed by the client meanwhile.
-        }
-      });
-      // Its request is never read: no host, port or method to tell.
-      this.#opts.onConnection?.({
-        ...who,
-        host: "",
-        port: 0,
-        method: "",
-        decision: "failed",
-        rule,
-        bytes_up: 0,
-        bytes_down: 0,
-        duration_ms: 0,
-      });
-      return;
-    }
-    this.#live.set(key, live + 1);
-    handleConnection(conn, ctx, (rec) => {
-      const event: EgressEvent = { ...who, ...rec };
-      if (event.decision === "denied" && session) {
-        const list = this.#refusals.get(session.sessionId) ?? [];
-        if (list.length < MAX_REFUSALS) list.push(event);
-        this.#refusals.delete(session.sessionId);
-        this.#refusals.set(session.sessionId, list);
-        // Results never read (a session killed) leave theirs: the oldest go past the cap.
-        for (const id of this.#refusals.keys()) {
-          if (this.#refusals.size <= MAX_REFUSING_SESSIONS) break;
-          this.#refusals.delete(id);
-        }
+  /** No more answers will come: whatever waits is answered now (opens fail, settles resolve). */
+  #stopped(why: string): void {
+    this.#dead ??= why;
+    for (const answer of this.#waiting.values()) answer(why);
+    this.#waiting.clear();
+  }
+
+  #post(message: ToWorker): void {
+    if (!this.#dead) this.#worker?.postMessage(message);
+  }
+
+  #received(m: FromWorker): void {
+    if (m.type === "connection") return this.#recorded(m.event);
+    const answer = this.#waiting.get(m.type === "opened" ? m.id : m.seq);
+    this.#waiting.delete(m.type === "opened" ? m.id : m.seq);
+    answer?.(m.type === "opened" ? m.error : undefined);
+  }
+
+  #recorded(event: EgressEvent): void {
+    if (event.decision === "denied" && event.session_id !== undefined) {
+      const id = event.session_id;
+      const list = this.#refusals.get(id) ?? [];
+      if (list.length < MAX_REFUSALS) list.push(event);
+      this.#refusals.delete(id);
+      this.#refusals.set(id, list);
+      // Results never read (a session killed) leave theirs: the oldest go past the cap.
+      for (const key of this.#refusals.keys()) {
+        if (this.#refusals.size <= MAX_REFUSING_SESSIONS) break;
+        this.#refusals.delete(key);
       }
-      this.#opts.onConnection?.(event);
-    }).finally(() => {
-      const left = (this.#live.get(key) ?? 1) - 1;
-      if (left > 0) this.#live.set(key, left);
-      else this.#live.delete(key);
-    });
+    }
+    this.#opts.onConnection?.(event);
   }
 }

@@ -1,5 +1,6 @@
 /**
- * Work done by the main thread inside another network namespace, for as long as one
+ * Work done by the calling thread (the egress proxy's, gateway_worker.ts) inside another network
+ * namespace, for as long as one
  * synchronous call takes: `setns` in, the call, `setns` back. A socket keeps the namespace it
  * was made in, so a listener made this way inside a sandbox's loopback-only namespace is
  * reachable there (and nowhere else) while the server accepts on it here, with Deno's own
@@ -7,10 +8,10 @@
  * socket synchronously on the calling thread, which is what makes this work.
  *
  * `setns(CLONE_NEWNET)` moves the calling thread only and is allowed in a multithreaded
- * process; nothing else runs on the main thread meanwhile (JavaScript is single-threaded), and
+ * process; nothing else runs on that thread meanwhile (JavaScript is single-threaded), and
  * no thread is started by the calls made in there. It must never return with the thread still
  * in the other namespace: if the way back fails, the process exits at once (fail closed: the
- * server's own connections would otherwise go into a sandbox's namespace).
+ * thread's own connections would otherwise go into a sandbox's namespace).
  *
  * @module
  */
@@ -23,7 +24,7 @@ const CLONE_NEWNET = 0x40000000;
 
 let home: number | undefined;
 
-/** The main thread's own namespace, opened once. */
+/** The calling thread's own namespace, opened once (per thread: a module instance each). */
 function hostNamespace(): number {
   if (home !== undefined) return home;
   const fd = rawSyscall(

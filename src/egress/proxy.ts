@@ -250,7 +250,8 @@ class IdleTimer {
 /**
  * Serves one client connection to its end, then reports what happened: `record` is told once
  * for every request the proxy read a method and target from (one that sends no request, or an
- * unparsable one, gets its 400 unrecorded).
+ * unparsable one, gets its 400 unrecorded). A connection the proxy answers itself (a refusal, a
+ * failure) is reported before its answer is written, one relayed once it ended.
  */
 export async function handleConnection(
   client: Deno.TcpConn,
@@ -269,6 +270,13 @@ export async function handleConnection(
     duration_ms: 0,
   };
   let upstream: Deno.TcpConn | undefined;
+  let recorded = false;
+  const report = () => {
+    if (recorded) return;
+    recorded = true;
+    rec.duration_ms = performance.now() - started;
+    if (rec.method !== "" || rec.decision !== "failed") record(rec);
+  };
   const idle = new IdleTimer(ctx.idleMs, () => {
     close(client);
     close(upstream);
@@ -344,6 +352,8 @@ export async function handleConnection(
       : new Answer(502, `proxy error: ${(err as Error).message}`, "internal", "failed");
     rec.decision = answer.decision;
     rec.rule = answer.rule;
+    // Reported before the answer: a command that read its 403 finds its refusal recorded.
+    report();
     try {
       if (rec.bytes_down === 0) {
         await writeAll(client, answerBytes(answer, rec.host || undefined, rec.port));
@@ -355,7 +365,6 @@ export async function handleConnection(
     idle.stop();
     close(upstream);
     close(client);
-    rec.duration_ms = performance.now() - started;
-    if (rec.method !== "" || rec.decision !== "failed") record(rec);
+    report();
   }
 }

@@ -437,6 +437,8 @@ export class SessionManager {
       result.exit_code = session.exit!.code;
       if (session.usage) result.usage = session.usage;
       if (session.endReason === "timeout") result.timed_out = true;
+      // The proxy runs on its own thread: what it refused this session is all here after this.
+      if (session.policy.egress) await this.#opts.egress?.settle();
       const found = this.#egressDenial(session) ?? detectDenial({
         policy: session.policy,
         exitCode: result.exit_code,

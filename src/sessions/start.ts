@@ -56,8 +56,10 @@ export interface SessionObserver {
 export interface EgressSessions {
   /** Connections from `uid` are `sessionId`'s until the returned function is called. */
   register(uid: number, session: { sessionId: number; agent: string }): () => void;
-  /** What the proxy refused `sessionId` so far (taken). */
+  /** What the proxy refused `sessionId` so far (taken); complete once `settle` resolved. */
   takeRefusals(sessionId: number): { host: string; port: number; rule: string }[];
+  /** Resolves once every connection the proxy recorded before the call has been reported. */
+  settle(): Promise<void>;
 }
 
 /** What a start needs: the manager's settings, and its books the session is entered in. */

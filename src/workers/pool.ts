@@ -242,9 +242,9 @@ export interface PoolOptions {
   module?: URL;
   /**
    * Opens what a worker with egress rules needs in its network namespace `netns` (which it
-   * takes over); what it returns is closed when that worker stops. A throw fails the bind.
+   * takes over); what it gives is closed when that worker stops. A rejection fails the bind.
    */
-  egress?: (netns: number, restriction: Restriction) => { close(): void };
+  egress?: (netns: number, restriction: Restriction) => Promise<{ close(): void }>;
 }
 
 /** Warm workers plus the workers bound to domains. */
@@ -406,7 +406,7 @@ export class SpawnerPool {
           closeAll([netns]);
           throw new SandboxUnavailableError("egress rules need the egress proxy, which is off");
         }
-        const opened = this.#egress(netns, restriction);
+        const opened = await this.#egress(netns, restriction);
         worker.stopped.then(() => opened.close());
       }
       return worker;

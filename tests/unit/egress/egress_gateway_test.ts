@@ -1,0 +1,121 @@
+/**
+ * The egress gateway and its thread (src/egress/gateway.ts, gateway_worker.ts), as root, in a
+ * network namespace this test makes (a process holds it, its loopback up): a listener opened
+ * there answers a client in that namespace; a refusal is in the session's refusals and the audit
+ * once `settle` resolved after the client's exit; an open the thread cannot do (the port taken,
+ * a descriptor that is no namespace) rejects and closes the descriptor it was given.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { type EgressEvent, EgressGateway } from "../../../src/egress/gateway.ts";
+import { cString, libc, O } from "../../../src/ffi/libc.ts";
+
+const RULES = { allow: ["ok.test"], deny: [], methods: "all" as const };
+
+/** A process holding a new network namespace with its loopback up; `ns` opens it. */
+async function namespaceHolder() {
+  const child = new Deno.Command("unshare", {
+    args: [
+      "--net",
+      "python3",
+      "-c",
+      // SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP added, on lo.
+      "import socket, fcntl, struct, sys\n" +
+      "s = socket.socket()\n" +
+      "req = fcntl.ioctl(s, 0x8913, struct.pack('16sh', b'lo', 0))\n" +
+      "flags = struct.unpack('16sh', req[:18])[1]\n" +
+      "fcntl.ioctl(s, 0x8914, struct.pack('16sh', b'lo', flags | 1))\n" +
+      "print('up', flush=True)\n" +
+      "sys.stdin.read()\n",
+    ],
+    stdin: "piped",
+    stdout: "piped",
+  }).spawn();
+  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  assert.equal((await reader.read()).value?.trim(), "up");
+  const path = `/proc/${child.pid}/ns/net`;
+  return {
+    path,
+    /** A new descriptor of the namespace. */
+    ns(): number {
+      const fd = libc().open(cString(path), O.CLOEXEC);
+      assert.ok(fd >= 0, `open ${path}`);
+      return fd;
+    },
+    async close() {
+      await child.stdin.close();
+      await reader.cancel();
+      await child.status;
+    },
+  };
+}
+
+/** Whether descriptor `fd` of this process is open. */
+function isOpen(fd: number): boolean {
+  try {
+    Deno.readLinkSync(`/proc/self/fd/${fd}`);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+Deno.test("egress gateway: a refusal in the namespace is reported once settled; opens that cannot be done reject", async () => {
+  const holder = await namespaceHolder();
+  const events: EgressEvent[] = [];
+  const gateway = new EgressGateway({ allowPrivate: [], onConnection: (e) => events.push(e) });
+  try {
+    // Connections of uid 0 (this test's curl) are session 7's.
+    const unregister = gateway.register(0, { sessionId: 7, agent: "tester" });
+    const listener = await gateway.open(holder.ns(), RULES);
+
+    const curl = await new Deno.Command("nsenter", {
+      args: [
+        `--net=${holder.path}`,
+        "curl",
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-x",
+        "http://127.0.0.1:3128",
+        "http://blocked.test/",
+      ],
+      stdout: "piped",
+    }).output();
+    assert.equal(new TextDecoder().decode(curl.stdout), "403");
+
+    // The client read its answer and exited: after settle, its refusal is here.
+    await gateway.settle();
+    const refused = gateway.takeRefusals(7);
+    assert.deepEqual(
+      refused.map((r) => [r.session_id, r.agent, r.host, r.port, r.decision, r.rule]),
+      [[7, "tester", "blocked.test", 80, "denied", "not-allowed"]],
+    );
+    assert.deepEqual(events, refused);
+    assert.deepEqual(gateway.takeRefusals(7), [], "taken, not kept");
+
+    // A second listener in the same namespace: the port is taken. Rejected, descriptor closed.
+    const fd = holder.ns();
+    await assert.rejects(gateway.open(fd, RULES), /egress proxy listener: .*AddrInUse/);
+    assert.ok(!isOpen(fd), "the namespace descriptor is closed");
+    // A descriptor that is no namespace: setns fails.
+    const notNs = libc().open(cString("/dev/null"), O.CLOEXEC);
+    await assert.rejects(gateway.open(notNs, RULES), /setns/);
+    assert.ok(!isOpen(notNs));
+
+    listener.close();
+    unregister();
+  } finally {
+    gateway.close();
+    await holder.close();
+  }
+  // Closed: nothing opens any more, the descriptor given is closed all the same.
+  const late = libc().open(cString("/dev/null"), O.CLOEXEC);
+  await assert.rejects(gateway.open(late, RULES), /closed/);
+  assert.ok(!isOpen(late));
+  await gateway.settle();
+});
