@@ -13,7 +13,7 @@
  * the cap is refused without delaying others), and an idle connection is closed.
  *
  * It must never let a domain run without its listener (an open that fails fails the domain:
- * fail closed), never report a session's refusals before the records the worker made ahead of
+ * fail closed), never let a session's command start before the worker knows its uid, never report a session's refusals before the records the worker made ahead of
  * the ask ({@link EgressGateway.settle}), and never drop a record it was sent.
  *
  * @module
@@ -78,7 +78,7 @@ export class EgressGateway {
   /** Why the worker stopped, once it did: nothing opens after that. */
   #dead?: string;
   #seq = 0;
-  /** Opens and settles waiting for the worker's answer, by their number. */
+  /** Opens, registrations and settles waiting for the worker's answer, by their number. */
   #waiting = new Map<number, (error?: string) => void>();
   #refusals = new Map<number, EgressEvent[]>();
   #closed = false;
@@ -88,11 +88,18 @@ export class EgressGateway {
   }
 
   /**
-   * Connections from `uid` belong to `session` until the returned function is called. Throws
-   * when the worker cannot be had (the session cannot reach its proxy either).
+   * Connections from `uid` belong to `session` from when this resolves (the worker has it) until
+   * the function it gives is called. Rejects when the worker cannot be had or stopped (the
+   * session could not reach its proxy either).
    */
-  register(uid: number, session: EgressSession): () => void {
-    this.#started().postMessage({ type: "register", uid, session } satisfies ToWorker);
+  async register(uid: number, session: EgressSession): Promise<() => void> {
+    const worker = this.#started();
+    const seq = ++this.#seq;
+    const error = await new Promise<string | undefined>((resolve) => {
+      this.#waiting.set(seq, resolve);
+      worker.postMessage({ type: "register", seq, uid, session } satisfies ToWorker);
+    });
+    if (error !== undefined) throw new Error(error);
     return () => this.#post({ type: "unregister", uid, sessionId: session.sessionId });
   }
 
@@ -112,10 +119,11 @@ export class EgressGateway {
    */
   settle(): Promise<void> {
     if (!this.#worker || this.#dead) return Promise.resolve();
+    const worker = this.#worker;
     return new Promise((resolve) => {
       const seq = ++this.#seq;
       this.#waiting.set(seq, () => resolve());
-      this.#post({ type: "settle", seq });
+      worker.postMessage({ type: "settle", seq } satisfies ToWorker);
     });
   }
 
@@ -195,8 +203,9 @@ export class EgressGateway {
 
   #received(m: FromWorker): void {
     if (m.type === "connection") return this.#recorded(m.event);
-    const answer = this.#waiting.get(m.type === "opened" ? m.id : m.seq);
-    this.#waiting.delete(m.type === "opened" ? m.id : m.seq);
+    const seq = m.type === "opened" ? m.id : m.seq;
+    const answer = this.#waiting.get(seq);
+    this.#waiting.delete(seq);
     answer?.(m.type === "opened" ? m.error : undefined);
   }
 

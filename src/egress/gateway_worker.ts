@@ -7,8 +7,8 @@
  * beside a looping 100 MB download, its p99 from 1.4 to 12.9 ms).
  *
  * Talks to gateway.ts (the main thread) in messages only: it is told the settings, which uid is
- * which session's, which listeners to open and close, and it reports every connection as its
- * record. A refused or failed connection is reported before its answer is written (proxy.ts), so
+ * which session's (answered, so a session's command starts only once it is), which listeners to
+ * open and close, and it reports every connection as its record. A refused or failed connection is reported before its answer is written (proxy.ts), so
  * a command that read its 403 and exited finds its refusal already on its way to the main thread,
  * ahead of the answer to any `settle` asked after that exit.
  *
@@ -56,15 +56,15 @@ export type ToWorker =
   | { type: "init"; settings: WorkerSettings }
   | { type: "open"; id: number; nsFd: number; rules: EgressRules }
   | { type: "close"; id: number }
-  | { type: "register"; uid: number; session: EgressSession }
+  | { type: "register"; seq: number; uid: number; session: EgressSession }
   | { type: "unregister"; uid: number; sessionId: number }
   | { type: "settle"; seq: number };
 
-/** A message from the worker. */
+/** A message from the worker: `done` answers a register or a settle. */
 export type FromWorker =
   | { type: "opened"; id: number; error?: string }
   | { type: "connection"; event: EgressEvent }
-  | { type: "settled"; seq: number };
+  | { type: "done"; seq: number };
 
 let settings: WorkerSettings | undefined;
 let resolver: Resolver | undefined;
@@ -192,14 +192,15 @@ self.onmessage = (e: MessageEvent<ToWorker>) => {
     case "close":
       return close(m.id);
     case "register":
+      // Answered, so that the session's command starts only once its connections are its own.
       sessions.set(m.uid, m.session);
-      return;
+      return post({ type: "done", seq: m.seq });
     case "unregister":
       if (sessions.get(m.uid)?.sessionId === m.sessionId) sessions.delete(m.uid);
       return;
     case "settle":
       // Messages are taken in order, and records are posted as they are made: every record
       // made before this request is ahead of this answer.
-      return post({ type: "settled", seq: m.seq });
+      return post({ type: "done", seq: m.seq });
   }
 };

@@ -54,8 +54,8 @@ export interface SessionObserver {
 
 /** What the manager needs of the egress gateway (src/egress/gateway.ts). */
 export interface EgressSessions {
-  /** Connections from `uid` are `sessionId`'s until the returned function is called. */
-  register(uid: number, session: { sessionId: number; agent: string }): () => void;
+  /** Connections from `uid` are `sessionId`'s once resolved, until the function it gives is called. */
+  register(uid: number, session: { sessionId: number; agent: string }): Promise<() => void>;
   /** What the proxy refused `sessionId` so far (taken); complete once `settle` resolved. */
   takeRefusals(sessionId: number): { host: string; port: number; rule: string }[];
   /** Resolves once every connection the proxy recorded before the call has been reported. */
@@ -168,7 +168,7 @@ export async function startSession(
     if (req.screen || req.outputMode === "screen") screen = deps.screens.open(req.size);
     dir = await sandbox.session();
     if (dir.uid !== undefined && sandbox.policy.egress && deps.egress) {
-      const unregister = deps.egress.register(dir.uid, { sessionId: id, agent: req.owner });
+      const unregister = await deps.egress.register(dir.uid, { sessionId: id, agent: req.owner });
       const { release } = dir;
       dir = { ...dir, release: () => (unregister(), release()) };
     }

@@ -68,7 +68,7 @@ Deno.test("egress gateway: a refusal in the namespace is reported once settled; 
   const gateway = new EgressGateway({ allowPrivate: [], onConnection: (e) => events.push(e) });
   try {
     // Connections of uid 0 (this test's curl) are session 7's.
-    const unregister = gateway.register(0, { sessionId: 7, agent: "tester" });
+    const unregister = await gateway.register(0, { sessionId: 7, agent: "tester" });
     const listener = await gateway.open(holder.ns(), RULES);
 
     const curl = await new Deno.Command("nsenter", {
