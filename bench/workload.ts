@@ -9,6 +9,7 @@ import { UexecClient } from "./client.ts";
 import type { TransportFactory } from "./http1.ts";
 import type { PeerFigures } from "./peer.ts";
 import type { Row } from "./report.ts";
+import { register } from "./cleanup.ts";
 import { UexecServer } from "./server.ts";
 
 /** How much each workload does: issue 4's sizes, or a quick smoke run. */
@@ -125,11 +126,14 @@ export async function startServer(
   env: Record<string, string> = {},
 ): Promise<UexecServer> {
   ctx.signal.throwIfAborted();
+  const state = await Deno.makeTempDir({ prefix: "uexec-bench-state-" });
+  // Removed when the bench ends (after the servers: the newest stop runs first).
+  register(() => Deno.remove(state, { recursive: true }));
   const server = await UexecServer.start(ctx.root, ctx.entry, {
     UEXEC_PROFILE: "full-access",
     UEXEC_MAX_SESSIONS: "1100",
     UEXEC_WORKSPACE: ctx.workspace,
-    UEXEC_STATE_DIR: await Deno.makeTempDir({ prefix: "uexec-bench-state-" }),
+    UEXEC_STATE_DIR: state,
     UEXEC_OPERATOR_TOKEN: benchToken(),
     UEXEC_AGENT_TOKEN: benchToken(),
     UEXEC_DASHBOARD: "off",

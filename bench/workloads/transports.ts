@@ -9,6 +9,7 @@
  * @module
  */
 
+import { register } from "../cleanup.ts";
 import { log } from "../log.ts";
 import { inParallel } from "../pool.ts";
 import { noFigure, type Row, row } from "../report.ts";
@@ -44,6 +45,7 @@ async function hasNode(): Promise<boolean> {
 /** Installs npm `ws` into a scratch directory; returns the module's path. */
 async function installWs(): Promise<string> {
   const dir = await Deno.makeTempDir({ prefix: "uexec-bench-ws-" });
+  register(() => Deno.remove(dir, { recursive: true }));
   const res = await new Deno.Command("npm", {
     args: ["install", "--silent", "--no-audit", "--no-fund", "--prefix", dir, `ws@${WS_VERSION}`],
     stdout: "null",

