@@ -7,7 +7,12 @@
 
 import type { Config } from "./config.ts";
 import { requestGuard, withCors } from "./http/guard.ts";
-import { type HttpListener, type ListenOptions, serveLimited } from "./http/listener.ts";
+import {
+  type HttpListener,
+  type ListenOptions,
+  removeDeadRelayDirs,
+  serveLimited,
+} from "./http/listener.ts";
 import { connectionOf } from "./http/connection_relay.ts";
 import { peerClassifier } from "./http/sandbox_peer.ts";
 import { createApp } from "./http/routes.ts";
@@ -104,6 +109,12 @@ export async function startServer(config: Config, parts: RuntimeParts = {}): Pro
     return Promise.resolve(appFetch(req, info)).then((res) => withCors(req, res, config));
   };
   const http = listen(config, handler, { peers: peerCheck(), upgradePath: WS_PATH });
+  // What servers killed before they could close their listeners left: removed meanwhile.
+  removeDeadRelayDirs().then(
+    (directories) =>
+      directories > 0 && runtime.log.warn("dead_relay_dirs_removed", { directories }),
+    (err) => runtime.log.warn("dead_relay_dirs_failed", { error: String(err) }),
+  );
   const addr = http.addr;
   websocket = webSocketUrl(addr);
   if (fleet && addr.transport === "tcp") await fleet.listening(origin(addr));

@@ -53,6 +53,37 @@ import {
 } from "./raw_answers.ts";
 import { Connection, internalError, type Relay, TAG } from "./connection_relay.ts";
 import { RequestFraming } from "./request_framing.ts";
+import { instanceName, instanceRuns } from "../sandbox/instance.ts";
+
+/**
+ * The private socket's directory: `uexec-relay-<instance>-<random>` in the temporary directory,
+ * named for the server instance (sandbox/instance.ts) so that a later server can remove what a
+ * killed one left ({@link removeDeadRelayDirs}).
+ */
+const RELAY_PREFIX = "uexec-relay-";
+const RELAY_INSTANCE = /^uexec-relay-(i\d+-\d+)-/;
+
+/**
+ * Removes the private socket directories of server instances that no longer run (one killed
+ * with SIGKILL could not remove its own) in `root` (the temporary directory); resolves to how
+ * many. Only real directories of this process's uid count, never a link or another user's
+ * look-alike.
+ */
+export async function removeDeadRelayDirs(
+  root = Deno.env.get("TMPDIR") || "/tmp",
+): Promise<number> {
+  let removed = 0;
+  for await (const entry of Deno.readDir(root)) {
+    const instance = RELAY_INSTANCE.exec(entry.name)?.[1];
+    if (!entry.isDirectory || instance === undefined || instanceRuns(instance)) continue;
+    const path = `${root}/${entry.name}`;
+    const info = await Deno.lstat(path).catch(() => undefined);
+    if (!info?.isDirectory || info.uid !== Deno.uid()) continue;
+    await Deno.remove(path, { recursive: true });
+    removed++;
+  }
+  return removed;
+}
 
 /** Who is at the other end of a TCP connection, as found at accept. */
 export interface Peer {
@@ -138,7 +169,7 @@ class Listener implements HttpListener {
   ) {
     this.#limits = limits;
     // The private socket: only this process (its uid) can reach the directory.
-    this.#dir = Deno.makeTempDirSync({ prefix: "uexec-relay-" });
+    this.#dir = Deno.makeTempDirSync({ prefix: `${RELAY_PREFIX}${instanceName()}-` });
     Deno.chmodSync(this.#dir, 0o700);
     this.#relay = {
       backendPath: "",

@@ -1,13 +1,25 @@
 /**
  * The listener's handler gets the client's address as Deno.serve gives it: a TCP client's own
  * address and port (for a peer lookup), and over a unix socket the socket's path. The per-peer
- * cap counts a local peer's connections by its uid.
+ * cap counts a local peer's connections by its uid. The private socket's directory is named for
+ * the server instance, and a later server removes those of instances that no longer run, and
+ * nothing else.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
-import { serveLimited } from "../../../src/http/listener.ts";
+import { removeDeadRelayDirs, serveLimited } from "../../../src/http/listener.ts";
+import { instanceName } from "../../../src/sandbox/instance.ts";
+
+function existsSync(path: string): boolean {
+  try {
+    Deno.lstatSync(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
 import { peerClassifier } from "../../../src/http/sandbox_peer.ts";
 
 const limits = {
@@ -305,4 +317,54 @@ Deno.test("listener: the private socket is 0600 in a 0700 directory, and goes wi
     await http.shutdown();
   }
   assert.throws(() => Deno.statSync(path!.slice(0, path!.lastIndexOf("/"))), Deno.errors.NotFound);
+});
+
+Deno.test("listener: the private socket's directory of a dead instance is removed by a later one", async () => {
+  // The directory in use now is named for this instance (others of this process's listeners
+  // may be open meanwhile: the one that appears is this one's).
+  const tmp = Deno.env.get("TMPDIR") || "/tmp";
+  const named = () =>
+    new Set(
+      [...Deno.readDirSync(tmp)].map((e) => e.name).filter((name) =>
+        name.startsWith(`uexec-relay-${instanceName()}-`)
+      ),
+    );
+  const before = named();
+  const http = serveLimited({ hostname: "127.0.0.1", port: 0 }, limits, echoAddr);
+  const made = [...named()].filter((name) => !before.has(name));
+  assert.equal(made.length, 1);
+  await http.shutdown();
+  assert.ok(!existsSync(`${tmp}/${made[0]}`), "removed on shutdown");
+
+  const root = await Deno.makeTempDir({ prefix: "uexec-relay-reap-" });
+  try {
+    // This pid with another start time: an instance that no longer runs (its pid reused).
+    const [, pid, start] = /^i(\d+)-(\d+)$/.exec(instanceName())!;
+    const dead = `i${pid}-${Number(start) + 1}`;
+    await Deno.mkdir(`${root}/uexec-relay-${dead}-a1`);
+    await Deno.writeTextFile(`${root}/uexec-relay-${dead}-a1/http-0.sock`, "");
+    // Kept: a live instance's, one of another uid, a link named like a dead one's, a file, and
+    // a name that is not an instance's.
+    await Deno.mkdir(`${root}/uexec-relay-${instanceName()}-b2`);
+    await Deno.mkdir(`${root}/uexec-relay-${dead}-c3`);
+    await Deno.chown(`${root}/uexec-relay-${dead}-c3`, 65534, 65534);
+    await Deno.mkdir(`${root}/target`);
+    await Deno.symlink(`${root}/target`, `${root}/uexec-relay-${dead}-d4`);
+    await Deno.writeTextFile(`${root}/uexec-relay-${dead}-e5`, "");
+    await Deno.mkdir(`${root}/uexec-relay-0123456789abcdef`);
+    assert.equal(await removeDeadRelayDirs(root), 1);
+    assert.deepEqual(
+      [...Deno.readDirSync(root)].map((e) => e.name).sort(),
+      [
+        "target",
+        "uexec-relay-0123456789abcdef",
+        `uexec-relay-${dead}-c3`,
+        `uexec-relay-${dead}-d4`,
+        `uexec-relay-${dead}-e5`,
+        `uexec-relay-${instanceName()}-b2`,
+      ].sort(),
+    );
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
 });
