@@ -26,7 +26,7 @@ import {
   type FromWorker,
   PROXY_PORT,
   type ToWorker,
-} from "./gateway_worker.ts";
+} from "./gateway_protocol.ts";
 import { closeAll } from "../ffi/libc.ts";
 import { startWorker } from "../io/descriptor_reserve.ts";
 

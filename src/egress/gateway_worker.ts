@@ -6,11 +6,13 @@
  * its chunks (measured before the move: a write_stdin round trip's p90 went from 0.5 to 4.4 ms
  * beside a looping 100 MB download, its p99 from 1.4 to 12.9 ms).
  *
- * Talks to gateway.ts (the main thread) in messages only: it is told the settings, which uid is
- * which session's (answered, so a session's command starts only once it is), which listeners to
- * open and close, and it reports every connection as its record. A refused or failed connection is reported before its answer is written (proxy.ts), so
- * a command that read its 403 and exited finds its refusal already on its way to the main thread,
- * ahead of the answer to any `settle` asked after that exit.
+ * Talks to gateway.ts (the main thread) in messages only (gateway_protocol.ts): it is told the
+ * settings, which uid is which session's (answered, so a session's command starts only once it
+ * is), which listeners to open and close, and it reports every connection as its record. A
+ * refused or failed connection is reported before its answer is written (proxy.ts), so a command
+ * that read its 403 and exited finds its refusal already on its way to the main thread, ahead of
+ * the answer to any `settle` asked after that exit. Only the worker loads this module: importing
+ * it sets the thread's message handler.
  *
  * It must never accept connections from outside a sandbox's namespace, never let a connection
  * through that its domain's rules refuse, never drop the record of a request it judged, and never
@@ -21,50 +23,19 @@
 
 /// <reference lib="deno.worker" />
 
-import { type ConnectionRecord, handleConnection, type ProxyContext } from "./proxy.ts";
-import type { Cidr, EgressRules } from "./rules.ts";
+import { handleConnection, type ProxyContext } from "./proxy.ts";
+import type { EgressRules } from "./rules.ts";
 import { Resolver } from "./resolver.ts";
+import {
+  type EgressSession,
+  type FromWorker,
+  PROXY_PORT,
+  type ToWorker,
+  type WorkerSettings,
+} from "./gateway_protocol.ts";
 import { insideNamespace } from "./netns.ts";
 import { closeAll } from "../ffi/libc.ts";
 import { TcpPeers } from "../sandbox/identity/tcp_peers.ts";
-
-/** Where the proxy listens inside every egress namespace. */
-export const PROXY_PORT = 3128;
-
-/** Who a connection belongs to. */
-export interface EgressSession {
-  sessionId: number;
-  agent: string;
-}
-
-/** One audited connection. */
-export interface EgressEvent extends ConnectionRecord {
-  session_id?: number;
-  agent?: string;
-}
-
-/** The gateway's settings, as the worker is told them first. */
-export interface WorkerSettings {
-  hostsFile?: string;
-  allowPrivate: Cidr[];
-  maxPerSession: number;
-  idleMs: number;
-}
-
-/** A message to the worker. */
-export type ToWorker =
-  | { type: "init"; settings: WorkerSettings }
-  | { type: "open"; id: number; nsFd: number; rules: EgressRules }
-  | { type: "close"; id: number }
-  | { type: "register"; seq: number; uid: number; session: EgressSession }
-  | { type: "unregister"; uid: number; sessionId: number }
-  | { type: "settle"; seq: number };
-
-/** A message from the worker: `done` answers a register or a settle. */
-export type FromWorker =
-  | { type: "opened"; id: number; error?: string }
-  | { type: "connection"; event: EgressEvent }
-  | { type: "done"; seq: number };
 
 let settings: WorkerSettings | undefined;
 let resolver: Resolver | undefined;
