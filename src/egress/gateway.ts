@@ -29,6 +29,7 @@ import {
 } from "./gateway_protocol.ts";
 import { closeAll } from "../ffi/libc.ts";
 import { startWorker } from "../io/descriptor_reserve.ts";
+import { SandboxUnavailableError } from "../sandbox/errors.ts";
 
 export { type EgressEvent, type EgressSession, PROXY_PORT };
 
@@ -71,6 +72,14 @@ const MAX_REFUSALS = 16;
 /** Sessions whose refusals are kept until their result takes them. */
 const MAX_REFUSING_SESSIONS = 1024;
 
+/**
+ * A failure of the egress proxy, as the command that needed it is refused: `sandbox_unavailable`
+ * (its network cannot be what its profile says).
+ */
+function unavailable(why: string): SandboxUnavailableError {
+  return new SandboxUnavailableError(`the egress proxy: ${why}`);
+}
+
 /** Proxies, session attribution and audit for every egress domain. */
 export class EgressGateway {
   #opts: GatewayOptions;
@@ -90,7 +99,8 @@ export class EgressGateway {
   /**
    * Connections from `uid` belong to `session` from when this resolves (the worker has it) until
    * the function it gives is called. Rejects when the worker cannot be had or stopped (the
-   * session could not reach its proxy either).
+   * session could not reach its proxy either): out of descriptors (an EMFILE `OsError`), or
+   * `sandbox_unavailable`.
    */
   async register(uid: number, session: EgressSession): Promise<() => void> {
     const worker = this.#started();
@@ -99,7 +109,7 @@ export class EgressGateway {
       this.#waiting.set(seq, resolve);
       worker.postMessage({ type: "register", seq, uid, session } satisfies ToWorker);
     });
-    if (error !== undefined) throw new Error(error);
+    if (error !== undefined) throw unavailable(error);
     return () => this.#post({ type: "unregister", uid, sessionId: session.sessionId });
   }
 
@@ -129,7 +139,8 @@ export class EgressGateway {
 
   /**
    * Opens the proxy listener inside the namespace `nsFd` (which the gateway takes over and
-   * closes), judging by `rules`; rejects when it cannot be opened.
+   * closes), judging by `rules`; rejects when it cannot be opened (`sandbox_unavailable`, or
+   * out of descriptors).
    */
   async open(nsFd: number, rules: EgressRules): Promise<EgressListener> {
     let worker: Worker;
@@ -144,7 +155,7 @@ export class EgressGateway {
       this.#waiting.set(id, resolve);
       worker.postMessage({ type: "open", id, nsFd, rules } satisfies ToWorker);
     });
-    if (error !== undefined) throw new Error(`egress proxy listener: ${error}`);
+    if (error !== undefined) throw unavailable(`cannot open its listener: ${error}`);
     let closed = false;
     return {
       close: () => {
@@ -164,8 +175,8 @@ export class EgressGateway {
 
   /** The worker, started with the settings at the first use. */
   #started(): Worker {
-    if (this.#dead) throw new Error(this.#dead);
-    if (this.#closed) throw new Error("the egress gateway is closed");
+    if (this.#dead) throw unavailable(this.#dead);
+    if (this.#closed) throw unavailable("the egress gateway is closed");
     if (this.#worker) return this.#worker;
     const worker = startWorker(new URL("./gateway_worker.ts", import.meta.url));
     worker.onmessage = (e: MessageEvent<FromWorker>) => this.#received(e.data);

@@ -11,6 +11,7 @@
 import assert from "node:assert/strict";
 import { type EgressEvent, EgressGateway } from "../../../src/egress/gateway.ts";
 import { cString, libc, O } from "../../../src/ffi/libc.ts";
+import { SandboxUnavailableError } from "../../../src/sandbox/errors.ts";
 
 const RULES = { allow: ["ok.test"], deny: [], methods: "all" as const };
 
@@ -100,11 +101,15 @@ Deno.test("egress gateway: a refusal in the namespace is reported once settled; 
 
     // A second listener in the same namespace: the port is taken. Rejected, descriptor closed.
     const fd = holder.ns();
-    await assert.rejects(gateway.open(fd, RULES), /egress proxy listener: .*AddrInUse/);
+    await assert.rejects(gateway.open(fd, RULES), (err: Error) => {
+      assert.ok(err instanceof SandboxUnavailableError);
+      assert.match(err.message, /^the egress proxy: cannot open its listener: .*AddrInUse/);
+      return true;
+    });
     assert.ok(!isOpen(fd), "the namespace descriptor is closed");
     // A descriptor that is no namespace: setns fails.
     const notNs = libc().open(cString("/dev/null"), O.CLOEXEC);
-    await assert.rejects(gateway.open(notNs, RULES), /setns/);
+    await assert.rejects(gateway.open(notNs, RULES), SandboxUnavailableError);
     assert.ok(!isOpen(notNs));
 
     listener.close();
@@ -115,7 +120,14 @@ Deno.test("egress gateway: a refusal in the namespace is reported once settled; 
   }
   // Closed: nothing opens any more, the descriptor given is closed all the same.
   const late = libc().open(cString("/dev/null"), O.CLOEXEC);
-  await assert.rejects(gateway.open(late, RULES), /closed/);
+  await assert.rejects(
+    gateway.open(late, RULES),
+    /^SandboxUnavailableError: the egress proxy: the egress gateway is closed$/,
+  );
+  await assert.rejects(
+    gateway.register(0, { sessionId: 8, agent: "tester" }),
+    SandboxUnavailableError,
+  );
   assert.ok(!isOpen(late));
   await gateway.settle();
 });
