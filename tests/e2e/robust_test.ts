@@ -480,9 +480,17 @@ Deno.test({
 Deno.test("a start that needs a new worker or domain with no descriptor free is 503, not a crash", async (t) => {
   const server = await startServer();
   const limit = fileLimit(server.pid);
-  /** `req` answers 503 naming `why` with no descriptor free, and runs once they are back. */
-  const refusedUntilFreed = async (req: Record<string, unknown>, why: RegExp) => {
+  /**
+   * `req` answers 503 naming `why` with no descriptor free (after `meanwhile`, run once none is),
+   * and runs once they are back.
+   */
+  const refusedUntilFreed = async (
+    req: Record<string, unknown>,
+    why: RegExp,
+    meanwhile?: () => Promise<void>,
+  ) => {
     await limitFiles(server.pid, limitLeaving(openFiles(server.pid), 0, () => true));
+    await meanwhile?.();
     const refused = await server.post("/v1/exec_command", req);
     assert.equal(refused.status, 503, JSON.stringify(refused.body));
     assert.equal(refused.body.error.code, "out_of_resources");
@@ -510,6 +518,18 @@ Deno.test("a start that needs a new worker or domain with no descriptor free is 
     await t.step("a new domain (its account files, then its worker)", async () => {
       const other = { cmd: "echo ok", login: false, profile: "read-only" };
       await refusedUntilFreed(other, /EMFILE|Too many open files/);
+    });
+
+    await t.step("a .git that appears while no descriptor is free", async () => {
+      // Whichever runs out first, the guard's look at it (tests/unit/sandbox/git_guard) or the
+      // start itself, the start is refused as the server's shortage (503), and it runs once
+      // descriptors are back.
+      await Deno.remove(`${server.workspace}/.git`);
+      await refusedUntilFreed(
+        { cmd: "echo ok", login: false },
+        /EMFILE|the server is out of file descriptors/,
+        () => Deno.mkdir(`${server.workspace}/.git`),
+      );
     });
   } finally {
     await server.stop();

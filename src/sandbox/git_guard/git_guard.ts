@@ -60,7 +60,7 @@
  */
 
 import { inode, kind, openEntry, statAt, statOf } from "../fs/entries.ts";
-import { SandboxUnavailableError } from "../errors.ts";
+import { refuse, SandboxUnavailableError } from "../errors.ts";
 import { EntryWatch, type NewEntry, pathOf } from "./fanotify.ts";
 import type { SandboxOwners } from "../identity/identity.ts";
 import { isWithin } from "../policy/profiles.ts";
@@ -131,6 +131,8 @@ export class GitGuard {
    * whether the entry may be moved aside (see {@link #protect}; yes unless said).
    */
   #failed = new Map<string, { why: string; planted: Planted; acting?: boolean }>();
+  /** Why the last look through every root (after lost events) failed; it is tried again. */
+  #sweepFailed?: string;
   /** Protected directories secured where they are (by `dev:ino`): put back when moved. */
   #homes = new Map<string, Home>();
   /** Repositories without a protected name kept read-only (bare ones), by `dev:ino`. */
@@ -225,7 +227,8 @@ export class GitGuard {
   /**
    * Secures every protected directory that appeared since the last call (the kernel queued it
    * when it was made). Call before spawning. Throws {@link SandboxUnavailableError} while a
-   * protected directory cannot be secured.
+   * protected directory cannot be secured, or the look through every root that lost events ask
+   * for fails ({@link OutOfResourcesError} while that is for want of a descriptor).
    */
   settle(): void {
     let listings = this.#listings;
@@ -247,10 +250,9 @@ export class GitGuard {
       this.#pruneAt = Math.max(PRUNE_AT_LEAST, 2 * this.#kept.size);
     }
     const [first] = this.#failed;
-    if (first) {
-      throw new SandboxUnavailableError(
-        `cannot make ${first[0]} read-only for the sandbox: ${first[1].why}`,
-      );
+    if (first) refuse(`cannot make ${first[0]} read-only for the sandbox`, first[1].why);
+    if (this.#sweepFailed !== undefined) {
+      refuse("cannot look through the workspaces for new protected directories", this.#sweepFailed);
     }
   }
 
@@ -291,7 +293,15 @@ export class GitGuard {
     };
     const wanted = { names: this.#reported, dirs, movedDirs: this.#homes.size > 0 };
     const { overflowed } = this.#watch.drain(wanted, (entry) => this.#onEntry(entry));
-    if (overflowed) { for (const root of this.#actors.roots) this.#sweep(root); }
+    if (!overflowed && this.#sweepFailed === undefined) return;
+    // Events were lost (an entry that could not be resolved, as with no descriptor free): look
+    // at everything, and again at each settle until that succeeds.
+    try {
+      for (const root of this.#actors.roots) this.#sweep(root);
+      this.#sweepFailed = undefined;
+    } catch (e) {
+      this.#sweepFailed = (e as Error).message;
+    }
   }
 
   #onEntry(entry: NewEntry): void {
