@@ -53,7 +53,7 @@ import {
 } from "./raw_answers.ts";
 import { Connection, internalError, type Relay, TAG } from "./connection_relay.ts";
 import { RequestFraming } from "./request_framing.ts";
-import { instanceName, instanceRuns } from "../sandbox/instance.ts";
+import { deadInstanceDirs, instanceName, tempRoot } from "../sandbox/instance.ts";
 
 /**
  * The private socket's directory: `uexec-relay-<instance>-<random>` in the temporary directory,
@@ -69,16 +69,9 @@ const RELAY_INSTANCE = /^uexec-relay-(i\d+-\d+)-/;
  * many. Only real directories of this process's uid count, never a link or another user's
  * look-alike.
  */
-export async function removeDeadRelayDirs(
-  root = Deno.env.get("TMPDIR") || "/tmp",
-): Promise<number> {
+export async function removeDeadRelayDirs(root = tempRoot()): Promise<number> {
   let removed = 0;
-  for await (const entry of Deno.readDir(root)) {
-    const instance = RELAY_INSTANCE.exec(entry.name)?.[1];
-    if (!entry.isDirectory || instance === undefined || instanceRuns(instance)) continue;
-    const path = `${root}/${entry.name}`;
-    const info = await Deno.lstat(path).catch(() => undefined);
-    if (!info?.isDirectory || info.uid !== Deno.uid()) continue;
+  for await (const path of deadInstanceDirs(root, RELAY_INSTANCE)) {
     await Deno.remove(path, { recursive: true });
     removed++;
   }

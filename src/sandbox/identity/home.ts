@@ -21,7 +21,7 @@ import {
   rawSyscall,
 } from "../../ffi/libc.ts";
 import { checkedSyscall, mount, MS, SYS } from "../syscalls.ts";
-import { INSTANCE_NAME, instanceName, instanceRuns } from "../instance.ts";
+import { deadInstanceDirs, instanceName, tempRoot } from "../instance.ts";
 import { gitConfigText } from "./git_config.ts";
 import type { SandboxIdentity } from "./identity.ts";
 
@@ -53,12 +53,9 @@ function groupDirMode(gid: number | null): number {
   return gid === null ? 0o700 : 0o710;
 }
 
-/** The temporary directory, as Deno's own temporary files find it. */
-function tempRoot(): string {
-  return Deno.env.get("TMPDIR") || "/tmp";
-}
-
 const INSTANCE_DIR_PREFIX = "uexec-";
+/** An instance's directory, its instance's name the first group. */
+const DEAD_INSTANCE_DIR = /^uexec-(i\d+-\d+)$/;
 
 const MNT_DETACH = 2;
 
@@ -115,14 +112,8 @@ export async function removeInstanceDir(dir: string): Promise<void> {
  * of this server's uid count (not a look-alike another user made). Off the calling thread.
  */
 export async function removeDeadInstanceDirs(): Promise<number> {
-  const root = tempRoot();
   let removed = 0;
-  for await (const entry of Deno.readDir(root)) {
-    const instance = entry.name.slice(INSTANCE_DIR_PREFIX.length);
-    if (!entry.isDirectory || !entry.name.startsWith(INSTANCE_DIR_PREFIX)) continue;
-    if (!INSTANCE_NAME.test(instance) || instanceRuns(instance)) continue;
-    const path = `${root}/${entry.name}`;
-    if ((await Deno.lstat(path)).uid !== Deno.uid()) continue;
+  for await (const path of deadInstanceDirs(tempRoot(), DEAD_INSTANCE_DIR)) {
     await removeInstanceDir(path);
     removed++;
   }
