@@ -13,8 +13,9 @@
  * the cap is refused without delaying others), and an idle connection is closed.
  *
  * It must never let a domain run without its listener (an open that fails fails the domain:
- * fail closed), never let a session's command start before the worker knows its uid, never report a session's refusals before the records the worker made ahead of
- * the ask ({@link EgressGateway.settle}), and never drop a record it was sent.
+ * fail closed), never let a session's command start before the worker knows its uid, never
+ * report a session's refusals before the records the worker made ahead of the ask
+ * ({@link EgressGateway.settle}), and never drop a record it was sent.
  *
  * @module
  */
@@ -90,7 +91,6 @@ export class EgressGateway {
   /** Opens, registrations and settles waiting for the worker's answer, by their number. */
   #waiting = new Map<number, (error?: string) => void>();
   #refusals = new Map<number, EgressEvent[]>();
-  #closed = false;
 
   constructor(opts: GatewayOptions) {
     this.#opts = opts;
@@ -103,12 +103,11 @@ export class EgressGateway {
    * `sandbox_unavailable`.
    */
   async register(uid: number, session: EgressSession): Promise<() => void> {
-    const worker = this.#started();
-    const seq = ++this.#seq;
-    const error = await new Promise<string | undefined>((resolve) => {
-      this.#waiting.set(seq, resolve);
-      worker.postMessage({ type: "register", seq, uid, session } satisfies ToWorker);
-    });
+    const { answer } = this.#ask(
+      this.#started(),
+      (seq) => ({ type: "register", seq, uid, session }),
+    );
+    const error = await answer;
     if (error !== undefined) throw unavailable(error);
     return () => this.#post({ type: "unregister", uid, sessionId: session.sessionId });
   }
@@ -127,14 +126,10 @@ export class EgressGateway {
    * Resolves once every record the worker made before this call has been taken here (and told
    * to `onConnection`): ask it after a session's exit, before its refusals.
    */
-  settle(): Promise<void> {
-    if (!this.#worker || this.#dead) return Promise.resolve();
-    const worker = this.#worker;
-    return new Promise((resolve) => {
-      const seq = ++this.#seq;
-      this.#waiting.set(seq, () => resolve());
-      worker.postMessage({ type: "settle", seq } satisfies ToWorker);
-    });
+  async settle(): Promise<void> {
+    if (this.#worker && !this.#dead) {
+      await this.#ask(this.#worker, (seq) => ({ type: "settle", seq })).answer;
+    }
   }
 
   /**
@@ -150,33 +145,42 @@ export class EgressGateway {
       closeAll([nsFd]);
       throw err;
     }
-    const id = ++this.#seq;
-    const error = await new Promise<string | undefined>((resolve) => {
-      this.#waiting.set(id, resolve);
-      worker.postMessage({ type: "open", id, nsFd, rules } satisfies ToWorker);
-    });
+    const { seq, answer } = this.#ask(worker, (seq) => ({ type: "open", seq, nsFd, rules }));
+    const error = await answer;
     if (error !== undefined) throw unavailable(`cannot open its listener: ${error}`);
     let closed = false;
     return {
       close: () => {
         if (closed) return;
         closed = true;
-        this.#post({ type: "close", id });
+        this.#post({ type: "close", seq });
       },
     };
   }
 
   /** Stops every listener and the worker (server shutdown). */
   close(): void {
-    this.#closed = true;
     this.#worker?.terminate();
     this.#stopped("the egress gateway is closed");
   }
 
-  /** The worker, started with the settings at the first use. */
+  /**
+   * Sends `worker` the message `make` builds with a new number `seq`; `answer` resolves with the
+   * error of the worker's answer to it (undefined: done), or with why the worker stopped.
+   */
+  #ask(
+    worker: Worker,
+    make: (seq: number) => ToWorker,
+  ): { seq: number; answer: Promise<string | undefined> } {
+    const seq = ++this.#seq;
+    const answer = new Promise<string | undefined>((resolve) => this.#waiting.set(seq, resolve));
+    worker.postMessage(make(seq));
+    return { seq, answer };
+  }
+
+  /** The worker, started with the settings at the first use; throws once it stopped. */
   #started(): Worker {
     if (this.#dead) throw unavailable(this.#dead);
-    if (this.#closed) throw unavailable("the egress gateway is closed");
     if (this.#worker) return this.#worker;
     const worker = startWorker(new URL("./gateway_worker.ts", import.meta.url));
     worker.onmessage = (e: MessageEvent<FromWorker>) => this.#received(e.data);
@@ -214,10 +218,9 @@ export class EgressGateway {
 
   #received(m: FromWorker): void {
     if (m.type === "connection") return this.#recorded(m.event);
-    const seq = m.type === "opened" ? m.id : m.seq;
-    const answer = this.#waiting.get(seq);
-    this.#waiting.delete(seq);
-    answer?.(m.type === "opened" ? m.error : undefined);
+    const answer = this.#waiting.get(m.seq);
+    this.#waiting.delete(m.seq);
+    answer?.(m.error);
   }
 
   #recorded(event: EgressEvent): void {

@@ -36,14 +36,16 @@ export interface WorkerSettings {
 /** A message to the worker. */
 export type ToWorker =
   | { type: "init"; settings: WorkerSettings }
-  | { type: "open"; id: number; nsFd: number; rules: EgressRules }
-  | { type: "close"; id: number }
+  | { type: "open"; seq: number; nsFd: number; rules: EgressRules }
+  | { type: "close"; seq: number }
   | { type: "register"; seq: number; uid: number; session: EgressSession }
   | { type: "unregister"; uid: number; sessionId: number }
   | { type: "settle"; seq: number };
 
-/** A message from the worker: `done` answers a register or a settle. */
+/**
+ * A message from the worker: `done` answers the request numbered `seq` (an open, a register, a
+ * settle), with why it failed if it did. A listener keeps its open's number (`close` names it).
+ */
 export type FromWorker =
-  | { type: "opened"; id: number; error?: string }
   | { type: "connection"; event: EgressEvent }
-  | { type: "done"; seq: number };
+  | { type: "done"; seq: number; error?: string };

@@ -48,8 +48,8 @@ function post(message: FromWorker): void {
   self.postMessage(message);
 }
 
-/** Opens listener `id` inside the namespace `nsFd` (closed here either way). */
-function open(id: number, nsFd: number, rules: EgressRules): void {
+/** Opens listener `seq` inside the namespace `nsFd` (closed here either way). */
+function open(seq: number, nsFd: number, rules: EgressRules): void {
   let listener: Deno.TcpListener;
   let owners: TcpPeers;
   try {
@@ -64,20 +64,20 @@ function open(id: number, nsFd: number, rules: EgressRules): void {
       }
     });
   } catch (err) {
-    post({ type: "opened", id, error: String(err) });
+    post({ type: "done", seq, error: String(err) });
     return;
   } finally {
     // Both keep the namespace: its descriptor is needed no more.
     closeAll([nsFd]);
   }
-  listeners.set(id, listener);
+  listeners.set(seq, listener);
   serve(listener, owners, rules);
-  post({ type: "opened", id });
+  post({ type: "done", seq });
 }
 
-function close(id: number): void {
-  const listener = listeners.get(id);
-  listeners.delete(id);
+function close(seq: number): void {
+  const listener = listeners.get(seq);
+  listeners.delete(seq);
   try {
     listener?.close();
   } catch {
@@ -159,9 +159,9 @@ self.onmessage = (e: MessageEvent<ToWorker>) => {
       resolver = new Resolver(m.settings.hostsFile);
       return;
     case "open":
-      return open(m.id, m.nsFd, m.rules);
+      return open(m.seq, m.nsFd, m.rules);
     case "close":
-      return close(m.id);
+      return close(m.seq);
     case "register":
       // Answered, so that the session's command starts only once its connections are its own.
       sessions.set(m.uid, m.session);
