@@ -305,23 +305,6 @@ export function fileType(stat: Uint8Array): number {
   return new DataView(stat.buffer, stat.byteOffset).getUint32(24, true) & S_IFMT;
 }
 
-const stampBuffer = new Uint8Array(STAT_SIZE);
-const stampView = new DataView(stampBuffer.buffer);
-
-/**
- * What changes when the file at `path` is replaced or written: its inode, size and modification
- * time (to the nanosecond), from one `stat` on this thread (a few microseconds, where
- * `Deno.statSync` costs tens). Throws {@link OsError} when it cannot be stat-ed.
- */
-export function fileStamp(path: string): string {
-  if (libc().fstatat(AT_FDCWD, cString(path), stampBuffer, 0) !== 0) {
-    throw new OsError(`stat(${path})`, errno());
-  }
-  const at = (offset: number) => stampView.getBigUint64(offset, true);
-  // st_ino, st_size, st_mtim (seconds, nanoseconds) in x86_64's struct stat.
-  return `${at(8)} ${at(48)} ${at(88)}.${at(96)}`;
-}
-
 /** Thrown when a libc call or system call fails; carries errno. */
 export class OsError extends Error {
   /** Create an error for `call` failing with `errno`. */

@@ -10,9 +10,9 @@
  * @module
  */
 
-import { AT, AT_FDCWD, cString, rawSyscall, STAT_SIZE } from "../../ffi/libc.ts";
+import { AT, AT_FDCWD } from "../../ffi/libc.ts";
 import type { ResolvedPolicy } from "../policy/policy.ts";
-import { SYS } from "../syscalls.ts";
+import { statAt } from "../fs/entries.ts";
 import { SocketListing, socketsToHide } from "./unix_sockets.ts";
 
 /** How old a domain's mount view may get, by default (`UEXEC_VIEW_MAX_AGE_S`). */
@@ -22,18 +22,16 @@ const STAGING = "view";
 
 /**
  * Which file `path` is now: inode and change time to the nanosecond (a file system may give a
- * new file the inode number of one just removed), or null when there is none.
+ * new file the inode number of one just removed), or null when there is none or it cannot be
+ * looked at.
  */
 function fileIdentity(path: string): string | null {
-  const stat = new Uint8Array(STAT_SIZE);
-  if (rawSyscall(SYS.newfstatat, AT_FDCWD, cString(path), stat, AT.SYMLINK_NOFOLLOW) < 0) {
+  try {
+    const st = statAt(AT_FDCWD, path, AT.SYMLINK_NOFOLLOW);
+    return st && `${st.ino} ${st.ctimeNs}`;
+  } catch {
     return null;
   }
-  const view = new DataView(stat.buffer);
-  // x86_64 `struct stat`: st_ino at 8, st_ctim at 104 (seconds) and 112 (nanoseconds).
-  return `${view.getBigUint64(8, true)} ${view.getBigInt64(104, true)}.${
-    view.getBigInt64(112, true)
-  }`;
 }
 
 /** Settings of {@link DomainViews}. */

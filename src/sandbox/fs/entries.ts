@@ -41,6 +41,10 @@ export interface Stat {
   mode: number;
   uid: number;
   gid: number;
+  size: bigint;
+  /** Modification and status change times, in nanoseconds. */
+  mtimeNs: bigint;
+  ctimeNs: bigint;
 }
 
 /** `stat` of `path` relative to `dirFd` (with `flags`); null when it is gone. */
@@ -59,6 +63,9 @@ export function statAt(dirFd: number, path: string, flags: number): Stat | null 
     mode: v.getUint32(24, true),
     uid: v.getUint32(28, true),
     gid: v.getUint32(32, true),
+    size: v.getBigInt64(48, true),
+    mtimeNs: v.getBigInt64(88, true) * 1_000_000_000n + v.getBigInt64(96, true),
+    ctimeNs: v.getBigInt64(104, true) * 1_000_000_000n + v.getBigInt64(112, true),
   };
 }
 

@@ -8,8 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { Resolver } from "../../../src/egress/resolver.ts";
-import { fileStamp } from "../../../src/ffi/libc.ts";
+import { fileStamp, Resolver } from "../../../src/egress/resolver.ts";
 
 Deno.test("egress resolver: hosts file edits apply to the next lookup", async () => {
   const dir = await Deno.makeTempDir({ prefix: "uexec-resolver-" });
