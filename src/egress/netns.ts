@@ -1,7 +1,6 @@
 /**
  * Work done by the calling thread (the egress proxy's, gateway_worker.ts) inside another network
- * namespace, for as long as one
- * synchronous call takes: `setns` in, the call, `setns` back. A socket keeps the namespace it
+ * namespace, for as long as one synchronous call takes: `setns` in, the call, `setns` back. A socket keeps the namespace it
  * was made in, so a listener made this way inside a sandbox's loopback-only namespace is
  * reachable there (and nowhere else) while the server accepts on it here, with Deno's own
  * networking: Deno has no public API that adopts a raw descriptor, and `Deno.listen` makes its

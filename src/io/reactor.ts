@@ -1,10 +1,9 @@
 /**
  * One epoll instance that wakes uexec on file-descriptor readiness: PTY masters, pipes and
- * pidfds of processes waited for. A single pool thread sits in `epoll_wait`; everything else runs on the
- * main thread when it returns. While a watcher reports a flood (its read filled the kernel's
- * buffer), the main thread waits for the next data itself, for at most `CATCH_UP_MS` per turn of
- * the event loop. There is no timer
- * and no polling here: only kernel events.
+ * pidfds of processes waited for. A single pool thread sits in `epoll_wait`; everything else
+ * runs on the main thread when it returns. While a watcher reports a flood (its read filled the
+ * kernel's buffer), the main thread waits for the next data itself, for at most `CATCH_UP_MS`
+ * per turn of the event loop. There is no timer and no polling here: only kernel events.
  *
  * This module must never read or write the watched descriptors itself; watchers do that.
  *

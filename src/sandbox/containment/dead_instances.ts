@@ -2,7 +2,8 @@
  * What server instances that no longer run left in the cgroup hierarchies: their session
  * cgroups are killed (`cgroup.kill`) and removed, with their v1 twins wherever the dead
  * instance recorded them (`instance_records.ts`) or where they would be beneath our own v1
- * cgroups, and their records are forgotten; so are their screen workers' v1 `cpu` cgroups. Run at a server's start, before it makes its own.
+ * cgroups, and their records are forgotten; so are their screen workers' v1 `cpu` cgroups. Run
+ * at a server's start, before it makes its own.
  * It must never touch an instance that still runs (even one whose pid was reused: the name
  * records the start time too).
  *

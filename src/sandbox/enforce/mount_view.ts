@@ -27,22 +27,19 @@
  */
 
 import {
-  AT,
   AT_FDCWD,
   cString,
   E,
   errno,
-  fileType,
   libc,
-  O,
   OsError,
   rawSyscall,
   readWholeFile,
   S_IF,
-  STAT_SIZE,
 } from "../../ffi/libc.ts";
 import { checkedSyscall, closeFd, mount, MS, setReadOnly, SYS } from "../syscalls.ts";
 import { isWithin } from "../policy/profiles.ts";
+import { kind, openEntry, statOf } from "../fs/entries.ts";
 
 const MNT_DETACH = 2;
 
@@ -153,26 +150,20 @@ function fdPath(fd: number): string {
 
 /** An O_PATH descriptor of `path` and its file type; null when it is gone or not reachable. */
 function openPlace(path: string): { fd: number; type: number } | null {
-  const fd = rawSyscall(
-    SYS.openat,
-    AT_FDCWD,
-    cString(path),
-    O.PATH | O.CLOEXEC | O.NOFOLLOW,
-    0,
-  );
-  if (fd < 0) {
-    const code = errno();
-    if (code === E.ENOENT || code === E.ENOTDIR || code === E.EACCES) return null;
-    throw new OsError(`open(${path})`, code);
-  }
-  const stat = new Uint8Array(STAT_SIZE);
+  let fd: number | null;
   try {
-    checkedSyscall(`stat(${path})`, SYS.newfstatat, fd, cString(""), stat, AT.EMPTY_PATH);
+    fd = openEntry(AT_FDCWD, path);
+  } catch (e) {
+    if (e instanceof OsError && e.errno === E.EACCES) return null;
+    throw e;
+  }
+  if (fd === null) return null;
+  try {
+    return { fd, type: kind(statOf(fd)) };
   } catch (e) {
     closeFd(fd);
     throw e;
   }
-  return { fd, type: fileType(stat) };
 }
 
 /** Shows one host mount at `target`: an overlay of it, a bind of it, or nothing (a socket). */
