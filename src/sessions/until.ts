@@ -3,7 +3,8 @@
  * `--enable-experimental-regexp-engine`) and matched against a window of a call's output sized
  * so that one match costs a bounded amount of work. A pattern without any regular-expression
  * syntax (a marker, a prompt's text) is found as a substring instead: it means the same, and
- * building a linear-engine RegExp costs several microseconds a request. Output is written by the
+ * building a linear-engine RegExp costs several microseconds a request; literals joined by
+ * `[\s\S]*` (a marker, then its echo) are found as substrings in order. Output is written by the
  * command, so a pattern that backtracks would let a repository's output stall the server; this
  * module must never run a pattern on the backtracking engine, and never match over unbounded
  * text. As output arrives, only what a new match could span is tested: the new text and, for a
@@ -104,6 +105,29 @@ export function refusedConstruct(source: string): string {
 
 /** Characters with a meaning in a (non-unicode) JavaScript regular expression. */
 const SYNTAX = /[\\^$.|?*+()[\]{}]/;
+/** Any run of characters, line ends included: what joins the literals of an in-order pattern. */
+const ANY_RUN = "[\\s\\S]*";
+
+/**
+ * The literals of `source` when it is two or more of them joined by {@link ANY_RUN}, else
+ * undefined. Such a pattern matches where each literal is found after the one before it ends:
+ * taking each at its first place leaves the most text for the next, so that is exact.
+ */
+function literalsInOrder(source: string): string[] | undefined {
+  const parts = source.split(ANY_RUN);
+  return parts.length > 1 && !parts.some((p) => SYNTAX.test(p)) ? parts : undefined;
+}
+
+/** Whether `text` holds each of `parts`, in order, without overlap. */
+function inOrder(text: string, parts: string[]): boolean {
+  let at = 0;
+  for (const part of parts) {
+    const found = text.indexOf(part, at);
+    if (found < 0) return false;
+    at = found + part.length;
+  }
+  return true;
+}
 
 /**
  * A compiled `until` pattern (made by {@link compileUntil} alone): what it is tested with, and
@@ -127,7 +151,10 @@ export class UntilPattern {
     this.maxLength = maxLength;
   }
 
-  /** `source` compiled: as a substring when it has no syntax, else for the linear engine. */
+  /**
+   * `source` compiled: as a substring when it has no syntax, as substrings in order when it is
+   * literals joined by `[\s\S]*` (a marker then its echo), else for the linear engine.
+   */
   static compile(source: string): UntilPattern {
     if (!SYNTAX.test(source)) {
       return new UntilPattern(
@@ -136,6 +163,10 @@ export class UntilPattern {
         (text) => text.includes(source),
         source.length,
       );
+    }
+    const parts = literalsInOrder(source);
+    if (parts) {
+      return new UntilPattern(source, bounded(source), (text) => inOrder(text, parts), undefined);
     }
     const { regexp, size } = linear(source);
     return new UntilPattern(source, size, (text) => regexp.test(text), maxMatchLength(source));

@@ -185,6 +185,33 @@ Deno.test("until: a pattern without syntax matches exactly where its RegExp woul
   assert.ok(substrings > 100, `only ${substrings} substring patterns were tried`);
 });
 
+Deno.test("until: literals joined by [\\s\\S]* match exactly where their RegExp would", () => {
+  // Compiled without the linear engine (this process lacks it), so never as a RegExp.
+  const char = fc.constantFrom(..."aab\n\r$\u00e9\ud83d\ude00");
+  const literal = fc.array(fc.constantFrom(..."ab\n\ud83d\ude00"), { maxLength: 3 })
+    .map((cs) => cs.join(""));
+  const source = fc.array(literal, { minLength: 2, maxLength: 4 }).map((ls) =>
+    ls.join("[\\s\\S]*")
+  );
+  const text = fc.array(char, { maxLength: 40 }).map((cs) => cs.join(""));
+  let matched = 0;
+  fc.assert(
+    fc.property(source, text, (source, text) => {
+      const pattern = compileUntil(source);
+      assert.equal(pattern.maxLength, undefined);
+      const expected = new RegExp(source).test(text);
+      if (expected) matched++;
+      assert.equal(new UntilMatcher(pattern).feed(new TextEncoder().encode(text)), expected);
+    }),
+    { numRuns: 2000, seed: 11 },
+  );
+  assert.ok(matched > 100 && matched < 1900, `${matched} of 2000 matched: too few of one outcome`);
+  // Overlap is not a second match; a literal with syntax still needs the engine.
+  assert.equal(compileUntil("aba[\\s\\S]*aba").test("ababa"), false);
+  assert.equal(compileUntil("ping7[\\s\\S]*ping7").test("ping7\r\nping7\r\n"), true);
+  assert.throws(() => compileUntil("a.[\\s\\S]*b"), /V8 runs without/);
+});
+
 Deno.test("until: the longest match a pattern can make, or no bound", () => {
   const cases: [string, number | undefined][] = [
     ["abc", 3],
