@@ -10,6 +10,13 @@
  * lowest weight while no call waits on a screen, and at a normal one while any does (`attend`,
  * and every snapshot until it is answered).
  *
+ * The weight alone does not give way: the session's output costs the server's reads and the
+ * kernel's terminal work at full weight, whatever the emulator's. So while a call waits on a
+ * session without a screen ({@link ScreenHost.waitElsewhere}), a screen no call waits on is fed
+ * one read at a time: its child is paused after each read until the emulator has parsed it, and
+ * so runs at the pace of the emulator's low weight instead of taking the waited-on session's
+ * share. Otherwise a screen pauses its child only behind a backlog of {@link HIGH_WATER}.
+ *
  * It must never drop or reorder a byte sent to a screen, never answer a snapshot before every
  * byte sent before it was parsed, and never keep an emulator after its screen was closed.
  *
@@ -105,8 +112,10 @@ export interface Screen {
 /** Bytes a screen was fed that the worker has not parsed yet. */
 interface Backlog {
   bytes: number;
-  /** True after a `feed` over `HIGH_WATER`, until the drain was reported. */
+  /** True after a `feed` over its high water mark, until the drain was reported. */
   full: boolean;
+  /** Calls waiting on this screen (attendances, snapshots not yet answered). */
+  attended: number;
   screen?: Screen;
 }
 
@@ -121,6 +130,8 @@ export class ScreenHost {
   #weight?: ScreenWeight;
   /** Calls waiting on a screen (attendances not yet ended, snapshots not yet answered). */
   #looking = 0;
+  /** Calls waiting on sessions without a screen (see {@link waitElsewhere}). */
+  #elsewhere = 0;
   /** Whether a failure of the weight was reported already (it is said once). */
   #weightFailed = false;
 
@@ -140,6 +151,33 @@ export class ScreenHost {
     };
   }
 
+  /**
+   * A call waits on a session without a screen until the returned function is called (once):
+   * meanwhile the screens no call waits on are fed a read at a time (see the module doc).
+   */
+  waitElsewhere(): () => void {
+    this.#elsewhere++;
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      if (--this.#elsewhere === 0) { for (const b of this.#backlogs.values()) this.#resume(b); }
+    };
+  }
+
+  /** Let a paused screen's child go on if its backlog is below what now applies to it. */
+  #resume(backlog: Backlog): void {
+    const below = this.#yielding(backlog) ? 1 : LOW_WATER;
+    if (!backlog.full || backlog.bytes >= below) return;
+    backlog.full = false;
+    backlog.screen?.ondrain?.();
+  }
+
+  /** One read at a time while no call waits on the screen and one waits elsewhere. */
+  #yielding(backlog: Backlog): boolean {
+    return backlog.attended === 0 && this.#elsewhere > 0;
+  }
+
   /** Apply `change` to the weight; a failure leaves the worker where it was, said once. */
   #weigh(change: (weight: ScreenWeight) => void): void {
     if (!this.#weight) return;
@@ -156,12 +194,24 @@ export class ScreenHost {
   open(size: WindowSize): Screen {
     const id = this.#nextId++;
     const worker = this.#start();
-    const backlog: Backlog = { bytes: 0, full: false };
+    const backlog: Backlog = { bytes: 0, full: false, attended: 0 };
     this.#backlogs.set(id, backlog);
     worker.postMessage(
       { op: "open", id, cols: size.cols, rows: size.rows, scrollback: this.#scrollback },
     );
     let open = true;
+    const attend = () => {
+      const end = this.#attend();
+      backlog.attended++;
+      this.#resume(backlog);
+      let ended = false;
+      return () => {
+        if (ended) return;
+        ended = true;
+        backlog.attended--;
+        end();
+      };
+    };
     const send = (msg: ScreenRequest, transfer: Transferable[] = []) => {
       if (open && this.#worker === worker) worker.postMessage(msg, transfer);
     };
@@ -171,7 +221,7 @@ export class ScreenHost {
         const copy = bytes.slice();
         backlog.bytes += copy.length;
         send({ op: "feed", id, bytes: copy }, [copy.buffer]);
-        if (backlog.bytes > HIGH_WATER) backlog.full = true;
+        if (backlog.bytes > (this.#yielding(backlog) ? 0 : HIGH_WATER)) backlog.full = true;
         return !backlog.full;
       },
       resize: (size) => send({ op: "resize", id, cols: size.cols, rows: size.rows }),
@@ -180,14 +230,14 @@ export class ScreenHost {
         const req = this.#nextReq++;
         const waiting = Promise.withResolvers<ScreenSnapshot>();
         this.#waiting.set(req, waiting);
-        const end = this.#attend();
+        const end = attend();
         worker.postMessage({ op: "snapshot", id, req } satisfies ScreenRequest);
         return waiting.promise.finally(end);
       },
       get backlog() {
         return backlog.bytes;
       },
-      attend: () => this.#attend(),
+      attend,
       close: () => {
         send({ op: "close", id });
         open = false;
@@ -214,10 +264,7 @@ export class ScreenHost {
         const backlog = this.#backlogs.get(reply.id);
         if (!backlog) return;
         backlog.bytes -= reply.bytes;
-        if (backlog.full && backlog.bytes < LOW_WATER) {
-          backlog.full = false;
-          backlog.screen?.ondrain?.();
-        }
+        this.#resume(backlog);
         return;
       }
       const waiting = this.#waiting.get(reply.req);

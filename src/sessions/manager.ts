@@ -374,11 +374,12 @@ export class SessionManager {
 
   /**
    * Collect the call's output, telling its watcher of output as it arrives. Meanwhile a screen
-   * session runs at its normal weight (see Session.attend).
+   * session runs at its normal weight (see Session.attend), and a session without a screen has
+   * the screens no call waits on give way to it (see ScreenHost.waitElsewhere).
    */
   async #collect(session: Session, req: ExecRequest | WriteRequest): Promise<Collected> {
     const unwatch = req.onOutput && session.listen({ output: req.onOutput });
-    const unattend = session.attend();
+    const unattend = session.screen ? session.attend() : this.#screens.waitElsewhere();
     try {
       return await collect(session, {
         yieldMs: req.yieldMs,
