@@ -26,26 +26,30 @@ function drains(screen: Screen): { count: () => number; drained: () => Promise<v
   return { count: () => count, drained: () => next.promise };
 }
 
-Deno.test("screen yield: with no call waiting elsewhere, a screen takes a backlog", async () => {
+/** Runs `fn` on one screen of a new host (with its drains counted), closing the host after. */
+async function onScreen(
+  fn: (host: ScreenHost, s: Screen, d: ReturnType<typeof drains>) => Promise<void>,
+): Promise<void> {
   const host = new ScreenHost();
   try {
     const s = host.open(SIZE);
-    const d = drains(s);
+    await fn(host, s, drains(s));
+  } finally {
+    host.close();
+  }
+}
+
+Deno.test("screen yield: with no call waiting elsewhere, a screen takes a backlog", () =>
+  onScreen(async (_host, s, d) => {
     assert.equal(s.feed(bytes("one\r\n")), true);
     assert.equal(s.feed(bytes("two\r\n")), true);
     assert.equal(s.feed(new Uint8Array(HIGH_WATER)), false, "paused past the high water mark");
     await d.drained();
     assert.equal(d.count(), 1);
-  } finally {
-    host.close();
-  }
-});
+  }));
 
-Deno.test("screen yield: while a call waits elsewhere, a screen is fed a read at a time", async () => {
-  const host = new ScreenHost();
-  try {
-    const s = host.open(SIZE);
-    const d = drains(s);
+Deno.test("screen yield: while a call waits elsewhere, a screen is fed a read at a time", () =>
+  onScreen(async (host, s, d) => {
     const end = host.waitElsewhere();
     for (const line of ["a", "b", "c"]) {
       const drained = d.drained();
@@ -58,16 +62,10 @@ Deno.test("screen yield: while a call waits elsewhere, a screen is fed a read at
     end(); // ending twice counts once
     assert.equal(s.feed(bytes("d")), true, "no call waits elsewhere any more");
     assert.deepEqual((await s.snapshot()).lines, ["a", "b", "c", "d"]);
-  } finally {
-    host.close();
-  }
-});
+  }));
 
-Deno.test("screen yield: a call on the screen itself, or the last wait elsewhere ending, lets it go on", async () => {
-  const host = new ScreenHost();
-  try {
-    const s = host.open(SIZE);
-    const d = drains(s);
+Deno.test("screen yield: a call on the screen itself, or the last wait elsewhere ending, lets it go on", () =>
+  onScreen(async (host, s, d) => {
     const first = host.waitElsewhere();
     const second = host.waitElsewhere();
     // Attended: the backlog rule, though calls wait elsewhere.
@@ -85,7 +83,4 @@ Deno.test("screen yield: a call on the screen itself, or the last wait elsewhere
     second();
     assert.equal(d.count(), 2, "the last wait elsewhere ended: it goes on");
     assert.deepEqual((await s.snapshot()).lines, ["x", "y", "z", ""]);
-  } finally {
-    host.close();
-  }
-});
+  }));
