@@ -18,8 +18,10 @@ import {
   openFile,
   OsError,
   readSmallFile,
+  readWholeFile,
 } from "../../ffi/libc.ts";
 import type { Reactor, Registration } from "../../io/reactor.ts";
+import { parseMountInfo } from "../fs/mountinfo.ts";
 import { removeDirs, writeFile } from "./cgroup_fs.ts";
 
 const EPOLLPRI = 0x2;
@@ -57,16 +59,9 @@ export function enableControllers(path: string[], wanted: string[]): Set<string>
 
 /** The v1 cgroup hierarchies mounted here: each mount point and the controllers it holds. */
 export function v1Mounts(): { path: string; controllers: string[] }[] {
-  const mounts: { path: string; controllers: string[] }[] = [];
-  for (const line of (readSmallFile("/proc/self/mountinfo", 1 << 16) ?? "").split("\n")) {
-    const [left, right] = line.split(" - ");
-    if (!right) continue;
-    const [fstype, , options] = right.split(" ");
-    if (fstype === "cgroup") {
-      mounts.push({ path: left.split(" ")[4], controllers: options.split(",") });
-    }
-  }
-  return mounts;
+  return parseMountInfo(readWholeFile("/proc/self/mountinfo"))
+    .filter((m) => m.fsType === "cgroup")
+    .map((m) => ({ path: m.mountPoint, controllers: m.superOptions }));
 }
 
 /** `<mount><our own cgroup>` in the v1 hierarchy of `controller`, when one is mounted. */

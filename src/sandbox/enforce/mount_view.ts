@@ -40,6 +40,7 @@ import {
 import { checkedSyscall, closeFd, mount, MS, setReadOnly, SYS } from "../syscalls.ts";
 import { isWithin } from "../policy/profiles.ts";
 import { kind, openEntry, statOf } from "../fs/entries.ts";
+import { parseMountInfo } from "../fs/mountinfo.ts";
 
 const MNT_DETACH = 2;
 
@@ -97,28 +98,15 @@ export interface ViewPlan {
   live: LivePath[];
 }
 
-/** `\040` and the other octal escapes mountinfo writes for space, tab, newline, backslash. */
-function unescape(field: string): string {
-  return field.replace(/\\([0-7]{3})/g, (_, oct: string) => String.fromCharCode(parseInt(oct, 8)));
-}
-
-/** The mounts listed in a mountinfo text, in its order. */
-export function parseMountInfo(text: string): MountEntry[] {
-  const entries: MountEntry[] = [];
-  for (const line of text.split("\n")) {
-    const fields = line.split(" ");
-    const dash = fields.indexOf("-", 6);
-    if (dash < 0 || fields.length < dash + 2) continue;
-    const options = fields[5].split(",");
-    entries.push({
-      mountPoint: unescape(fields[4]),
-      fsType: fields[dash + 1],
-      flags: (options.includes("nosuid") ? MS.NOSUID : 0) |
-        (options.includes("nodev") ? MS.NODEV : 0) |
-        (options.includes("noexec") ? MS.NOEXEC : 0),
-    });
-  }
-  return entries;
+/** The mounts listed in a mountinfo text, in its order, with the per-mount flags the view keeps. */
+export function mountEntries(text: string): MountEntry[] {
+  return parseMountInfo(text).map(({ mountPoint, fsType, mountOptions }) => ({
+    mountPoint,
+    fsType,
+    flags: (mountOptions.includes("nosuid") ? MS.NOSUID : 0) |
+      (mountOptions.includes("nodev") ? MS.NODEV : 0) |
+      (mountOptions.includes("noexec") ? MS.NOEXEC : 0),
+  }));
 }
 
 function depth(path: string): number {
@@ -218,7 +206,7 @@ function workingDirectory(): string | null {
  */
 export function buildView(plan: ViewPlan): void {
   const mounts = viewMounts(
-    parseMountInfo(readWholeFile("/proc/thread-self/mountinfo")),
+    mountEntries(readWholeFile("/proc/thread-self/mountinfo")),
     plan.staging,
   );
   mount(

@@ -8,11 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import {
-  liveOrder,
-  parseMountInfo,
-  viewMounts,
-} from "../../../../src/sandbox/enforce/mount_view.ts";
+import { liveOrder, mountEntries, viewMounts } from "../../../../src/sandbox/enforce/mount_view.ts";
 
 const MOUNTINFO = [
   "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw",
@@ -27,8 +23,8 @@ const MOUNTINFO = [
   "",
 ].join("\n");
 
-Deno.test("parseMountInfo: mount points unescaped, types past the optional fields, flags", () => {
-  const entries = parseMountInfo(MOUNTINFO);
+Deno.test("mountEntries: mount points unescaped, types past the optional fields, flags", () => {
+  const entries = mountEntries(MOUNTINFO);
   assert.deepEqual(entries.slice(0, 5), [
     { mountPoint: "/", fsType: "ext4", flags: 0 },
     { mountPoint: "/proc", fsType: "proc", flags: 0x2 | 0x4 | 0x8 },
@@ -41,7 +37,7 @@ Deno.test("parseMountInfo: mount points unescaped, types past the optional field
 
 Deno.test("viewMounts: the top of each stack, parents first, none at or beneath the staging", () => {
   assert.deepEqual(
-    viewMounts(parseMountInfo(MOUNTINFO), "/var/stage").map((e) => [e.mountPoint, e.flags]),
+    viewMounts(mountEntries(MOUNTINFO), "/var/stage").map((e) => [e.mountPoint, e.flags]),
     [
       ["/", 0],
       ["/proc", 0xe],
