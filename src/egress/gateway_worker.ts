@@ -48,12 +48,15 @@ function post(message: FromWorker): void {
   self.postMessage(message);
 }
 
-/** Opens listener `seq` inside the namespace `nsFd` (closed here either way). */
+/**
+ * Opens listener `seq` inside the namespace `nsFd`, which is closed here either way before the
+ * answer goes out (so an open that failed has closed its descriptor once its promise rejects).
+ */
 function open(seq: number, nsFd: number, rules: EgressRules): void {
-  let listener: Deno.TcpListener;
-  let owners: TcpPeers;
+  let made: readonly [Deno.TcpListener, TcpPeers] | undefined;
+  let failure: unknown;
   try {
-    [listener, owners] = insideNamespace(nsFd, () => {
+    made = insideNamespace(nsFd, () => {
       // Made here, it answers for this namespace (its probe listens on this loopback).
       const owners = new TcpPeers();
       try {
@@ -64,12 +67,13 @@ function open(seq: number, nsFd: number, rules: EgressRules): void {
       }
     });
   } catch (err) {
-    post({ type: "done", seq, error: String(err) });
-    return;
+    failure = err;
   } finally {
     // Both keep the namespace: its descriptor is needed no more.
     closeAll([nsFd]);
   }
+  if (!made) return post({ type: "done", seq, error: String(failure) });
+  const [listener, owners] = made;
   listeners.set(seq, listener);
   serve(listener, owners, rules);
   post({ type: "done", seq });

@@ -53,14 +53,27 @@ async function namespaceHolder() {
   };
 }
 
-/** Whether descriptor `fd` of this process is open. */
-function isOpen(fd: number): boolean {
+/**
+ * What descriptor `fd` of this process refers to (`net:[inode]`, a path), or undefined when it is
+ * closed. A closed descriptor's number can be taken again at once by another thread's open (the
+ * gateway's worker loads modules and opens sockets meanwhile), so a test asks whether `fd` still
+ * refers to what it was given, not whether the number is free.
+ */
+function target(fd: number): string | undefined {
   try {
-    Deno.readLinkSync(`/proc/self/fd/${fd}`);
-    return true;
+    return Deno.readLinkSync(`/proc/self/fd/${fd}`);
   } catch {
-    return false;
+    return undefined;
   }
+}
+
+/** A descriptor of a file of its own, already removed, so what it refers to is unique. */
+function ownFile(): { fd: number; was: string } {
+  const path = Deno.makeTempFileSync({ prefix: "uexec-not-a-namespace-" });
+  const fd = libc().open(cString(path), O.CLOEXEC);
+  Deno.removeSync(path);
+  assert.ok(fd >= 0, `open ${path}`);
+  return { fd, was: `${path} (deleted)` };
 }
 
 Deno.test("egress gateway: a refusal in the namespace is reported once settled; opens that cannot be done reject", async () => {
@@ -101,16 +114,18 @@ Deno.test("egress gateway: a refusal in the namespace is reported once settled; 
 
     // A second listener in the same namespace: the port is taken. Rejected, descriptor closed.
     const fd = holder.ns();
+    const ns = target(fd);
+    assert.match(ns ?? "", /^net:\[\d+\]$/);
     await assert.rejects(gateway.open(fd, RULES), (err: Error) => {
       assert.ok(err instanceof SandboxUnavailableError);
       assert.match(err.message, /^the egress proxy: cannot open its listener: .*AddrInUse/);
       return true;
     });
-    assert.ok(!isOpen(fd), "the namespace descriptor is closed");
+    assert.notEqual(target(fd), ns, "the namespace descriptor is closed");
     // A descriptor that is no namespace: setns fails.
-    const notNs = libc().open(cString("/dev/null"), O.CLOEXEC);
-    await assert.rejects(gateway.open(notNs, RULES), SandboxUnavailableError);
-    assert.ok(!isOpen(notNs));
+    const notNs = ownFile();
+    await assert.rejects(gateway.open(notNs.fd, RULES), SandboxUnavailableError);
+    assert.notEqual(target(notNs.fd), notNs.was, "that descriptor is closed too");
 
     listener.close();
     unregister();
@@ -119,15 +134,15 @@ Deno.test("egress gateway: a refusal in the namespace is reported once settled; 
     await holder.close();
   }
   // Closed: nothing opens any more, the descriptor given is closed all the same.
-  const late = libc().open(cString("/dev/null"), O.CLOEXEC);
+  const late = ownFile();
   await assert.rejects(
-    gateway.open(late, RULES),
+    gateway.open(late.fd, RULES),
     /^SandboxUnavailableError: the egress proxy: the egress gateway is closed$/,
   );
   await assert.rejects(
     gateway.register(0, { sessionId: 8, agent: "tester" }),
     SandboxUnavailableError,
   );
-  assert.ok(!isOpen(late));
+  assert.notEqual(target(late.fd), late.was);
   await gateway.settle();
 });
