@@ -355,6 +355,53 @@ Deno.test("screen: huge counts in control sequences stall no screen (fuzz findin
   }
 });
 
+Deno.test("screen: a screen nobody waits on gives way to a call waiting elsewhere, and loses nothing", async () => {
+  const server = await startServer();
+  try {
+    const cat = await live(server, { cmd: "cat", yield_time_ms: 200 });
+    // A screen no call waits on starts a flood (its line is typed with no wait), and then a call
+    // waits on the cat: meanwhile the screen is fed a read at a time, and at full pace after.
+    const flood = await live(server, {
+      cmd: "read go; seq 1 1000000",
+      screen: true,
+      yield_time_ms: 200,
+    });
+    const typed = await server.post("/v1/write_stdin", {
+      session_id: flood.id,
+      chars: "\n",
+      yield_time_ms: 0,
+    });
+    assert.equal(typed.status, 200);
+    // A line typed (an empty poll would wait at least 5 s), then the wait.
+    const waited = await server.post("/v1/write_stdin", {
+      session_id: cat.id,
+      chars: "x\n",
+      until: "never printed",
+      yield_time_ms: 1000,
+    });
+    assert.equal(waited.status, 200);
+    assert.equal(waited.body.session_id, cat.id, "the wait on the cat ran to its yield");
+    const done = await server.post("/v1/write_stdin", {
+      session_id: flood.id,
+      chars: "",
+      output_mode: "screen",
+      yield_time_ms: 60_000,
+      max_output_tokens: 100,
+    });
+    assert.equal(done.status, 200, JSON.stringify(done.body));
+    assert.equal(done.body.exit_code, 0, "the flood finished once nothing waited elsewhere");
+    const last = [];
+    for (let i = 1000000 - 22; i <= 1000000; i++) last.push(String(i));
+    assert.deepEqual(
+      done.body.screen.lines,
+      [...last, ""],
+      "every byte reached the screen in order",
+    );
+  } finally {
+    await server.stop();
+  }
+});
+
 Deno.test("screen: who may look, and sessions without a screen", async (t) => {
   const server = await startServer();
   const minted = await server.operator.post("/v1/agents", { name: "agent-b" });
