@@ -10,16 +10,8 @@
 
 import assert from "node:assert/strict";
 import { removeDeadRelayDirs, serveLimited } from "../../../src/http/listener.ts";
-import { instanceName } from "../../../src/sandbox/instance.ts";
-
-function existsSync(path: string): boolean {
-  try {
-    Deno.lstatSync(path);
-    return true;
-  } catch {
-    return false;
-  }
-}
+import { instanceName, tempRoot } from "../../../src/sandbox/instance.ts";
+import { exists } from "../../helpers/fs.ts";
 import { peerClassifier } from "../../../src/http/sandbox_peer.ts";
 
 const limits = {
@@ -322,7 +314,7 @@ Deno.test("listener: the private socket is 0600 in a 0700 directory, and goes wi
 Deno.test("listener: the private socket's directory of a dead instance is removed by a later one", async () => {
   // The directory in use now is named for this instance (others of this process's listeners
   // may be open meanwhile: the one that appears is this one's).
-  const tmp = Deno.env.get("TMPDIR") || "/tmp";
+  const tmp = tempRoot();
   const named = () =>
     new Set(
       [...Deno.readDirSync(tmp)].map((e) => e.name).filter((name) =>
@@ -334,7 +326,7 @@ Deno.test("listener: the private socket's directory of a dead instance is remove
   const made = [...named()].filter((name) => !before.has(name));
   assert.equal(made.length, 1);
   await http.shutdown();
-  assert.ok(!existsSync(`${tmp}/${made[0]}`), "removed on shutdown");
+  assert.ok(!exists(`${tmp}/${made[0]}`), "removed on shutdown");
 
   const root = await Deno.makeTempDir({ prefix: "uexec-relay-reap-" });
   try {
