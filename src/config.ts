@@ -1,7 +1,8 @@
 /**
- * Server configuration from flags and environment, validated up front: a bad value stops the
- * server with a message naming it. What each setting means and its default: `settings.ts`. Authentication is always on: the tokens come from the
- * environment or the state directory, never from a flag (flags show in `ps`).
+ * Server configuration from flags and environment, validated up front: a bad value stops the server
+ * with a message naming it. What each setting means and its default: `settings.ts`. Authentication
+ * is always on: the tokens come from the environment or the state directory, never from a flag
+ * (flags show in `ps`).
  *
  * @module
  */

@@ -1,9 +1,10 @@
 /**
- * Spawn round trip: `exec_command` of `echo hi` until its exit and output are back, unsandboxed
- * and under `workspace-write`, next to `sh -c true` spawned directly; also what the default
- * login shell costs here, and whether the HTTP client reused its connection. The `echo` goal's
- * floor is shown beside it: the raw spawn plus what no request through uexec can skip, an HTTP
- * round trip (`GET /healthz` without a token, which answers `ok` alone) and the session's cgroup (the cgroup cost row).
+ * Spawn round trip: `exec_command` of `echo hi` until its exit and output are back, unsandboxed and
+ * under `workspace-write`, next to `sh -c true` spawned directly; also what the default login shell
+ * costs here, and whether the HTTP client reused its connection. The `echo` goal's floor is shown
+ * beside it: the raw spawn plus what no request through uexec can skip, an HTTP round trip
+ * (`GET /healthz` without a token, which answers `ok` alone) and the session's cgroup (the cgroup
+ * cost row).
  * @module
  */
 

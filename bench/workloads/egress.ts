@@ -1,14 +1,14 @@
 /**
  * The egress proxy's cost: `curl` downloads 100 MB (5 MB with --quick) from an origin on loopback
- * (bench/origin.ts, a process of its own), once through uexec's proxy (a session under workspace-write-egress, the
- * origin's name mapped by UEXEC_EGRESS_HOSTS and its address let through by
- * UEXEC_EGRESS_ALLOW_PRIVATE) and once directly (a full-access session on the host's network,
- * the same curl and origin), alternately, in the same run. Reported: time to first byte and
- * throughput, medians, through the proxy against direct; and what a download costs the API's
- * other users: write_stdin round trips to a `cat` session on a second connection, back to back
- * for as long as each download runs, their p99 beside the downloads through the proxy against
- * beside the same downloads made directly (the proxy relays on its own thread, not the one that
- * serves the API).
+ * (bench/origin.ts, a process of its own), once through uexec's proxy (a session under
+ * workspace-write-egress, the origin's name mapped by UEXEC_EGRESS_HOSTS and its address let
+ * through by UEXEC_EGRESS_ALLOW_PRIVATE) and once directly (a full-access session on the host's
+ * network, the same curl and origin), alternately, in the same run. Reported: time to first byte
+ * and throughput, medians, through the proxy against direct; and what a download costs the API's
+ * other users: write_stdin round trips to a `cat` session on a second connection, back to back for
+ * as long as each download runs, their p99 beside the downloads through the proxy against beside
+ * the same downloads made directly (the proxy relays on its own thread, not the one that serves the
+ * API).
  * @module
  */
 

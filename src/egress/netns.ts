@@ -1,10 +1,11 @@
 /**
  * Work done by the calling thread (the egress proxy's, gateway_worker.ts) inside another network
- * namespace, for as long as one synchronous call takes: `setns` in, the call, `setns` back. A socket keeps the namespace it
- * was made in, so a listener made this way inside a sandbox's loopback-only namespace is
- * reachable there (and nowhere else) while the server accepts on it here, with Deno's own
- * networking: Deno has no public API that adopts a raw descriptor, and `Deno.listen` makes its
- * socket synchronously on the calling thread, which is what makes this work.
+ * namespace, for as long as one synchronous call takes: `setns` in, the call, `setns` back. A
+ * socket keeps the namespace it was made in, so a listener made this way inside a sandbox's
+ * loopback-only namespace is reachable there (and nowhere else) while the server accepts on it
+ * here, with Deno's own networking: Deno has no public API that adopts a raw descriptor, and
+ * `Deno.listen` makes its socket synchronously on the calling thread, which is what makes this
+ * work.
  *
  * `setns(CLONE_NEWNET)` moves the calling thread only and is allowed in a multithreaded
  * process; nothing else runs on that thread meanwhile (JavaScript is single-threaded), and

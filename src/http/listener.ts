@@ -27,17 +27,15 @@
  * not relayed: the handler is called in-process with `info.upgrade`, which checks the handshake
  * and, once the handler accepts, answers 101 and hands the connection to a `FrameSocket`
  * (ws/socket.ts; the handshake: ws_handshake.ts) (`Deno.upgradeWebSocket` works only under
- * `Deno.serve`, whose connection this is not). Any other answer is written back
- * with `connection: close` (raw_answers.ts). Probed on Deno 2.9.6 before choosing this: `node:http` emits a real
- * `upgrade` event, but it would move every route off `Deno.serve` onto the Node compatibility
- * layer; `Deno.serve` has no timeouts or cap and gives a unix client no address of its own to tell
- * connections apart (hence the tag).
+ * `Deno.serve`, whose connection this is not). Any other answer is written back with
+ * `connection: close` (raw_answers.ts). Probed on Deno 2.9.6 before choosing this: `node:http`
+ * emits a real `upgrade` event, but it would move every route off `Deno.serve` onto the Node
+ * compatibility layer; `Deno.serve` has no timeouts or cap and gives a unix client no address of
+ * its own to tell connections apart (hence the tag).
  *
  * It must never crash or spin on an accept error, never close a connection that has a request in
  * flight (a long poll or an event stream is not idle), never serve a request that lacks a live
  * connection's tag, and never let the private socket be reached by anyone but itself.
- *
-
  *
  * @module
  */

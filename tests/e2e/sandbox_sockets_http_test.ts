@@ -146,7 +146,7 @@ Deno.test({
         until: "got .*\\n",
         yield_time_ms: 20000,
       });
-      // Refused, through the view (ECONNREFUSED) or by a Landlock ABI 9 rule (EACCES); never greeted.
+      // Refused, through the view (ECONNREFUSED) or a Landlock ABI 9 rule (EACCES); never greeted.
       const refused = "(ConnectionRefusedError|PermissionError)";
       assert.match(
         w.body.output,

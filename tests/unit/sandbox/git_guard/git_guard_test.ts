@@ -1,10 +1,11 @@
 /**
  * The git guard (src/sandbox/git_guard/git_guard.ts) when the server has no descriptor free: a
- * `.git` that appears then cannot be opened to be secured (the kernel's event for it cannot even
- * be resolved, so every root must be looked through again), and each start that asks is refused
- * as the server's shortage (`out_of_resources`, a 503 to try again), not as a sandbox failure or
- * an internal error, until descriptors are back and the next start's look succeeds. The shortage is this process's own,
- * for one synchronous call: the soft limit of open files is lowered to what is open, then put back.
+ * `.git` that appears then cannot be opened to be secured (the kernel's event for it cannot even be
+ * resolved, so every root must be looked through again), and each start that asks is refused as the
+ * server's shortage (`out_of_resources`, a 503 to try again), not as a sandbox failure or an
+ * internal error, until descriptors are back and the next start's look succeeds. The shortage is
+ * this process's own, for one synchronous call: the soft limit of open files is lowered to what is
+ * open, then put back.
  *
  * @module
  */
